@@ -1,0 +1,40 @@
+# Set-up and the two everyday commands. Everything runs inside .venv.
+#   make run    set up, then run the default workflow (the miniature world) end to end
+#   make test   set up, then run the test suite
+#   make bench  print the benchmark figures
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+CORES ?= all
+# torch is installed first, pinned: an unpinned torch requirement pulls
+# several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup run test bench lint clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(BIN)/snakemake --cores $(CORES)
+
+test: setup
+	$(BIN)/ruff check workflow tests benchmarks
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/bench_neighbors.py
+
+lint: setup
+	$(BIN)/ruff check workflow tests benchmarks
+
+clean:
+	rm -rf results .snakemake

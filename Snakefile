@@ -1,0 +1,46 @@
+# The embedding-transfer workflow: corpus -> models -> vocab -> overlap -> fastText
+# -> token vectors -> neighbours -> regression inputs (later stages plug in below).
+# Logic lives in the `embtransfer` package (workflow/embtransfer); rules stay thin.
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+from snakemake.exceptions import WorkflowError
+
+from embtransfer.codehash import code_hash
+from embtransfer.config import ConfigError, validate_config
+
+
+configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
+
+
+try:
+    validate_config(config)
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/vocab.smk"
+include: "workflow/rules/fasttext.smk"
+include: "workflow/rules/neighbors.smk"
+include: "workflow/rules/regression.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_coverage(),
+        all_neighbors(),
+        all_regression_inputs(),
+
+
+rule neighbors_only:
+    # The upstream half without any model pretraining: corpora, tokenizers,
+    # vocabularies, overlap, fastText, token vectors and neighbour tables.
+    input:
+        all_coverage(),
+        all_neighbors(),

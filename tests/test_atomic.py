@@ -1,0 +1,42 @@
+"""Atomic writes: a failure leaves nothing behind and never writes NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embtransfer.atomic import NonFiniteError, atomic_path, save_npy, write_json
+
+
+def test_failed_write_leaves_no_file_and_keeps_old(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("boom")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_directory_is_replaced_whole(tmp_path):
+    target = tmp_path / "ckpt"
+    with atomic_path(target, directory=True) as tmp:
+        (tmp / "a").write_text("1")
+    with atomic_path(target, directory=True) as tmp:
+        (tmp / "b").write_text("2")
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    with pytest.raises(ValueError), atomic_path(target, directory=True) as tmp:
+        (tmp / "c").write_text("3")
+        raise ValueError
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_nan_is_refused_with_its_location(tmp_path):
+    with pytest.raises(NonFiniteError, match=r"\$\.stats\.k\[1\]"):
+        write_json(tmp_path / "x.json", {"stats": {"k": [1.0, float("nan")]}})
+    arr = np.zeros((4, 3), np.float32)
+    arr[2, 1] = np.inf
+    with pytest.raises(NonFiniteError, match=r"rows \[2\]"):
+        save_npy(tmp_path / "x.npy", arr)
+    assert list(tmp_path.iterdir()) == []

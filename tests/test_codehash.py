@@ -1,0 +1,61 @@
+"""The code hash follows package imports transitively and nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from embtransfer import codehash
+
+
+@pytest.fixture()
+def fake_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "embtransfer"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from embtransfer import b\nimport numpy\n")
+    (pkg / "b.py").write_text("from .sub import c\n")
+    (pkg / "sub" / "c.py").write_text("from ..d import thing\n")
+    (pkg / "d.py").write_text("thing = 1\n")
+    (pkg / "e.py").write_text("import embtransfer.a\n")
+    monkeypatch.setattr(codehash, "PACKAGE_DIR", pkg)
+    codehash.package_imports.cache_clear()
+    yield pkg
+    codehash.package_imports.cache_clear()
+
+
+def test_closure_follows_absolute_relative_and_parent_imports(fake_package):
+    # `from embtransfer import b` runs the package __init__ too, so it counts.
+    assert codehash.module_closure("embtransfer.a") == [
+        "embtransfer",
+        "embtransfer.a",
+        "embtransfer.b",
+        "embtransfer.d",
+        "embtransfer.sub",
+        "embtransfer.sub.c",
+    ]
+    assert "embtransfer.e" not in codehash.module_closure("embtransfer.a")
+    assert "embtransfer.a" in codehash.module_closure("embtransfer.e")
+
+
+def test_editing_a_dependency_changes_the_hash_of_dependents_only(fake_package):
+    before_a = codehash.code_hash("embtransfer.a")
+    before_d = codehash.code_hash("embtransfer.d")
+    (fake_package / "sub" / "c.py").write_text("from ..d import thing  # edited\n")
+    codehash.package_imports.cache_clear()
+    assert codehash.code_hash("embtransfer.a") != before_a
+    assert codehash.code_hash("embtransfer.d") == before_d
+
+
+def test_unknown_module_is_refused(fake_package):
+    with pytest.raises(ValueError, match="no source file"):
+        codehash.code_hash("embtransfer.nope")
+    with pytest.raises(ValueError, match="not a module"):
+        codehash.code_hash("numpy")
+
+
+def test_real_package_hash_is_stable():
+    assert codehash.code_hash("embtransfer.atomic") == codehash.code_hash("embtransfer.atomic")
+    assert Path(codehash.module_path("embtransfer.atomic")).exists()

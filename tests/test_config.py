@@ -1,0 +1,89 @@
+"""Config validation: defaults, and errors that name the offending key."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from embtransfer.config import ConfigError, target_pairs, validate_config
+
+DEFAULT = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+
+
+def fresh() -> dict:
+    return copy.deepcopy(DEFAULT)
+
+
+def test_default_config_validates_and_fills_defaults():
+    config = fresh()
+    del config["overlap"]
+    del config["neighbors"]
+    validate_config(config)
+    assert config["overlap"] == {"match": "fuzzy"}
+    assert config["neighbors"]["prefilter_k"] == 256
+    assert config["languages"]["en_mini"]["fasttext"] == {"type": "train"}
+    assert config["world"], "world defaults are filled from world.schema.yaml"
+    assert len(target_pairs(config)) == 2 * 6
+
+
+def test_defaults_come_only_from_the_matching_oneof_branch():
+    config = fresh()
+    config["languages"]["ar_mini"]["corpus"] = {"type": "local", "train": "x.txt"}
+    validate_config(config)
+    assert config["languages"]["ar_mini"]["corpus"]["valid_fraction"] == 0.1
+    assert config["languages"]["vi_mini"]["corpus"] == {"type": "mini"}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda c: c.update(neighbours={}), "'neighbours' was unexpected"),
+        (lambda c: c["neighbors"].update(prefilter=3), "config key neighbors: "),
+        (lambda c: c["neighbors"].update(chunk_rows="big"), "config key neighbors.chunk_rows"),
+        (lambda c: c["overlap"].update(match="loose"), "config key overlap.match"),
+        (lambda c: c["fasttext"]["word"].update(dim=-1), "config key fasttext.word.dim"),
+        (lambda c: c.update(seed="x"), "config key seed"),
+        (
+            lambda c: c["languages"]["ar_mini"].update(corpus={"type": "mini", "trian": 1}),
+            "languages.ar_mini.corpus",
+        ),
+    ],
+)
+def test_schema_errors_name_the_key(mutate, needle):
+    config = fresh()
+    mutate(config)
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert needle in str(err.value)
+
+
+def test_misspelled_key_lists_the_allowed_ones():
+    config = fresh()
+    config["neighbors"]["chunk_row"] = 5
+    with pytest.raises(ConfigError, match="chunk_row.*Allowed keys here: chunk_rows"):
+        validate_config(config)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda c: c["sources"].append("gpt9"), "sources: model 'gpt9' is not defined"),
+        (
+            lambda c: c["targets"]["ar_mini"].append("bert_vi_mini"),
+            "'bert_vi_mini' is a 'vi_mini' model",
+        ),
+        (lambda c: c["targets"].update(de=["gpt2_ar_mini"]), "language 'de' is not defined"),
+        (
+            lambda c: c["models"]["llama_mini"].update(mix={"xx": 0.1}),
+            "models.llama_mini: language 'xx'",
+        ),
+    ],
+)
+def test_reference_errors_name_the_key(mutate, needle):
+    config = fresh()
+    mutate(config)
+    with pytest.raises(ConfigError, match=needle):
+        validate_config(config)

@@ -1,0 +1,343 @@
+"""Tokenizer training, tiny-model pretraining and the model seam (embtransfer.models)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from embtransfer.models import (
+    HubDownloadError,
+    check_tokenizer_model_agreement,
+    fetch_hub_snapshot,
+    load_embeddings,
+    load_tokenizer,
+)
+from embtransfer.world.pretrain import build_model, pretrain, save_checkpoint
+from embtransfer.world.tokenizers import (
+    DEFAULT_ALGORITHM,
+    special_token_ids,
+    train_tokenizer,
+)
+
+# Arabic-block script with harakat, Vietnamese with precomposed letters, and
+# Latin letters with *combining* acute accents (U+0301).
+ARABIC = ["كَتَبَ", "الوَلَدُ", "مدرسة", "بيت", "جميل", "الكتاب", "قرأ"]
+VIET = ["Việt", "tiếng", "người", "nước", "đẹp"]
+COMBINING = ["e\u0301te\u0301", "cafe\u0301", "no\u0308el"]
+LATIN = ["the", "cat", "sat", "on", "mat", "42", "Anna", "radio"]
+SAMPLE = "الوَلَدُ كَتَبَ مدرسة Việt người e\u0301te\u0301 42 Anna ، cafe\u0301!"
+TINY = {"steps": 60, "batch_size": 8, "seq_len": 32, "warmup_steps": 5, "log_every": 1000}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    rng = random.Random(0)
+    words = ARABIC + VIET + COMBINING + LATIN
+    # A little structure (fixed word pairs) so that a model has something to learn.
+    pairs = [(w, words[(i * 7 + 3) % len(words)]) for i, w in enumerate(words)]
+    out = tmp_path_factory.mktemp("corpus")
+    paths = {}
+    for name, n in (("train", 1500), ("valid", 100)):
+        lines = []
+        for _ in range(n):
+            sent = []
+            for _ in range(rng.randint(2, 6)):
+                sent.extend(rng.choice(pairs))
+            lines.append(" ".join(sent) + rng.choice([" .", " ،", "!"]))
+        (out / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths[name] = str(out / f"{name}.txt")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tokenizers(corpus: dict[str, str]) -> dict[str, object]:
+    return {
+        fam: train_tokenizer(DEFAULT_ALGORITHM[fam], [corpus["train"]], 400, fam)
+        for fam in ("gpt2", "llama", "gemma", "xglm", "bert", "t5")
+    }
+
+
+# ---------------------------------------------------------------- tokenizers
+
+
+@pytest.mark.parametrize(
+    "algorithm,family",
+    [
+        ("bytelevel_bpe", "gpt2"),
+        ("bytelevel_bpe", "llama"),
+        ("sentencepiece_bpe", "llama"),
+        ("sentencepiece_bpe", "gemma"),
+    ],
+)
+def test_lossless_tokenizers_round_trip(corpus, algorithm, family):
+    tok = train_tokenizer(algorithm, [corpus["train"]], 400, family)
+    # Includes characters never seen in training (byte-level / byte fallback cover them).
+    for text in (SAMPLE, "ﻻ unseen ẞ ǅ 😀 \u0640\u0651"):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
+    if algorithm == "sentencepiece_bpe":
+        vocab = tok.get_vocab()
+        assert all(f"<0x{b:02X}>" in vocab for b in range(256))
+        assert any(t.startswith("▁") for t in vocab)
+    else:
+        assert "Ġ" in "".join(tok.get_vocab())
+
+
+@pytest.mark.parametrize("algorithm,family", [("wordpiece", "bert"), ("unigram", "t5")])
+def test_lossy_tokenizers_keep_script_and_diacritics(corpus, algorithm, family):
+    tok = train_tokenizer(algorithm, [corpus["train"]], 400, family)
+    ids = tok(SAMPLE)["input_ids"]
+    assert tok.unk_token_id not in ids  # every character was in training
+    decoded = tok.decode(ids, skip_special_tokens=True)
+    for word in ["الوَلَدُ", "كَتَبَ", "Việt", "e\u0301te\u0301", "cafe\u0301"]:
+        assert word in decoded, (word, decoded)  # no lowercasing, accent stripping, NFC
+    if algorithm == "wordpiece":
+        assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+        assert any(t.startswith("##") for t in tok.get_vocab())
+    else:
+        assert ids[-1] == tok.eos_token_id
+        assert tok.convert_tokens_to_ids("<extra_id_19>") != tok.unk_token_id
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma", "bert", "t5"])
+def test_special_token_roles(tokenizers, family, tmp_path):
+    tok = tokenizers[family]
+    expected = {
+        "gpt2": {"bos": "<|endoftext|>", "eos": "<|endoftext|>", "unk": "<|endoftext|>"},
+        "llama": {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "pad": None},
+        "gemma": {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "pad": "<pad>"},
+        "bert": {
+            "pad": "[PAD]",
+            "unk": "[UNK]",
+            "cls": "[CLS]",
+            "sep": "[SEP]",
+            "mask": "[MASK]",
+            "bos": None,
+        },
+        "t5": {"pad": "<pad>", "eos": "</s>", "unk": "<unk>", "bos": None},
+    }[family]
+    tok.save_pretrained(tmp_path)
+    for t in (tok, load_tokenizer(tmp_path)):
+        for role, value in expected.items():
+            assert getattr(t, f"{role}_token") == value, (family, role)
+        assert t(SAMPLE)["input_ids"] == tok(SAMPLE)["input_ids"]
+    if family == "t5":
+        extra = [t for t in load_tokenizer(tmp_path).all_special_tokens if "extra_id" in t]
+        assert len(extra) == 20
+
+
+@pytest.mark.parametrize(
+    "algorithm", ["bytelevel_bpe", "sentencepiece_bpe", "wordpiece", "unigram"]
+)
+def test_tokenizer_training_is_deterministic(corpus, algorithm):
+    family = {"wordpiece": "bert", "unigram": "t5"}.get(algorithm, "llama")
+    a = train_tokenizer(algorithm, [corpus["train"]], 400, family)
+    b = train_tokenizer(algorithm, [corpus["train"]], 400, family)
+    assert a.backend_tokenizer.to_str() == b.backend_tokenizer.to_str()
+    assert len(a) <= 400
+
+
+# ---------------------------------------------------------------- models
+
+FAMILY_TIES = [
+    ("llama", False),
+    ("llama", True),
+    ("gemma", True),
+    ("gpt2", True),
+    ("xglm", True),
+    ("bert", True),
+    ("bert", False),
+    ("t5", True),
+    ("t5", False),
+]
+
+
+@pytest.mark.parametrize("family,tied", FAMILY_TIES)
+def test_build_save_and_load_embeddings(tokenizers, family, tied, tmp_path):
+    tok = tokenizers[family]
+    vocab = len(tok) + 5  # padding rows, like real padded vocabularies
+    model = build_model(
+        family,
+        vocab,
+        {"hidden_size": 32, "intermediate_size": 64},
+        tied,
+        special_token_ids(tok),
+        seed=0,
+    )
+    inp = model.get_input_embeddings().weight
+    out = model.get_output_embeddings().weight
+    assert inp.shape == (vocab, 32)
+    assert (inp.data_ptr() == out.data_ptr()) == tied
+    save_checkpoint(model, tok, tmp_path / "ckpt", {"note": "test"})
+    assert json.loads((tmp_path / "ckpt" / "pretrain.json").read_text())["note"] == "test"
+    assert not list((tmp_path / "ckpt").glob("*.bin"))
+
+    emb = load_embeddings(tmp_path / "ckpt")
+    assert emb.tied == tied
+    assert emb.input_name != "instantiated"  # read from safetensors, not by building
+    np.testing.assert_array_equal(emb.input, inp.detach().numpy())
+    if tied:
+        assert emb.output is None
+    else:
+        np.testing.assert_array_equal(emb.output, out.detach().numpy())
+        assert not np.array_equal(emb.output, emb.input)
+
+    info = check_tokenizer_model_agreement(tmp_path / "ckpt", tmp_path / "ckpt")
+    assert info["padding_rows"] == 5 and "note" in info
+
+
+def test_load_embeddings_falls_back_to_instantiating(tmp_path):
+    # OPT keeps its embeddings under model.decoder.embed_tokens, a name the lookup skips.
+    import transformers as tf
+
+    config = tf.OPTConfig(
+        vocab_size=50,
+        hidden_size=16,
+        ffn_dim=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        word_embed_proj_dim=16,
+    )
+    model = tf.OPTForCausalLM(config)
+    model.save_pretrained(tmp_path / "opt")
+    emb = load_embeddings(tmp_path / "opt")
+    assert emb.input_name == "instantiated" and emb.tied
+    np.testing.assert_array_equal(emb.input, model.get_input_embeddings().weight.detach().numpy())
+
+
+def test_load_embeddings_refuses_random_rows(tokenizers, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    tok = tokenizers["llama"]
+    model = build_model("llama", len(tok), {"hidden_size": 32}, False, special_token_ids(tok), 0)
+    save_checkpoint(model, tok, tmp_path / "ckpt", {})
+    # Unknown tensor names: instantiating would silently give random embeddings.
+    file = tmp_path / "ckpt" / "model.safetensors"
+    state = load_file(file)
+    save_file(
+        {
+            k.replace("embed_tokens", "tok_emb").replace("lm_head", "head"): v
+            for k, v in state.items()
+        },
+        file,
+        metadata={"format": "pt"},
+    )
+    with pytest.raises(ValueError, match="no tensor"):
+        load_embeddings(tmp_path / "ckpt")
+
+
+def test_agreement_check_names_sizes_and_paths(tokenizers, tmp_path):
+    tok = tokenizers["gpt2"]
+    model = build_model("gpt2", len(tok) - 10, {"hidden_size": 32}, True, special_token_ids(tok), 0)
+    save_checkpoint(model, tok, tmp_path / "small", {})
+    with pytest.raises(ValueError) as err:
+        check_tokenizer_model_agreement(tok, tmp_path / "small")
+    msg = str(err.value)
+    assert str(len(tok)) in msg and str(len(tok) - 10) in msg and str(tmp_path / "small") in msg
+    with pytest.raises(ValueError, match=str(len(tok) - 10)):
+        check_tokenizer_model_agreement(tok, {"vocab_size": len(tok) - 10})
+    assert check_tokenizer_model_agreement(tok, {"vocab_size": len(tok)})["padding_rows"] == 0
+
+
+@pytest.mark.parametrize("family", ["llama", "bert", "t5"])
+def test_short_pretraining_lowers_the_loss(tokenizers, corpus, family, tmp_path):
+    tok = tokenizers[family]
+    torch.set_num_threads(2)
+    lines: list[str] = []
+    model = build_model(family, len(tok), {}, family != "llama", special_token_ids(tok), 1)
+    before = model.get_input_embeddings().weight.detach().clone()
+    metrics = pretrain(model, tok, corpus["train"], corpus["valid"], TINY, seed=1, log=lines.append)
+    assert metrics["valid_loss"] < metrics["initial_valid_loss"] - 0.5, metrics
+    assert metrics["final_train_loss"] < metrics["initial_train_loss"] - 0.5, metrics
+    assert metrics["steps"] == TINY["steps"] and metrics["tokens_per_second"] > 0
+    assert any("step" in ln for ln in lines)
+    assert not torch.equal(before, model.get_input_embeddings().weight)
+
+
+def test_pretraining_is_reproducible(tokenizers, corpus):
+    tok = tokenizers["t5"]
+    cfg = {**TINY, "steps": 5}
+    weights = []
+    for _ in range(2):
+        model = build_model("t5", len(tok), {"hidden_size": 32}, False, special_token_ids(tok), 3)
+        pretrain(model, tok, corpus["train"], corpus["valid"], cfg, seed=3, log=lambda s: None)
+        weights.append(model.get_input_embeddings().weight.detach().clone())
+    assert torch.equal(weights[0], weights[1])
+
+
+def test_save_is_atomic(tokenizers, tmp_path):
+    tok = tokenizers["gpt2"]
+    model = build_model("gpt2", len(tok), {"hidden_size": 32}, True, special_token_ids(tok), 0)
+    out = tmp_path / "ckpt"
+    with pytest.raises(ValueError):  # NaN metrics are refused after the weights were written
+        save_checkpoint(model, tok, out, {"loss": float("nan")})
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind either
+    save_checkpoint(model, tok, out, {"loss": 1.0})
+    with pytest.raises(ValueError):
+        save_checkpoint(model, tok, out, {"loss": float("inf")})
+    assert json.loads((out / "pretrain.json").read_text())["loss"] == 1.0  # old one intact
+
+
+def test_hub_error_is_clear_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(HubDownloadError) as err:
+        fetch_hub_snapshot("no-such-org/no-such-model", "0123abc", tmp_path / "m")
+    msg = str(err.value)
+    assert "no-such-org/no-such-model" in msg and "0123abc" in msg
+    assert "login node" in msg
+    assert not (tmp_path / "m").exists()
+
+
+def test_model_schema_validates_entries():
+    import jsonschema
+
+    path = Path(__file__).parents[1] / "workflow" / "schemas" / "model.schema.yaml"
+    schema = yaml.safe_load(path.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    good = [
+        {
+            "type": "mini",
+            "family": "llama",
+            "language": "src",
+            "mix": {"ar": 0.05},
+            "tie_word_embeddings": False,
+            "tokenizer": {"algorithm": "bytelevel_bpe"},
+            "train": {"steps": 400},
+        },
+        {"type": "hub", "repo_id": "google/gemma-2b", "revision": "main"},
+        {"type": "local", "path": "/models/x", "trust_remote_code": False},
+    ]
+    bad = [
+        {"type": "mini", "family": "llama", "language": "src", "train": {"stepz": 1}},
+        {"type": "mini", "family": "roberta", "language": "src"},
+        {"type": "mini", "family": "llama", "language": "src", "mix": {"ar": 1.5}},
+        {"type": "mini", "family": "llama", "languages": {"src": 1}},
+        {"type": "hub", "repo_id": "gpt2"},  # unpinned
+        {"type": "local", "path": "x", "repo_id": "gpt2"},
+        {"type": "other"},
+    ]
+    assert all(validator.is_valid(e) for e in good)
+    assert not any(validator.is_valid(e) for e in bad)
+
+    def walk(node: dict, where: str) -> None:
+        for key, sub in (node.get("properties") or {}).items():
+            assert "description" in sub or "$ref" in sub, f"{where}.{key} has no description"
+            if isinstance(sub, dict) and "properties" in sub:  # records, not maps
+                assert sub.get("additionalProperties") is False, f"{where}.{key}"
+                walk(sub, f"{where}.{key}")
+
+    for name in ("mini", "hub", "local"):
+        assert schema["$defs"][name]["additionalProperties"] is False
+        walk(schema["$defs"][name], name)

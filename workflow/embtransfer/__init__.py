@@ -1,0 +1,1 @@
+"""Cross-lingual embedding transfer: SALT, its baselines, and the workflow around them."""

@@ -1,0 +1,128 @@
+"""The corpus seam: the miniature world, local text, or a Wikipedia dump.
+
+Every source ends as two plain-text files, ``train.txt`` and ``valid.txt``,
+one sentence per line. The paper's setting (Wikipedia 20231101, NLTK sentences,
+8M sentences, sequential 9:1 split) is the ``wikipedia`` type; it needs
+internet (``datasets``, NLTK's punkt model), so real runs fetch it on a login
+node and compute jobs read the files.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+
+def split_sequential(lines: list[str], valid_fraction: float) -> tuple[list[str], list[str]]:
+    """Sequential split as in the paper: the first (1-f) of the lines train, the rest validate."""
+    if len(lines) < 2:
+        raise ValueError(f"need at least 2 lines to split a corpus, got {len(lines)}")
+    n_valid = max(1, round(len(lines) * valid_fraction))
+    return lines[:-n_valid], lines[-n_valid:]
+
+
+def split_seed(seed: int, lang: str, split: str) -> int:
+    """A per-(language, split) seed, stable across processes (no Python ``hash()``)."""
+    return seed * 1_000_003 + zlib.crc32(f"{lang}/{split}".encode())
+
+
+def mini_corpus(world: dict[str, Any], lang: str, seed: int) -> tuple[list[str], list[str]]:
+    """Train and valid sentences of one miniature-world language."""
+    from embtransfer.world.corpus import generate_sentences
+
+    sizes = world["config"]["sentences"]
+    n_train = sizes["source_train"] if lang == world["source_language"] else sizes["target_train"]
+    train = generate_sentences(world, lang, n_train, split_seed(seed, lang, "train"))
+    valid = generate_sentences(world, lang, sizes["valid"], split_seed(seed, lang, "valid"))
+    return train, valid
+
+
+def _clean(lines: Iterable[str]) -> Iterator[str]:
+    for line in lines:
+        line = " ".join(line.split())
+        if line:
+            yield line
+
+
+def local_corpus(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Read ``spec['train']`` (and ``spec['valid']`` or a sequential split of train)."""
+    train_path = Path(spec["train"])
+    if not train_path.is_file():
+        raise FileNotFoundError(
+            f"corpus file {train_path} does not exist (languages.*.corpus.train in the config)"
+        )
+    train = list(_clean(train_path.read_text(encoding="utf-8").splitlines()))
+    if spec.get("valid"):
+        valid_path = Path(spec["valid"])
+        if not valid_path.is_file():
+            raise FileNotFoundError(
+                f"corpus file {valid_path} does not exist (languages.*.corpus.valid in the config)"
+            )
+        return train, list(_clean(valid_path.read_text(encoding="utf-8").splitlines()))
+    return split_sequential(train, spec.get("valid_fraction", 0.1))
+
+
+def wikipedia_sentences(language: str, dump: str, n_sentences: int) -> Iterator[str]:
+    """The first ``n_sentences`` NLTK sentences of a Wikipedia dump, in dump order.
+
+    Needs ``datasets`` and ``nltk`` (with the punkt model) and network access
+    unless both are already cached (``HF_HUB_OFFLINE=1`` then works).
+    """
+    try:
+        import nltk
+        from datasets import load_dataset
+    except ImportError as err:
+        raise ImportError(
+            "the wikipedia corpus type needs `datasets` and `nltk`: "
+            "pip install datasets nltk (and run the download rules on a node with internet)"
+        ) from err
+    dataset = load_dataset(
+        "wikimedia/wikipedia", f"{dump}.{language}", split="train", streaming=True
+    )
+
+    def sentences() -> Iterator[str]:
+        for article in dataset:
+            for paragraph in article["text"].split("\n"):
+                yield from _clean(nltk.sent_tokenize(paragraph))
+
+    return islice(sentences(), n_sentences)
+
+
+def wikipedia_corpus(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
+    lines = list(
+        wikipedia_sentences(
+            spec["language"], spec.get("dump", "20231101"), spec.get("sentences", 8_000_000)
+        )
+    )
+    return split_sequential(lines, spec.get("valid_fraction", 0.1))
+
+
+def mix_corpora(
+    main: list[str], others: dict[str, list[str]], shares: dict[str, float], seed: int
+) -> list[str]:
+    """``main`` plus, for each other language, ``share`` (of the mix) of its lines, shuffled.
+
+    Used for the source LLM's pretraining text: mostly source language, with a
+    small target-language share, as real English-centric LLMs see.
+    """
+    total_share = sum(shares.values())
+    if not 0 <= total_share < 1:
+        raise ValueError(f"mix shares must sum to less than 1, got {total_share}")
+    rng = random.Random(seed)
+    # n_other / (n_main + sum n_other) = share  =>  n_other = share * n_main / (1 - total)
+    mixed = list(main)
+    for lang in sorted(shares):
+        want = round(shares[lang] * len(main) / (1 - total_share))
+        pool = others[lang]
+        if want > len(pool):
+            raise ValueError(
+                f"mix share {shares[lang]} of {lang!r} needs {want} lines, "
+                f"its corpus has only {len(pool)}"
+            )
+        mixed.extend(rng.sample(pool, want))
+    rng.shuffle(mixed)
+    return mixed

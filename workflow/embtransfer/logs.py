@@ -1,0 +1,42 @@
+"""Logging for workflow jobs: to the rule's log file and to stderr."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+
+
+def job_logger(log_file: str | Path | None, name: str = "embtransfer") -> logging.Logger:
+    """Configure the root logger for one job and return a named logger.
+
+    Warnings raised with :func:`warnings.warn` are routed into the log too, so
+    a warning (e.g. degenerate sparsemax rows) is never lost in a cluster job.
+    """
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+    return logging.getLogger(name)
+
+
+class Timer:
+    """Wall-clock seconds of a block: ``with Timer() as t: ...; t.seconds``."""
+
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start

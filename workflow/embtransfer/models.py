@@ -1,0 +1,380 @@
+"""The model seam: fetch checkpoints, load tokenizers, read embedding matrices.
+
+Every later stage reaches models through this module, whether they are hub
+snapshots (pinned by revision), local checkpoints or the miniature world's
+models. Embeddings are read straight from the safetensors files where the
+tensor names are known, so a 7B checkpoint's embedding matrix is read without
+building the 7B model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Tensor names of the input and output embeddings by model type, most specific first.
+# A hub checkpoint saved from the base class (GPT-2's own, BLOOM's) has no prefix.
+INPUT_NAMES: dict[str, tuple[str, ...]] = {
+    "gpt2": ("transformer.wte.weight", "wte.weight"),
+    "llama": ("model.embed_tokens.weight", "embed_tokens.weight"),
+    "mistral": ("model.embed_tokens.weight", "embed_tokens.weight"),
+    "gemma": ("model.embed_tokens.weight", "embed_tokens.weight"),
+    "gemma2": ("model.embed_tokens.weight", "embed_tokens.weight"),
+    "qwen2": ("model.embed_tokens.weight", "embed_tokens.weight"),
+    "xglm": ("model.embed_tokens.weight", "embed_tokens.weight"),
+    "bloom": ("transformer.word_embeddings.weight", "word_embeddings.weight"),
+    "gpt_neox": ("gpt_neox.embed_in.weight", "embed_in.weight"),
+    "bert": ("bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+    "roberta": (
+        "roberta.embeddings.word_embeddings.weight",
+        "embeddings.word_embeddings.weight",
+    ),
+    "t5": ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"),
+    "mt5": ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"),
+}
+OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
+    "gpt2": ("lm_head.weight",),
+    "bloom": ("lm_head.weight",),
+    "gpt_neox": ("embed_out.weight",),
+    "bert": ("cls.predictions.decoder.weight",),
+    "roberta": ("lm_head.decoder.weight",),
+}
+DEFAULT_OUTPUT_NAMES = ("lm_head.weight",)
+# Generic suffixes for model types not listed above.
+INPUT_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
+OUTPUT_SUFFIXES = ("lm_head.weight", "embed_out.weight", "predictions.decoder.weight")
+
+
+@dataclass
+class Embeddings:
+    """A model's vocabulary embeddings as float32 arrays (rows = token ids)."""
+
+    input: np.ndarray  # [V, h]
+    output: np.ndarray | None  # [V, h]; None when tied to ``input``
+    tied: bool
+    model_type: str
+    # Where the rows came from: tensor names, or "instantiated" for the fallback.
+    input_name: str = ""
+    output_name: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def family(self) -> str:
+        return self.model_type
+
+    @property
+    def vocab_rows(self) -> int:
+        return int(self.input.shape[0])
+
+    @property
+    def output_or_input(self) -> np.ndarray:
+        """The LM head's rows, which are the input rows for a tied model."""
+        return self.input if self.output is None else self.output
+
+
+# ---------------------------------------------------------------- hub
+
+
+class HubDownloadError(RuntimeError):
+    """A hub snapshot could not be fetched (missing repo/revision, gated, offline)."""
+
+
+def fetch_hub_snapshot(
+    repo_id: str,
+    revision: str,
+    dest: str | os.PathLike,
+    allow_patterns: Sequence[str] | None = None,
+    token: str | bool | None = None,
+) -> Path:
+    """Download ``repo_id`` at ``revision`` into ``dest`` (a plain directory).
+
+    Weights come as safetensors when the repo has them (``*.bin``/``*.pt``/``*.h5``
+    and framework exports are skipped then). The download goes into a sibling
+    ``.partial`` directory, so an interrupted download resumes and ``dest`` only
+    ever appears complete; ``snapshot.json`` records the resolved commit.
+    """
+    from huggingface_hub import HfApi, snapshot_download
+
+    dest = Path(dest)
+    partial = dest.with_name(f".{dest.name}.partial")
+    try:
+        files = HfApi().list_repo_files(repo_id, revision=revision, token=token)
+        ignore = ["*.msgpack", "*.h5", "*.ot", "onnx/*", "*.onnx", "*.tflite", "flax_model*"]
+        if any(f.endswith(".safetensors") for f in files):
+            ignore += ["*.bin", "*.pt", "*.pth", "*.ckpt"]
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            local_dir=partial,
+            allow_patterns=list(allow_patterns) if allow_patterns else None,
+            ignore_patterns=ignore,
+            token=token,
+        )
+        commit = HfApi().model_info(repo_id, revision=revision, token=token).sha
+    except Exception as err:  # every hub failure gets the same actionable message
+        raise HubDownloadError(
+            f"could not download {repo_id!r} at revision {revision!r}: "
+            f"{type(err).__name__}: {err}\n"
+            "Check that the repository and revision exist (and that you accepted its "
+            "licence if it is gated, with HF_TOKEN set). Compute nodes often have no "
+            "network: run the download rule on a login node first, e.g. "
+            f"`snakemake --cores 1 resources/models/<key>/` (the models' download rule), "
+            "then rerun the workflow."
+        ) from err
+    partial_path = Path(path)
+    # The download bookkeeping is only needed to resume; the finished snapshot drops it.
+    shutil.rmtree(partial_path / ".cache", ignore_errors=True)
+    (partial_path / "snapshot.json").write_text(
+        json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit}, indent=2) + "\n"
+    )
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+        os.replace(partial_path, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(partial_path, dest)
+    return dest
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> Any:
+    """A fast (Rust) tokenizer; slow-only tokenizers are refused, later stages need offsets."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    if not getattr(tok, "is_fast", False):
+        raise ValueError(f"{path}: no fast tokenizer (tokenizer.json) could be loaded")
+    return tok
+
+
+# ---------------------------------------------------------------- embeddings
+
+
+def _read_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{model_dir}: no config.json (is this a model checkpoint?)")
+    config = json.loads(path.read_text())
+    return config
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    # Multimodal wrappers (Gemma 3 and friends) keep the LM's settings in text_config.
+    return config.get("text_config") or config
+
+
+def _safetensors_index(model_dir: Path) -> dict[str, Path]:
+    """Tensor name -> file, over a single or sharded safetensors checkpoint."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: model_dir / fname for name, fname in weight_map.items()}
+    from safetensors import safe_open
+
+    out: dict[str, Path] = {}
+    for file in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as fh:
+            for name in fh.keys():
+                out[name] = file
+    return out
+
+
+def _read_tensor(file: Path, name: str) -> np.ndarray:
+    from safetensors import safe_open
+
+    # framework="pt": bfloat16 has no numpy dtype, torch converts it.
+    with safe_open(file, framework="pt") as fh:
+        return fh.get_tensor(name).float().numpy()
+
+
+def _find(names: dict[str, Path], candidates: Sequence[str], suffixes: Sequence[str]) -> str | None:
+    for cand in candidates:
+        if cand in names:
+            return cand
+    for suffix in suffixes:
+        hits = sorted(n for n in names if n == suffix or n.endswith("." + suffix))
+        # Skip decoder-side copies and vision towers; accept only one clear hit.
+        hits = [n for n in hits if "vision" not in n and "decoder.embed_tokens" not in n]
+        if len(hits) == 1:
+            return hits[0]
+    return None
+
+
+def load_embeddings(model_dir: str | os.PathLike, trust_remote_code: bool = False) -> Embeddings:
+    """Input and output embeddings of a checkpoint, as float32 numpy arrays.
+
+    Tying is read from the checkpoint itself: a stored head equal to the input
+    rows is tied, a different one untied, a missing one tied when the config
+    says so. (transformers 5 reports ``tie_word_embeddings=True`` for every T5,
+    v1.1 included, so the config alone cannot be trusted.)
+    """
+    model_dir = Path(model_dir)
+    config = _read_config(model_dir)
+    text = _text_config(config)
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    try:
+        names = _safetensors_index(model_dir)
+    except Exception:  # unreadable or missing safetensors: build the model instead
+        names = {}
+    if names:
+        inp_name = _find(names, INPUT_NAMES.get(model_type, ()), INPUT_SUFFIXES)
+        if inp_name is not None:
+            inp = _read_tensor(names[inp_name], inp_name)
+            out_name = _find(
+                names, OUTPUT_NAMES.get(model_type, DEFAULT_OUTPUT_NAMES), OUTPUT_SUFFIXES
+            )
+            if out_name is not None:
+                out = _read_tensor(names[out_name], out_name)
+                if out.shape == inp.shape and np.array_equal(out, inp):
+                    return Embeddings(inp, None, True, model_type, inp_name, None,
+                                      [f"{out_name} stored but equal to {inp_name}"])
+                if out.shape[1] != inp.shape[1]:
+                    raise ValueError(
+                        f"{model_dir}: {inp_name} {inp.shape} and {out_name} {out.shape} "
+                        "differ in width"
+                    )
+                return Embeddings(inp, out, False, model_type, inp_name, out_name)
+            if bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True))):
+                return Embeddings(inp, None, True, model_type, inp_name, None)
+    return _embeddings_by_instantiation(model_dir, model_type, trust_remote_code)
+
+
+def _embeddings_by_instantiation(
+    model_dir: Path, model_type: str, trust_remote_code: bool
+) -> Embeddings:
+    """Fallback: build the model and ask it (costs the model's memory)."""
+    import torch
+    import transformers
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    classes = []
+    for arch in getattr(config, "architectures", None) or []:
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            classes.append(cls)
+    classes += [
+        transformers.AutoModelForCausalLM,
+        transformers.AutoModelForSeq2SeqLM,
+        transformers.AutoModelForMaskedLM,
+        transformers.AutoModel,
+    ]
+    model = None
+    errors: list[str] = []
+    for cls in classes:
+        try:
+            model, loading = cls.from_pretrained(
+                model_dir, trust_remote_code=trust_remote_code, dtype=torch.float32,
+                output_loading_info=True,
+            )
+            break
+        except Exception as err:  # try the next head class
+            errors.append(f"{getattr(cls, '__name__', cls)}: {err}")
+    if model is None:
+        raise ValueError(f"{model_dir}: could not load the model to read embeddings:\n"
+                         + "\n".join(errors))
+    # from_pretrained fills missing tensors with random ones; random embeddings
+    # must never pass for the checkpoint's.
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    wanted = [names.get(id(model.get_input_embeddings().weight))]
+    if model.get_output_embeddings() is not None:
+        wanted.append(names.get(id(model.get_output_embeddings().weight)))
+    missing = set(loading.get("missing_keys", []))
+    lost = [n for n in wanted if n is not None and n in missing]
+    if lost:
+        raise ValueError(
+            f"{model_dir}: the checkpoint has no tensor for {lost} (model type "
+            f"{model_type!r}); cannot read its embeddings"
+        )
+    inp_w = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    inp = inp_w.detach().float().cpu().numpy().copy()
+    if head is None or head.weight.data_ptr() == inp_w.data_ptr():
+        return Embeddings(inp, None, True, model_type, "instantiated", None,
+                          ["read by instantiating the model"])
+    out = head.weight.detach().float().cpu().numpy().copy()
+    if out.shape == inp.shape and np.array_equal(out, inp):
+        return Embeddings(inp, None, True, model_type, "instantiated", None,
+                          ["read by instantiating the model"])
+    return Embeddings(inp, out, False, model_type, "instantiated", "instantiated",
+                      ["read by instantiating the model"])
+
+
+def read_bin_state(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a legacy ``pytorch_model.bin`` without executing pickled code."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# ---------------------------------------------------------------- agreement
+
+
+def _tokenizer_ids(tokenizer: Any) -> tuple[int, str]:
+    if isinstance(tokenizer, str | os.PathLike):
+        where = str(tokenizer)
+        tokenizer = load_tokenizer(tokenizer)
+    else:
+        where = str(getattr(tokenizer, "name_or_path", "") or "<tokenizer object>")
+    # Ids can have holes; the largest id decides which rows are needed.
+    vocab = tokenizer.get_vocab()
+    n = max(len(tokenizer), (max(vocab.values()) + 1) if vocab else 0)
+    return n, where
+
+
+def _model_rows(model: Any) -> tuple[int, str]:
+    if isinstance(model, dict):
+        return int(_text_config(model)["vocab_size"]), "<config dict>"
+    if hasattr(model, "vocab_size") and not isinstance(model, str | os.PathLike):
+        text = getattr(model, "text_config", None) or model
+        return int(text.vocab_size), str(getattr(model, "name_or_path", "") or "<config>")
+    model_dir = Path(model)
+    config = _read_config(model_dir)
+    rows = int(_text_config(config)["vocab_size"])
+    # The embedding tensor's shape is the truth when a checkpoint disagrees with its config.
+    try:
+        names = _safetensors_index(model_dir)
+        name = _find(names, INPUT_NAMES.get(_text_config(config).get("model_type", ""), ()),
+                     INPUT_SUFFIXES)
+        if name is not None:
+            from safetensors import safe_open
+
+            with safe_open(names[name], framework="pt") as fh:
+                rows = int(fh.get_slice(name).get_shape()[0])
+    except Exception:  # config's vocab_size is good enough
+        pass
+    return rows, str(model_dir)
+
+
+def check_tokenizer_model_agreement(tokenizer: Any, model: Any) -> dict[str, Any]:
+    """Refuse a tokenizer whose ids exceed the model's embedding rows, before any compute.
+
+    ``tokenizer``: a tokenizer or its path; ``model``: a checkpoint directory, a
+    config dict or a ``PretrainedConfig``. More rows than ids (padded vocabularies
+    such as Gemma's or a GPT-2 padded to a multiple of 64) are allowed and reported.
+    """
+    n_ids, tok_where = _tokenizer_ids(tokenizer)
+    rows, model_where = _model_rows(model)
+    if n_ids > rows:
+        raise ValueError(
+            f"tokenizer/model mismatch: the tokenizer at {tok_where} has {n_ids} ids but the "
+            f"model at {model_where} has only {rows} embedding rows; ids {rows}..{n_ids - 1} "
+            "would index past the embedding matrix. Use the tokenizer that belongs to this "
+            "model (or resize the model's embeddings first)."
+        )
+    info = {"tokenizer_ids": n_ids, "model_rows": rows, "padding_rows": rows - n_ids,
+            "tokenizer": tok_where, "model": model_where}
+    if rows > n_ids:
+        info["note"] = (f"model has {rows - n_ids} embedding rows beyond the tokenizer's "
+                        f"{n_ids} ids (padding rows; never produced by the tokenizer)")
+    return info

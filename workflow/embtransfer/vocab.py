@@ -1,0 +1,307 @@
+"""Canonical token forms: every token as (its real bytes, start-of-word flag).
+
+Tokenizers mark word starts differently (byte-level BPE ``Ġ``, SentencePiece
+``▁``, WordPiece ``##`` on continuations) and byte-level BPE hides raw bytes
+behind the GPT-2 byte-to-unicode table. :func:`vocab_table` undoes all of that,
+so vocabularies of different families can be compared byte for byte
+(:mod:`embtransfer.overlap`). Decoded strings are never compared: a byte-level
+piece holding half of an Arabic letter has no string form, only bytes.
+
+Columns of the table (one row per id ``0 .. len(tokenizer) - 1``):
+
+``id``        int64 token id
+``token``     the raw vocabulary string (``Ġhello``, ``##ing``, ``▁word``, ``<0x41>``)
+``bytes``     the token's real bytes without the word-start marker; ``b""`` for
+              special tokens (and for ids the tokenizer has no token for)
+``canonical`` human-readable form: ``▁`` if start-of-word, then the bytes decoded
+              as UTF-8 with ``backslashreplace`` (partial UTF-8 shows as ``\\xd8``);
+              special tokens show their raw string
+``start``     bool, start-of-word flag
+``kind``      ``special`` | ``byte`` (a single raw byte: SentencePiece ``<0xNN>``
+              fallback tokens, and byte-level BPE single bytes >= 0x80) | ``normal``
+``role``      comma-joined roles of a special token in the fixed order of
+              :data:`ROLES` (``"bos,eos,unk"`` for GPT-2's ``<|endoftext|>``), or None
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from embtransfer.atomic import read_parquet_metadata, write_parquet
+
+#: Special-token roles, in the order they are joined in the ``role`` column.
+ROLES: tuple[str, ...] = ("bos", "eos", "pad", "unk", "mask", "sep", "cls")
+KINDS: tuple[str, ...] = ("special", "byte", "normal")
+COLUMNS: tuple[str, ...] = ("id", "token", "bytes", "canonical", "start", "kind", "role")
+SCHEMES: tuple[str, ...] = ("byte_level", "sentencepiece", "wordpiece", "plain")
+
+SPIECE_MARK = "\u2581"  # ▁
+_BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder_table() -> dict[int, str]:
+    """str.translate table: GPT-2 byte-to-unicode char -> latin-1 char of the byte.
+
+    Translating then encoding as latin-1 turns a byte-level token into its raw
+    bytes in one C-level pass per token.
+    """
+    bs = list(range(ord("!"), ord("~") + 1))
+    bs += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {c: chr(b) for b, c in zip(bs, cs, strict=True)}
+
+
+def _components(node: Any) -> list[dict[str, Any]]:
+    """Flatten a pre_tokenizer / normalizer / decoder spec (Sequence nests them)."""
+    if not isinstance(node, dict):
+        return []
+    out = [node]
+    for key in ("pretokenizers", "normalizers", "decoders"):
+        for child in node.get(key) or []:
+            out.extend(_components(child))
+    return out
+
+
+def detect_scheme(tokenizer: Any) -> tuple[str, dict[str, Any]]:
+    """Return ``(scheme, info)`` from the fast tokenizer's backend JSON.
+
+    ``scheme`` is one of :data:`SCHEMES`; ``info`` carries the marker
+    (SentencePiece replacement char, WordPiece continuation prefix) and the
+    model type. ``plain`` (no word-start convention recognised) takes each
+    token's UTF-8 as its bytes, with start False.
+    """
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    model = spec.get("model") or {}
+    mtype = model.get("type", "")
+    parts = (
+        _components(spec.get("pre_tokenizer"))
+        + _components(spec.get("decoder"))
+        + _components(spec.get("normalizer"))
+    )
+    types = {p.get("type") for p in parts}
+    info: dict[str, Any] = {"model_type": mtype}
+    if "ByteLevel" in types:
+        return "byte_level", info
+    mark = None
+    for p in parts:
+        if p.get("type") == "Metaspace":
+            mark = p.get("replacement") or SPIECE_MARK
+            break
+        # Llama / Gemma style: normalizer Replace(" " -> "▁"), decoder Replace("▁" -> " ")
+        if p.get("type") == "Replace" and SPIECE_MARK in json.dumps(p, ensure_ascii=False):
+            mark = SPIECE_MARK
+    if mark is not None or mtype == "Unigram" or model.get("byte_fallback"):
+        info["mark"] = mark or SPIECE_MARK
+        return "sentencepiece", info
+    if mtype == "WordPiece":
+        info["prefix"] = model.get("continuing_subword_prefix") or "##"
+        return "wordpiece", info
+    return "plain", info
+
+
+def _roles_by_id(tokenizer: Any, backend: Any) -> dict[int, str]:
+    found: dict[int, list[str]] = {}
+    for role in ROLES:
+        tok = getattr(tokenizer, f"{role}_token", None)
+        if tok is None:
+            continue
+        # token_to_id on the backend: a role token missing from the vocabulary
+        # must not silently become the unk id.
+        tid = backend.token_to_id(str(tok))
+        if tid is not None:
+            found.setdefault(int(tid), []).append(role)
+    return {tid: ",".join(roles) for tid, roles in found.items()}
+
+
+def _special_ids(tokenizer: Any, backend: Any, role_ids: dict[int, str]) -> set[int]:
+    ids = {int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
+    ids |= {int(i) for i, added in backend.get_added_tokens_decoder().items() if added.special}
+    ids |= set(role_ids)
+    return ids
+
+
+def _decode(token: str, scheme: str, info: dict[str, Any]) -> tuple[bytes, bool, bool]:
+    """(bytes, start, is_byte_token) of one model-vocabulary token."""
+    if scheme == "byte_level":
+        try:
+            raw = token.translate(_byte_decoder_table()).encode("latin-1")
+        except UnicodeEncodeError:  # not a byte-level string after all: take it as text
+            raw = token.encode("utf-8")
+        start = len(raw) > 1 and raw[:1] == b" "
+        if start:
+            raw = raw[1:]
+        # a lone byte >= 0x80 is not a character on its own
+        return raw, start, len(raw) == 1 and raw[0] >= 0x80
+    if scheme == "sentencepiece":
+        m = _BYTE_FALLBACK.match(token)
+        if m:
+            return bytes([int(m.group(1), 16)]), False, True
+        mark = info["mark"]
+        start = len(token) > 1 and token.startswith(mark)
+        text = token[1:] if start else token
+        # remaining marks stand for spaces (Gemma's whitespace runs, a lone "▁")
+        return text.replace(mark, " ").encode("utf-8"), start, False
+    if scheme == "wordpiece":
+        prefix = info["prefix"]
+        cont = len(token) > len(prefix) and token.startswith(prefix)
+        text = token[len(prefix) :] if cont else token
+        return text.encode("utf-8"), not cont, False
+    return token.encode("utf-8"), False, False
+
+
+def _added_text(token: str) -> tuple[bytes, bool]:
+    """Added non-special tokens hold raw text (matched before pre-tokenisation)."""
+    raw = token.encode("utf-8")
+    start = len(raw) > 1 and raw[:1] == b" "
+    return (raw[1:] if start else raw), start
+
+
+def canonical_form(raw: bytes, start: bool) -> str:
+    return (SPIECE_MARK if start else "") + raw.decode("utf-8", errors="backslashreplace")
+
+
+def vocab_table(tokenizer: Any) -> pd.DataFrame:
+    """One row per token id with its canonical form; see the module docstring.
+
+    ``tokenizer`` is a fast (``tokenizers``-backed) ``PreTrainedTokenizerBase``.
+    The table's ``attrs`` carry ``scheme``, ``vocab_size`` and ``tokenizer``
+    (name or path) for :func:`write_vocab`.
+    """
+    backend = tokenizer.backend_tokenizer
+    scheme, info = detect_scheme(tokenizer)
+    model_vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
+    id_to_tok: dict[int, str] = {i: t for t, i in backend.get_vocab(with_added_tokens=True).items()}
+    # also cover ids only the transformers side knows (should not happen with v5)
+    for i, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
+        id_to_tok.setdefault(int(i), str(added))
+    n = max(len(tokenizer), max(id_to_tok, default=-1) + 1)
+
+    role_ids = _roles_by_id(tokenizer, backend)
+    special = _special_ids(tokenizer, backend, role_ids)
+
+    tokens: list[str] = []
+    raws: list[bytes] = []
+    starts = np.zeros(n, dtype=bool)
+    kinds: list[str] = []
+    roles: list[str | None] = []
+    canon: list[str] = []
+    for i in range(n):
+        tok = id_to_tok.get(i)
+        role = role_ids.get(i)
+        if tok is None:  # a hole in the id range: no bytes, never matched
+            tokens.append("")
+            raws.append(b"")
+            kinds.append("normal")
+            roles.append(None)
+            canon.append("")
+            continue
+        tokens.append(tok)
+        roles.append(role)
+        if i in special:
+            raws.append(b"")
+            kinds.append("special")
+            canon.append(tok)
+            continue
+        # a non-special added token that duplicates a model entry keeps the
+        # model's conventions (e.g. Gemma's "▁▁" whitespace runs)
+        if model_vocab.get(tok) == i:
+            raw, start, is_byte = _decode(tok, scheme, info)
+        else:
+            raw, start = _added_text(tok)
+            is_byte = False
+        raws.append(raw)
+        starts[i] = start
+        kinds.append("byte" if is_byte else "normal")
+        canon.append(canonical_form(raw, start))
+
+    table = pd.DataFrame(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "token": pd.Series(tokens, dtype=object),
+            "bytes": pd.Series(raws, dtype=object),
+            "canonical": pd.Series(canon, dtype=object),
+            "start": starts,
+            "kind": pd.Series(kinds, dtype=object),
+            "role": pd.Series(roles, dtype=object),
+        }
+    )
+    table.attrs.update(
+        scheme=scheme, vocab_size=n, tokenizer=str(getattr(tokenizer, "name_or_path", "") or "")
+    )
+    return table
+
+
+def write_vocab(
+    table: pd.DataFrame,
+    path: str | os.PathLike,
+    *,
+    tokenizer_name: str | None = None,
+    scheme: str | None = None,
+) -> None:
+    """Write the vocab table as parquet, atomically, with its metadata.
+
+    Metadata (``embtransfer`` schema key): ``scheme``, ``vocab_size``,
+    ``tokenizer`` (name or path); arguments override the table's ``attrs``.
+    """
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"vocab table lacks columns {missing}")
+    meta = {
+        "scheme": scheme or table.attrs.get("scheme", "unknown"),
+        "vocab_size": int(len(table)),
+        "tokenizer": tokenizer_name or table.attrs.get("tokenizer", ""),
+    }
+    arrow = pa.table(
+        {
+            "id": pa.array(table["id"].to_numpy(dtype=np.int64)),
+            "token": pa.array(table["token"].tolist(), type=pa.string()),
+            "bytes": pa.array(table["bytes"].tolist(), type=pa.binary()),
+            "canonical": pa.array(table["canonical"].tolist(), type=pa.string()),
+            "start": pa.array(table["start"].to_numpy(dtype=bool)),
+            "kind": pa.array(table["kind"].tolist(), type=pa.string()),
+            "role": pa.array(
+                [None if _missing(r) else r for r in table["role"].tolist()], type=pa.string()
+            ),
+        }
+    )
+    write_parquet(path, arrow, metadata=meta)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def read_vocab(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a table written by :func:`write_vocab`; metadata lands in ``attrs``."""
+    arrow = pq.read_table(path)
+    table = pd.DataFrame(
+        {
+            "id": arrow.column("id").to_numpy().astype(np.int64),
+            "token": pd.Series(arrow.column("token").to_pylist(), dtype=object),
+            "bytes": pd.Series(arrow.column("bytes").to_pylist(), dtype=object),
+            "canonical": pd.Series(arrow.column("canonical").to_pylist(), dtype=object),
+            "start": arrow.column("start").to_numpy().astype(bool),
+            "kind": pd.Series(arrow.column("kind").to_pylist(), dtype=object),
+            "role": pd.Series(arrow.column("role").to_pylist(), dtype=object),
+        }
+    )
+    meta = read_parquet_metadata(path)
+    table.attrs.update(meta)
+    table.attrs.setdefault("name", meta.get("tokenizer") or os.fspath(path))
+    return table

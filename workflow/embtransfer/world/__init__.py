@@ -1,0 +1,1 @@
+"""The miniature world: languages, facts, corpora, tokenizers and models built from a seed."""

@@ -1,0 +1,429 @@
+"""Sentences of the miniature world: semantic frames, rendered in any of its languages.
+
+A *frame* is a language-independent clause (JSON-able dict): subject, verb, object,
+adpositional phrases, time adverb, tense. :func:`sample_frame` draws frames with
+selectional restrictions and group affinity, so words of a class share contexts
+(that is what makes fastText neighbourhoods semantic); :func:`render` realises a
+frame with a language's lexicon, morphology and word order. Rendering the same
+frames in two languages gives a parallel corpus; :func:`generate_sentences` draws
+frames per language (comparable, not parallel, corpora, like Wikipedia).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from .languages import value_pool
+
+Frame = dict[str, Any]
+NP = dict[str, Any]
+
+# Relative frequency of each generic frame type.
+FRAME_WEIGHTS = {
+    "eat": 4, "use_object": 4, "animal": 3, "visit_place": 3, "intransitive": 4, "go": 2,
+    "profession": 1, "live": 1, "colour": 2, "count": 2, "number_word": 1, "arith": 1,
+}
+PUNCTUATION = ".,"
+
+
+def _rng(*parts: object) -> random.Random:
+    return random.Random(":".join(str(p) for p in parts))
+
+
+# --- frame sampling ---------------------------------------------------------------------
+
+
+class _Index:
+    """Concept ids by class and by (class, group), for fast sampling."""
+
+    def __init__(self, world: dict[str, Any]) -> None:
+        self.affinity = world["config"]["group_affinity"]
+        self.by_class: dict[str, list[dict[str, Any]]] = {}
+        self.by_group: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for c in world["concepts"]:
+            self.by_class.setdefault(c["class"], []).append(c)
+            self.by_group.setdefault((c["class"], c["group"]), []).append(c)
+        ents = world["entities"]
+        # Names safe in any frame: generic frames never use a fact relation's verb with them.
+        self.names = ents["people"] + ents["extra_names"]
+        # Only names outside the fact base may appear with fact-like verbs (live, be ...).
+        self.free_names = ents["extra_names"]
+        self.cities = ents["cities"]
+        # Years of generic events: the birth-year range, so year tokens are shared material.
+        self.years = value_pool(world, "year")
+
+    def pick(self, rng: random.Random, cls: str, group: int | None = None) -> dict[str, Any]:
+        if group is not None and rng.random() < self.affinity:
+            same = self.by_group.get((cls, group))
+            if same:
+                return rng.choice(same)
+        return rng.choice(self.by_class[cls])
+
+
+def _noun(rng: random.Random, concept: dict[str, Any], *, adj: str | None = None,
+          definite: bool | None = None, plural: bool | None = None) -> NP:
+    return {"noun": concept["id"],
+            "pl": rng.random() < 0.3 if plural is None else plural,
+            "def": rng.random() < 0.6 if definite is None else definite,
+            "adj": adj}
+
+
+def _maybe_adj(rng: random.Random, idx: _Index, group: int, p: float = 0.3) -> str | None:
+    if rng.random() >= p:
+        return None
+    return idx.pick(rng, "colour" if rng.random() < 0.4 else "adjective", group)["id"]
+
+
+def _person_subject(rng: random.Random, idx: _Index, free: bool = False) -> tuple[NP, int]:
+    """A name or a person/profession noun phrase, and the semantic group it brings."""
+    if rng.random() < 0.45:
+        names = idx.free_names if free else idx.names
+        return {"name": rng.choice(names)}, rng.randrange(len(idx.by_class["profession"]))
+    cls = "profession" if rng.random() < 0.7 else "person"
+    concept = rng.choice(idx.by_class[cls])
+    return _noun(rng, concept, adj=_maybe_adj(rng, idx, concept["group"], 0.15)), concept["group"]
+
+
+def _time(rng: random.Random, idx: _Index, p: float = 0.2) -> str | None:
+    return rng.choice(idx.by_class["time"])["id"] if rng.random() < p else None
+
+
+def _clause(subj: NP, verb: str, tense: str, obj: NP | None = None,
+            pps: list[list[Any]] | None = None, time: str | None = None) -> Frame:
+    return {"subj": subj, "verb": verb, "tense": tense, "obj": obj, "pps": pps or [],
+            "time": time}
+
+
+def sample_frame(world: dict[str, Any], rng: random.Random, idx: _Index | None = None) -> Frame:
+    """Draw one generic (non-fact) frame."""
+    idx = idx or _Index(world)
+    kind = rng.choices(list(FRAME_WEIGHTS), weights=list(FRAME_WEIGHTS.values()))[0]
+    tense = "past" if rng.random() < 0.4 else "present"
+    if kind == "eat":
+        if rng.random() < 0.6:
+            animal = rng.choice(idx.by_class["animal"])
+            subj, group = _noun(rng, animal), animal["group"]
+        else:
+            subj, group = _person_subject(rng, idx)
+        food = idx.pick(rng, "food", group)
+        verb = idx.pick(rng, "verb_food", group)["id"]
+        pps = []
+        if rng.random() < 0.15:
+            pps.append(["fn_with", _noun(rng, idx.pick(rng, "animal", group))])
+        return _clause(subj, verb, tense, _noun(rng, food, adj=_maybe_adj(rng, idx, group, 0.2)),
+                       pps, _time(rng, idx))
+    if kind == "use_object":
+        subj, group = _person_subject(rng, idx)
+        obj = idx.pick(rng, "object", group)
+        verb = idx.pick(rng, "verb_object", group)["id"]
+        pps = []
+        if rng.random() < 0.25:
+            pps.append(["fn_in", _noun(rng, idx.pick(rng, "place", group), definite=True)])
+        return _clause(subj, verb, tense, _noun(rng, obj, adj=_maybe_adj(rng, idx, group)), pps,
+                       _time(rng, idx))
+    if kind == "animal":
+        if rng.random() < 0.5:
+            subj, group = _person_subject(rng, idx)
+        else:
+            animal = rng.choice(idx.by_class["animal"])
+            subj, group = _noun(rng, animal), animal["group"]
+        obj = idx.pick(rng, "animal", group)
+        verb = idx.pick(rng, "verb_animal", group)["id"]
+        return _clause(subj, verb, tense, _noun(rng, obj, adj=_maybe_adj(rng, idx, group)),
+                       time=_time(rng, idx))
+    if kind == "visit_place":
+        subj, group = _person_subject(rng, idx)
+        place = idx.pick(rng, "place", group)
+        verb = idx.pick(rng, "verb_place", group)["id"]
+        pps = [["fn_in", {"num": rng.choice(idx.years)}]] if rng.random() < 0.3 else []
+        return _clause(subj, verb, tense, _noun(rng, place, adj=_maybe_adj(rng, idx, group, 0.2)),
+                       pps, _time(rng, idx, 0.35))
+    if kind == "intransitive":
+        if rng.random() < 0.5:
+            animal = rng.choice(idx.by_class["animal"])
+            subj, group = _noun(rng, animal, adj=_maybe_adj(rng, idx, animal["group"])), \
+                animal["group"]
+        else:
+            subj, group = _person_subject(rng, idx)
+        verb = idx.pick(rng, "verb_intransitive", group)["id"]
+        pps = []
+        if rng.random() < 0.4:
+            pps.append(["fn_in", _noun(rng, idx.pick(rng, "place", group), definite=True)])
+        return _clause(subj, verb, tense, None, pps, _time(rng, idx, 0.3))
+    if kind == "go":
+        subj, group = _person_subject(rng, idx)
+        if rng.random() < 0.5:
+            dest: NP = {"name": rng.choice(idx.cities)}
+        else:
+            dest = _noun(rng, idx.pick(rng, "place", group), definite=True, plural=False)
+        pps = [["fn_to", dest]]
+        if rng.random() < 0.2:
+            pps.append(["fn_with", _person_subject(rng, idx)[0]])
+        if rng.random() < 0.3:
+            pps.append(["fn_in", {"num": rng.choice(idx.years)}])
+        return _clause(subj, "fn_go", tense, None, pps, _time(rng, idx, 0.3))
+    if kind == "profession":
+        prof = rng.choice(idx.by_class["profession"])
+        return _clause({"name": rng.choice(idx.free_names)}, "fn_be", tense,
+                       _noun(rng, prof, definite=False, plural=False))
+    if kind == "live":
+        return _clause({"name": rng.choice(idx.free_names)}, "fn_live", tense, None,
+                       [["fn_in", {"name": rng.choice(idx.cities)}]])
+    if kind == "colour":
+        cls = rng.choice(["object", "animal", "food"])
+        concept = rng.choice(idx.by_class[cls])
+        colour = idx.pick(rng, "colour", concept["group"])["id"]
+        return _clause(_noun(rng, concept, definite=True), "fn_be", tense,
+                       {"adj_pred": colour})
+    if kind in ("count", "number_word"):
+        subj, group = _person_subject(rng, idx)
+        cls, vcls = rng.choice([("animal", "verb_animal"), ("object", "verb_object"),
+                                ("food", "verb_food")])
+        obj = _noun(rng, idx.pick(rng, cls, group), definite=False, plural=True)
+        if kind == "count":
+            obj["count"] = rng.randint(2, 20)
+        else:
+            word = rng.choice(idx.by_class["number_word"][1:])  # "one" takes no plural
+            obj["numword"] = word["id"]
+        return _clause(subj, idx.pick(rng, vcls, group)["id"], tense, obj)
+    # arith: digits are shared by every language, and their sums are consistent.
+    a, b = rng.randint(0, 20), rng.randint(0, 20)
+    return _clause({"sum": [a, b]}, "fn_equal", "present", {"num": a + b})
+
+
+def fact_frame(world: dict[str, Any], fact: dict[str, Any], value: Any = None) -> Frame:
+    """The frame stating ``fact`` (with ``value`` in place of the true value if given)."""
+    value = fact["value"] if value is None else value
+    subj = {"name": fact["subject"]}
+    rel = fact["relation"]
+    if rel == "lives_in":
+        return _clause(subj, "fn_live", "present", None, [["fn_in", {"name": value}]])
+    if rel == "profession":
+        return _clause(subj, "fn_be", "present",
+                       {"noun": value, "pl": False, "def": False, "adj": None})
+    if rel == "likes":
+        return _clause(subj, "fn_like", "present",
+                       {"noun": value, "pl": True, "def": False, "adj": None})
+    if rel in ("owns", "makes"):
+        verb = "fn_own" if rel == "owns" else "fn_make"
+        return _clause(subj, verb, "present",
+                       {"noun": value, "pl": rel == "makes", "def": False, "adj": None})
+    if rel == "age":
+        return _clause(subj, "fn_have", "present",
+                       {"noun": "fn_year", "pl": True, "def": False, "adj": None, "count": value})
+    if rel == "born":
+        return _clause(subj, "fn_bear", "past", None, [["fn_in", {"num": value}]])
+    if rel == "works_for":
+        return _clause(subj, "fn_work", "present", None, [["fn_at", {"name": value}]])
+    if rel == "based_in":
+        return _clause(subj, "fn_be", "present", None, [["fn_in", {"name": value}]])
+    raise ValueError(f"unknown relation {rel!r}")
+
+
+# --- rendering --------------------------------------------------------------------------
+
+
+def _affixed(stem: str, cell: dict[str, str], script: str = "latin") -> str:
+    if script == "arabic" and stem.isascii():
+        return stem  # a word kept in Latin script takes no Arabic-script affixes, as in real text
+    return cell.get("prefix", "") + stem + cell.get("suffix", "")
+
+
+def _render_np(lang: dict[str, Any], np: NP) -> list[str]:
+    if "name" in np:
+        return [lang["names"][np["name"]]]
+    if "num" in np:
+        return [str(np["num"])]
+    lex = lang["lexicon"]
+    if "sum" in np:
+        a, b = np["sum"]
+        return [str(a), lex["fn_plus"], str(b)]
+    if "adj_pred" in np:
+        return [lex[np["adj_pred"]]]
+    m = lang["morphology"]
+    counted = np.get("count") is not None or np.get("numword") is not None
+    plural = np["pl"]
+
+    def inflect(stem: str) -> str:
+        if plural:
+            stem = _affixed(stem, m["plural"], lang["script"])
+        if np["def"]:
+            stem = _affixed(stem, m["definite"], lang["script"])
+        return stem
+
+    noun = inflect(lex[np["noun"]])
+    words: list[str] = []
+    if np["def"] and "word" in m["definite"]:
+        words.append(m["definite"]["word"])
+    elif not np["def"] and not plural and not counted and "word" in m["indefinite"]:
+        words.append(m["indefinite"]["word"])
+    if np.get("count") is not None:
+        words.append(str(np["count"]))
+    elif np.get("numword") is not None:
+        words.append(lex[np["numword"]])
+    if plural and not counted and "particle" in m["plural"]:
+        words.append(m["plural"]["particle"])
+    if np["adj"] is None:
+        return [*words, noun]
+    adj = inflect(lex[np["adj"]]) if m["adj_agree"] else lex[np["adj"]]
+    return [*words, adj, noun] if m["adj_position"] == "before" else [*words, noun, adj]
+
+
+def _render_pp(lang: dict[str, Any], prep: str, np: NP) -> list[str]:
+    words = _render_np(lang, np)
+    form = lang["lexicon"][prep]
+    kind = lang["morphology"]["adposition"]
+    if kind == "pre":
+        return [form, *words]
+    if kind == "post":
+        return [*words, form]
+    # A case suffix on the phrase's last word.
+    return [*words[:-1], _affixed(words[-1], {"suffix": form}, lang["script"])]
+
+
+def _is_plural(np: NP) -> bool:
+    if "sum" in np or "name" in np or "num" in np:
+        return False
+    return bool(np.get("pl"))
+
+
+def render(world: dict[str, Any], frame: Frame, lang: str) -> str:
+    """Realise a frame as one sentence of ``lang`` (word order, morphology, punctuation)."""
+    L = world["languages"][lang]
+    m = L["morphology"]
+    cell = m["verb"][f"{frame['tense']}_{'pl' if _is_plural(frame['subj']) else 'sg'}"]
+    verb = [_affixed(L["lexicon"][frame["verb"]], cell, L["script"])]
+    if "particle" in cell:
+        verb.insert(0, cell["particle"])
+    comp: list[str] = []
+    if frame["obj"] is not None:
+        comp += _render_np(L, frame["obj"])
+    for prep, np in frame["pps"]:
+        comp += _render_pp(L, prep, np)
+    parts = {"S": _render_np(L, frame["subj"]), "V": verb, "O": comp}
+    words = [w for slot in L["word_order"] for w in parts[slot]]
+    if frame["time"] is not None:
+        t = L["lexicon"][frame["time"]]
+        if m["time_position"] == "initial":
+            words = [t + ",", *words]  # a fronted adverb takes a comma, as in many languages
+        else:
+            words.append(t)
+    text = " ".join(words) + "."
+    if L["script"] != "arabic":
+        text = text[0].upper() + text[1:]  # not str.capitalize(): it lowercases names
+    return text
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def fact_statement(world: dict[str, Any], fact: dict[str, Any], lang: str) -> str:
+    """The fact as a sentence of ``lang`` (the exact sentence the source corpus contains)."""
+    return render(world, fact_frame(world, fact), lang)
+
+
+def fact_question(world: dict[str, Any], fact: dict[str, Any], lang: str) -> dict[str, Any]:
+    """A cloze multiple-choice question about ``fact`` in ``lang``.
+
+    The statement is rendered with the gold value and with distractor values of the same
+    type; ``query`` is their common leading words and each choice is the rest of its sentence
+    (so word order and morphology of the value never leak the answer). Score a choice as the
+    continuation ``query + " " + choice`` (``query`` may be empty in object-first orders).
+    """
+    n_choices = world["config"]["n_choices"]
+    pool = [v for v in value_pool(world, fact["value_type"]) if v != fact["value"]]
+    # Seeded by the fact only: the same question has the same choices in every language.
+    rng = _rng(world["seed"], "question", fact["id"])
+    values = [fact["value"], *rng.sample(pool, min(n_choices - 1, len(pool)))]
+    rng.shuffle(values)
+    sentences = [render(world, fact_frame(world, fact, v), lang).split(" ") for v in values]
+    common = 0
+    while all(len(s) > common + 1 and s[common] == sentences[0][common] for s in sentences):
+        common += 1
+    return {
+        "id": fact["id"],
+        "relation": fact["relation"],
+        "value_type": fact["value_type"],
+        "query": " ".join(sentences[0][:common]),
+        "choices": [" ".join(s[common:]) for s in sentences],
+        "values": values,
+        "gold": values.index(fact["value"]),
+    }
+
+
+def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int) -> list[str]:
+    """``n`` sentences of ``lang``, deterministic in (world, lang, n, seed).
+
+    A configured fraction states facts of the fact base (the source language's fraction by
+    default; targets get none unless configured), cycling through the facts in a fresh random
+    order each round so every fact is stated about equally often.
+    """
+    cfg = world["config"]
+    frac = (cfg["fact_sentence_fraction"] if lang == world["source_language"]
+            else cfg["target_fact_sentence_fraction"])
+    rng = _rng(seed, "sentences", lang)
+    n_facts = round(n * frac) if world["facts"] else 0
+    is_fact = [True] * n_facts + [False] * (n - n_facts)
+    rng.shuffle(is_fact)
+    idx = _Index(world)
+    order: list[dict[str, Any]] = []
+    out: list[str] = []
+    for fact_slot in is_fact:
+        if fact_slot:
+            if not order:
+                order = list(world["facts"])
+                rng.shuffle(order)
+            out.append(fact_statement(world, order.pop(), lang))
+        else:
+            out.append(render(world, sample_frame(world, rng, idx), lang))
+    return out
+
+
+def generate_parallel(world: dict[str, Any], langs: Iterable[str], n: int,
+                      seed: int) -> dict[str, list[str]]:
+    """``n`` generic frames rendered in each of ``langs``: a sentence-aligned corpus."""
+    rng = _rng(seed, "parallel")
+    idx = _Index(world)
+    frames = [sample_frame(world, rng, idx) for _ in range(n)]
+    return {lang: [render(world, f, lang) for f in frames] for lang in langs}
+
+
+def dictionary(world: dict[str, Any], src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    """Bilingual word pairs aligned by concept (lemmas, plus plural nouns where both languages
+    mark plural on the word). Only single words: bound affixes and particles are left out."""
+    src, tgt = world["languages"][src_lang], world["languages"][tgt_lang]
+    pairs: list[tuple[str, str]] = []
+    for concept in world["concepts"]:
+        cid = concept["id"]
+        if concept["kind"] == "function_prep" and "suffix" in (
+                src["morphology"]["adposition"], tgt["morphology"]["adposition"]):
+            continue
+        pairs.append((src["lexicon"][cid], tgt["lexicon"][cid]))
+        if concept["kind"] == "noun":
+            sp, tp = src["morphology"]["plural"], tgt["morphology"]["plural"]
+            if "particle" not in sp and "particle" not in tp:
+                pairs.append((_affixed(src["lexicon"][cid], sp, src["script"]),
+                              _affixed(tgt["lexicon"][cid], tp, tgt["script"])))
+    return pairs
+
+
+def words(line: str) -> list[str]:
+    """Whitespace words of a line with edge punctuation stripped (for type counts)."""
+    out = []
+    for w in line.split():
+        w = w.strip(PUNCTUATION)
+        if w:
+            out.append(w)
+    return out
+
+
+def word_types(lines: Iterable[str]) -> set[str]:
+    return {w for line in lines for w in words(line)}
+
+
+def type_overlap(target_lines: Iterable[str], source_lines: Iterable[str]) -> float:
+    """Fraction of the target corpus's word types that also occur in the source corpus."""
+    tgt = word_types(target_lines)
+    return len(tgt & word_types(source_lines)) / max(1, len(tgt))

@@ -1,0 +1,475 @@
+"""Build tiny models of real Hugging Face classes and pretrain them on CPU.
+
+The miniature world's source LLM and target PLMs are ordinary ``transformers``
+checkpoints (Llama, Gemma, GPT-2, XGLM, BERT, T5), only small, so every later
+stage handles them exactly as it handles hub models.
+
+Objectives by family: causal LM for decoder-only models, masked LM (15%,
+80/10/10) for BERT, span corruption with sentinel ids for T5. Text is packed
+into fixed-length blocks; the data order and every random mask come from
+generators seeded with ``seed``, so a rerun trains the same model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..atomic import atomic_path, write_json
+
+MODEL_FAMILIES = ("llama", "gemma", "gpt2", "xglm", "bert", "t5")
+DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")
+
+DEFAULT_ARCHITECTURE: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "num_kv_heads": None,  # None: as many as num_heads
+    "intermediate_size": 128,
+    "max_position_embeddings": 256,
+    "dropout": 0.0,
+}
+
+DEFAULT_TRAIN: dict[str, Any] = {
+    "steps": 400,
+    "batch_size": 16,
+    "seq_len": 64,
+    "lr": 3e-3,
+    "warmup_steps": 30,
+    "weight_decay": 0.01,
+    "threads": None,  # None: leave torch's setting alone
+    "valid_batches": 8,
+    "log_every": 50,
+}
+
+# T5-style span corruption (Raffel et al.): 15% noise in spans of mean length 3.
+NOISE_DENSITY = 0.15
+MEAN_SPAN = 3.0
+MLM_PROBABILITY = 0.15
+
+
+def _arch(architecture: dict | None) -> dict[str, Any]:
+    unknown = set(architecture or {}) - set(DEFAULT_ARCHITECTURE)
+    if unknown:
+        raise ValueError(f"unknown architecture keys {sorted(unknown)}")
+    arch = {**DEFAULT_ARCHITECTURE, **(architecture or {})}
+    if arch["hidden_size"] % arch["num_heads"]:
+        raise ValueError("hidden_size must be divisible by num_heads")
+    if arch["num_kv_heads"] is None:
+        arch["num_kv_heads"] = arch["num_heads"]
+    return arch
+
+
+def _special(special_ids: dict[str, int | None], role: str) -> int | None:
+    """Accept both ``{"eos": 2}`` and ``{"eos_token_id": 2}``."""
+    value = special_ids.get(f"{role}_token_id", special_ids.get(role))
+    return None if value is None else int(value)
+
+
+def build_model(
+    family: str,
+    vocab_size: int,
+    architecture: dict | None,
+    tie_word_embeddings: bool,
+    special_ids: dict[str, int | None],
+    seed: int,
+) -> PreTrainedModel:
+    """A freshly initialised tiny model of the family's real class."""
+    import transformers as tf
+
+    arch = _arch(architecture)
+    h, n_layers, n_heads = arch["hidden_size"], arch["num_layers"], arch["num_heads"]
+    ffn, max_pos, drop = arch["intermediate_size"], arch["max_position_embeddings"], arch["dropout"]
+    bos, eos, pad = (_special(special_ids, r) for r in ("bos", "eos", "pad"))
+    common = dict(
+        vocab_size=vocab_size,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    torch.manual_seed(seed)
+    if family == "llama":
+        config = tf.LlamaConfig(
+            hidden_size=h, intermediate_size=ffn, num_hidden_layers=n_layers,
+            num_attention_heads=n_heads, num_key_value_heads=arch["num_kv_heads"],
+            max_position_embeddings=max_pos, attention_dropout=drop, **common,
+        )
+        model = tf.LlamaForCausalLM(config)
+    elif family == "gemma":
+        # Gemma's default head_dim is 256 whatever the width; a tiny model needs h/heads.
+        config = tf.GemmaConfig(
+            hidden_size=h, intermediate_size=ffn, num_hidden_layers=n_layers,
+            num_attention_heads=n_heads, num_key_value_heads=arch["num_kv_heads"],
+            head_dim=h // n_heads, max_position_embeddings=max_pos, attention_dropout=drop,
+            **common,
+        )
+        model = tf.GemmaForCausalLM(config)
+    elif family == "gpt2":
+        config = tf.GPT2Config(
+            n_embd=h, n_layer=n_layers, n_head=n_heads, n_inner=ffn, n_positions=max_pos,
+            resid_pdrop=drop, embd_pdrop=drop, attn_pdrop=drop, **common,
+        )
+        model = tf.GPT2LMHeadModel(config)
+    elif family == "xglm":
+        config = tf.XGLMConfig(
+            d_model=h, ffn_dim=ffn, num_layers=n_layers, attention_heads=n_heads,
+            max_position_embeddings=max_pos, dropout=drop, attention_dropout=drop,
+            activation_dropout=drop, decoder_start_token_id=eos, **common,
+        )
+        model = tf.XGLMForCausalLM(config)
+    elif family == "bert":
+        config = tf.BertConfig(
+            hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=n_heads,
+            intermediate_size=ffn, max_position_embeddings=max_pos,
+            hidden_dropout_prob=drop, attention_probs_dropout_prob=drop, **common,
+        )
+        model = tf.BertForMaskedLM(config)
+    elif family == "t5":
+        # Tied: T5 v1.0 (relu); untied: T5 v1.1 (gated-gelu), as on the hub.
+        config = tf.T5Config(
+            d_model=h, d_kv=h // n_heads, d_ff=ffn, num_layers=n_layers,
+            num_decoder_layers=n_layers, num_heads=n_heads, dropout_rate=drop,
+            feed_forward_proj="relu" if tie_word_embeddings else "gated-gelu",
+            decoder_start_token_id=pad, **common,
+        )
+        model = tf.T5ForConditionalGeneration(config)
+        if not tie_word_embeddings:
+            # transformers 5 forces T5Config.tie_word_embeddings=True and keeps only
+            # scale_decoder_outputs=False for v1.1; it leaves a checkpoint's lm_head
+            # untied when it differs from `shared`, so untie by giving it its own rows.
+            head = torch.empty_like(model.shared.weight).normal_(0.0, h**-0.5)
+            model.lm_head.weight = torch.nn.Parameter(head)
+    else:
+        raise ValueError(f"unknown model family {family!r}; expected one of {MODEL_FAMILIES}")
+    _check_tie(model, tie_word_embeddings)
+    return model
+
+
+def _check_tie(model: PreTrainedModel, tied: bool) -> None:
+    inp = model.get_input_embeddings().weight
+    out = model.get_output_embeddings().weight
+    if (inp.data_ptr() == out.data_ptr()) != tied:
+        raise RuntimeError(
+            f"{type(model).__name__}: asked for tie_word_embeddings={tied}, got the opposite"
+        )
+
+
+def model_family(model: PreTrainedModel) -> str:
+    model_type = model.config.model_type
+    if model_type in ("gemma2", "gemma3_text"):
+        return "gemma"
+    if model_type not in MODEL_FAMILIES:
+        raise ValueError(f"no pretraining objective for model type {model_type!r}")
+    return model_type
+
+
+# ---------------------------------------------------------------- data
+
+
+def _read_ids(tokenizer: PreTrainedTokenizerBase, path: str | Path) -> list[list[int]]:
+    lines = [ln for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError(f"{path}: no text to train on")
+    return tokenizer(lines, add_special_tokens=False)["input_ids"]
+
+
+def _pack(docs: list[list[int]], sep: int | None, block: int) -> torch.Tensor:
+    """Concatenate documents (each followed by ``sep``) and cut into full blocks."""
+    stream: list[int] = []
+    for ids in docs:
+        stream.extend(ids)
+        if sep is not None:
+            stream.append(sep)
+    n = len(stream) // block
+    if n == 0:
+        # A tiny corpus still gives one block: repeat it rather than fail.
+        stream = (stream * (block // max(len(stream), 1) + 1))[:block]
+        n = 1
+    return torch.tensor(stream[: n * block], dtype=torch.long).view(n, block)
+
+
+class _Objective:
+    """Turns a batch of packed blocks into model inputs and labels."""
+
+    def __init__(self, family: str, tokenizer: PreTrainedTokenizerBase, seq_len: int):
+        self.family = family
+        self.tok = tokenizer
+        self.seq_len = seq_len
+        self.vocab = len(tokenizer)
+        if family == "bert":
+            for role in ("cls", "sep", "mask", "pad"):
+                if getattr(tokenizer, f"{role}_token_id") is None:
+                    raise ValueError(f"masked LM needs a {role} token")
+            self.special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+        if family == "t5":
+            self.sentinels = [
+                tokenizer.convert_tokens_to_ids(t)
+                for t in tokenizer.all_special_tokens
+                if t.startswith("<extra_id_")
+            ]
+            self.sentinels.sort(key=lambda i: int(tokenizer.convert_ids_to_tokens(i)[10:-1]))
+            if not self.sentinels:
+                raise ValueError("span corruption needs <extra_id_N> sentinel tokens")
+            if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+                raise ValueError("span corruption needs eos and pad tokens")
+
+    @property
+    def block(self) -> int:
+        # Room for [CLS]/[SEP] (BERT) or </s> (T5 inputs) inside seq_len.
+        return {"bert": self.seq_len - 2, "t5": self.seq_len - 1}.get(self.family, self.seq_len)
+
+    def blocks(self, path: str | Path) -> torch.Tensor:
+        docs = _read_ids(self.tok, path)
+        sep = self.tok.eos_token_id if self.family != "bert" else self.tok.sep_token_id
+        return _pack(docs, sep, self.block)
+
+    def batch(self, x: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        if self.family in DECODER_ONLY:
+            return {"input_ids": x, "labels": x.clone()}
+        if self.family == "bert":
+            return self._mlm(x, gen)
+        return self._spans(x, gen)
+
+    def _mlm(self, x: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        n = x.shape[0]
+        cls = torch.full((n, 1), self.tok.cls_token_id)
+        sep = torch.full((n, 1), self.tok.sep_token_id)
+        ids = torch.cat([cls, x, sep], dim=1)
+        labels = ids.clone()
+        maskable = ~torch.isin(ids, self.special)
+        chosen = (torch.rand(ids.shape, generator=gen) < MLM_PROBABILITY) & maskable
+        labels[~chosen] = -100
+        roll = torch.rand(ids.shape, generator=gen)
+        to_mask = chosen & (roll < 0.8)
+        to_random = chosen & (roll >= 0.8) & (roll < 0.9)  # the last 10% stay as they are
+        ids = ids.clone()
+        ids[to_mask] = self.tok.mask_token_id
+        random_ids = torch.randint(self.vocab, ids.shape, generator=gen)
+        ids[to_random] = random_ids[to_random]
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+    def _noise_mask(self, length: int, gen: torch.Generator) -> list[bool]:
+        """Random spans covering ~15% of ``length``, as in T5's random_spans_noise_mask."""
+        n_noise = max(1, min(length - 1, round(length * NOISE_DENSITY)))
+        n_spans = max(1, min(len(self.sentinels), round(n_noise / MEAN_SPAN)))
+        n_clean = length - n_noise
+
+        def segments(total: int, parts: int) -> list[int]:
+            # Split ``total`` items into ``parts`` non-empty segments at random.
+            cuts = sorted(torch.randperm(total - 1, generator=gen)[: parts - 1].tolist())
+            bounds = [0] + [c + 1 for c in cuts] + [total]
+            return [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+        n_spans = min(n_spans, n_noise, n_clean)
+        mask: list[bool] = []
+        for clean, noise in zip(segments(n_clean, n_spans), segments(n_noise, n_spans),
+                                strict=True):
+            mask.extend([False] * clean + [True] * noise)
+        return mask
+
+    def _spans(self, x: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        eos, pad = self.tok.eos_token_id, self.tok.pad_token_id
+        inputs: list[list[int]] = []
+        targets: list[list[int]] = []
+        for row in x.tolist():
+            mask = self._noise_mask(len(row), gen)
+            inp: list[int] = []
+            tgt: list[int] = []
+            span = -1
+            for i, (tok_id, noisy) in enumerate(zip(row, mask, strict=True)):
+                if noisy:
+                    if i == 0 or not mask[i - 1]:
+                        span += 1
+                        inp.append(self.sentinels[span])
+                        tgt.append(self.sentinels[span])
+                    tgt.append(tok_id)
+                else:
+                    inp.append(tok_id)
+            inputs.append(inp + [eos])
+            targets.append(tgt + [eos])
+
+        def pad_to(rows: list[list[int]], value: int) -> torch.Tensor:
+            width = max(len(r) for r in rows)
+            return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+        ids = pad_to(inputs, pad)
+        labels = pad_to(targets, -100)
+        return {"input_ids": ids, "attention_mask": (ids != pad).long(), "labels": labels}
+
+
+# ---------------------------------------------------------------- training
+
+
+def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return f
+
+
+@torch.no_grad()
+def _evaluate(model: PreTrainedModel, objective: _Objective, blocks: torch.Tensor,
+              batch_size: int, n_batches: int, seed: int) -> float:
+    # The same masks every time: valid loss is comparable before and after.
+    gen = torch.Generator().manual_seed(seed + 1)
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, min(len(blocks), batch_size * n_batches), batch_size):
+        batch = objective.batch(blocks[start : start + batch_size], gen)
+        n_labels = int((batch["labels"] != -100).sum())
+        if family_shifts(objective.family):
+            n_labels -= batch["labels"].shape[0]  # causal LM predicts all but the first
+        loss = model(**batch).loss
+        total += float(loss) * n_labels
+        count += n_labels
+    model.train()
+    return total / max(count, 1)
+
+
+def family_shifts(family: str) -> bool:
+    return family in DECODER_ONLY
+
+
+def pretrain(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_file: str | Path,
+    valid_file: str | Path,
+    train_cfg: dict | None,
+    seed: int,
+    log: Callable[[str], None] = print,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Pretrain ``model`` in place; returns losses, steps, seconds and tokens/s."""
+    unknown = set(train_cfg or {}) - set(DEFAULT_TRAIN)
+    if unknown:
+        raise ValueError(f"unknown train keys {sorted(unknown)}")
+    cfg = {**DEFAULT_TRAIN, **(train_cfg or {})}
+    threads = threads if threads is not None else cfg["threads"]
+    if threads:
+        torch.set_num_threads(int(threads))
+    family = model_family(model)
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        raise ValueError(
+            f"tokenizer has {len(tokenizer)} ids, model only "
+            f"{model.get_input_embeddings().weight.shape[0]} embedding rows"
+        )
+    max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
+        model.config, "n_positions", None
+    )
+    if max_pos is not None and cfg["seq_len"] > max_pos:
+        raise ValueError(f"seq_len {cfg['seq_len']} exceeds max_position_embeddings {max_pos}")
+
+    torch.manual_seed(seed)
+    objective = _Objective(family, tokenizer, cfg["seq_len"])
+    train_blocks = objective.blocks(train_file)
+    valid_blocks = objective.blocks(valid_file)
+    steps, bs = int(cfg["steps"]), int(cfg["batch_size"])
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-8,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _lr_lambda(int(cfg["warmup_steps"]), steps)
+    )
+    data_gen = torch.Generator().manual_seed(seed)
+    mask_gen = torch.Generator().manual_seed(seed + 7)
+
+    initial_valid = _evaluate(model, objective, valid_blocks, bs, cfg["valid_batches"], seed)
+    log(f"[pretrain] {family}: {sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"{len(train_blocks)} train blocks of {objective.block}, {steps} steps x {bs}, "
+        f"initial valid loss {initial_valid:.4f}")
+
+    model.train()
+    order = torch.randperm(len(train_blocks), generator=data_gen)
+    cursor = 0
+    losses: list[float] = []
+    tokens = 0
+    start = time.perf_counter()
+    for step in range(steps):
+        if cursor + bs > len(order):
+            # A new epoch; a corpus smaller than one batch is sampled with repeats.
+            order = torch.randperm(len(train_blocks), generator=data_gen)
+            if len(order) < bs:
+                order = order.repeat(bs // len(order) + 1)
+            cursor = 0
+        idx = order[cursor : cursor + bs]
+        cursor += bs
+        batch = objective.batch(train_blocks[idx], mask_gen)
+        loss = model(**batch).loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at step {step + 1}")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        tokens += int(batch["input_ids"].numel())
+        if (step + 1) % max(1, int(cfg["log_every"])) == 0 or step + 1 == steps:
+            elapsed = time.perf_counter() - start
+            recent = losses[-int(cfg["log_every"]):]
+            log(f"[pretrain] step {step + 1}/{steps} loss {sum(recent) / len(recent):.4f} "
+                f"lr {scheduler.get_last_lr()[0]:.2e} {tokens / elapsed:,.0f} tok/s")
+    seconds = time.perf_counter() - start
+    final_valid = _evaluate(model, objective, valid_blocks, bs, cfg["valid_batches"], seed)
+    model.eval()
+    tail = losses[-max(1, min(20, len(losses) // 10)):]
+    metrics = {
+        "family": family,
+        "objective": {"bert": "masked_lm", "t5": "span_corruption"}.get(family, "causal_lm"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": steps,
+        "batch_size": bs,
+        "seq_len": int(cfg["seq_len"]),
+        "train_blocks": len(train_blocks),
+        "initial_train_loss": losses[0] if losses else float(initial_valid),
+        "final_train_loss": sum(tail) / len(tail) if tail else float(initial_valid),
+        "initial_valid_loss": initial_valid,
+        "valid_loss": final_valid,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else 0.0,
+        "threads": torch.get_num_threads(),
+        "seed": seed,
+        "train_config": cfg,
+    }
+    log(f"[pretrain] done in {seconds:.1f}s: train loss {metrics['initial_train_loss']:.4f} -> "
+        f"{metrics['final_train_loss']:.4f}, valid {initial_valid:.4f} -> {final_valid:.4f}")
+    return metrics
+
+
+def save_checkpoint(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: str | Path,
+    metrics: dict[str, Any],
+) -> Path:
+    """Write model (safetensors), tokenizer and ``pretrain.json`` as one directory, atomically."""
+    import transformers
+
+    with atomic_path(out_dir, directory=True) as tmp:
+        # transformers 5 always writes safetensors; 4.x needs asking.
+        major = int(transformers.__version__.split(".")[0])
+        kwargs = {"safe_serialization": True} if major < 5 else {}
+        model.save_pretrained(tmp, **kwargs)
+        tokenizer.save_pretrained(tmp)
+        if not any(tmp.glob("*.safetensors")):
+            raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
+        record = {**metrics, "versions": {"torch": torch.__version__,
+                                          "transformers": transformers.__version__}}
+        write_json(tmp / "pretrain.json", record)
+    return Path(out_dir)

@@ -1,0 +1,58 @@
+# Corpora: the miniature world, local text or Wikipedia; and the source LLMs'
+# pretraining mixes (mostly source language with a small target share).
+WORLD_CODE = code_hash("embtransfer.world.languages", "embtransfer.world.corpus")
+
+
+rule world:
+    output:
+        f"{RESULTS}/world/world.json",
+    params:
+        world=config["world"],
+        seed=config["seed"],
+        code=WORLD_CODE,
+    log:
+        f"{LOGS}/world.log",
+    script:
+        "../scripts/world.py"
+
+
+def corpus_inputs(wildcards):
+    spec = config["languages"][wildcards.lang]["corpus"]
+    if spec["type"] == "mini":
+        return {"world": rules.world.output[0]}
+    if spec["type"] == "local":
+        return {k: spec[k] for k in ("train", "valid") if spec.get(k)}
+    return {}
+
+
+rule corpus:
+    input:
+        unpack(corpus_inputs),
+    output:
+        train=corpus_file("{lang}", "train"),
+        valid=corpus_file("{lang}", "valid"),
+    params:
+        spec=lambda w: config["languages"][w.lang]["corpus"],
+        world=config["world"],
+        seed=config["seed"],
+        code=code_hash("embtransfer.corpus", "embtransfer.world.corpus"),
+    log:
+        f"{LOGS}/corpus/{{lang}}.log",
+    script:
+        "../scripts/corpus.py"
+
+
+rule mix_corpus:
+    input:
+        main=lambda w: corpus_file(MODELS[w.model]["language"], "train"),
+        others=lambda w: [corpus_file(lang, "train") for lang in sorted(MODELS[w.model]["mix"])],
+    output:
+        f"{RESULTS}/corpus/mix/{{model}}/train.txt",
+    params:
+        shares=lambda w: MODELS[w.model]["mix"],
+        seed=config["seed"],
+        code=code_hash("embtransfer.corpus"),
+    log:
+        f"{LOGS}/corpus/mix_{{model}}.log",
+    script:
+        "../scripts/mix_corpus.py"

@@ -1,0 +1,59 @@
+# Models: hub snapshots pinned by revision, or miniature models trained here.
+# Local models (type: local) are read in place and need no rule.
+MINI_MODELS = models_of_type(config, "mini")
+HUB_MODELS = models_of_type(config, "hub")
+
+
+rule train_tokenizer:
+    input:
+        text=lambda w: pretraining_text(w.model),
+    output:
+        directory("resources/tokenizers/{model}"),
+    wildcard_constraints:
+        model=wildcard_alternatives(MINI_MODELS),
+    params:
+        spec=lambda w: MODELS[w.model],
+        code=code_hash("embtransfer.world.tokenizers"),
+    log:
+        f"{LOGS}/tokenizers/{{model}}.log",
+    script:
+        "../scripts/train_tokenizer.py"
+
+
+rule pretrain_model:
+    input:
+        tokenizer="resources/tokenizers/{model}",
+        train=lambda w: pretraining_text(w.model),
+        valid=lambda w: corpus_file(MODELS[w.model]["language"], "valid"),
+    output:
+        directory("resources/models/{model}"),
+    wildcard_constraints:
+        model=wildcard_alternatives(MINI_MODELS),
+    params:
+        spec=lambda w: MODELS[w.model],
+        seed=config["seed"],
+        code=code_hash("embtransfer.world.pretrain", "embtransfer.models"),
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    log:
+        f"{LOGS}/models/{{model}}.log",
+    script:
+        "../scripts/pretrain_model.py"
+
+
+rule fetch_model:
+    # Runs where there is internet (a login node); compute jobs then read the snapshot.
+    localrule: True
+    output:
+        directory("resources/models/{model}"),
+    wildcard_constraints:
+        model=wildcard_alternatives(HUB_MODELS),
+    params:
+        spec=lambda w: MODELS[w.model],
+        code=code_hash("embtransfer.models"),
+    log:
+        f"{LOGS}/models/{{model}}.log",
+    script:
+        "../scripts/fetch_model.py"

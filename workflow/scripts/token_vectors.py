@@ -1,0 +1,16 @@
+"""One fastText vector per token of a vocabulary, and the mask of tokens without one."""
+
+from embtransfer.fasttext_vectors import load_fasttext, save_token_vectors, token_vectors
+from embtransfer.logs import job_logger
+from embtransfer.vocab import read_vocab
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+model = load_fasttext(sm.input.fasttext)
+vocab = read_vocab(sm.input.vocab)
+vectors, missing = token_vectors(model, vocab, sm.wildcards.vectors)
+save_token_vectors(sm.output.vectors, sm.output.missing, vectors, missing)
+log.info(
+    "%s (%s vectors): %d tokens, %d without a vector",
+    sm.wildcards.model, sm.wildcards.vectors, len(vocab), int(missing.sum()),
+)
