@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from snakemake.exceptions import WorkflowError
 
-from embtransfer.codehash import code_hash
+from embtransfer import codehash
 from embtransfer.config import ConfigError, validate_config
 
 

@@ -59,3 +59,18 @@ def test_unknown_module_is_refused(fake_package):
 def test_real_package_hash_is_stable():
     assert codehash.code_hash("embtransfer.atomic") == codehash.code_hash("embtransfer.atomic")
     assert Path(codehash.module_path("embtransfer.atomic")).exists()
+
+
+def test_script_hash_follows_the_script_imports(fake_package, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("from embtransfer.e import x\nimport numpy\n")
+    before = codehash.script_hash(script)
+    (fake_package / "d.py").write_text("thing = 2\n")  # e -> a -> b -> sub.c -> d
+    codehash.package_imports.cache_clear()
+    assert codehash.script_hash(script) != before
+    unrelated = tmp_path / "other.py"
+    unrelated.write_text("from embtransfer import d\n")
+    before = codehash.script_hash(unrelated)
+    (fake_package / "b.py").write_text("from .sub import c  # edited\n")
+    codehash.package_imports.cache_clear()
+    assert codehash.script_hash(unrelated) == before

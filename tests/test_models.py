@@ -341,3 +341,14 @@ def test_model_schema_validates_entries():
     for name in ("mini", "hub", "local"):
         assert schema["$defs"][name]["additionalProperties"] is False
         walk(schema["$defs"][name], name)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma", "gpt2", "xglm", "bert", "t5"])
+def test_null_tie_setting_takes_the_family_default(family):
+    from embtransfer.world.pretrain import DEFAULT_TIED, build_model
+
+    model = build_model(family, 300, {"hidden_size": 16, "num_layers": 1, "num_heads": 2,
+                                      "intermediate_size": 32}, None,
+                        {"bos": 1, "eos": 2, "pad": 0}, seed=0)
+    out, inp = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    assert (out.data_ptr() == inp.data_ptr()) == DEFAULT_TIED[family]

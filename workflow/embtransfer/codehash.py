@@ -46,15 +46,24 @@ def _resolve_relative(module: str, level: int, name: str | None) -> str:
 @cache
 def package_imports(module: str) -> frozenset[str]:
     """The ``embtransfer`` modules imported anywhere in ``module``'s source."""
-    tree = ast.parse(module_path(module).read_text(), filename=str(module_path(module)))
+    found = set(_imports_in(module_path(module), module))
+    found.discard(module)
+    return frozenset(found)
+
+
+def _imports_in(path: Path, module: str | None) -> set[str]:
+    """Package modules imported in the file at ``path`` (``module``: its own name, if any)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
+            if node.level and module is None:
+                continue  # a relative import outside the package cannot reach it
             base = (
                 _resolve_relative(module, node.level, node.module)
-                if node.level
+                if node.level and module is not None
                 else (node.module or "")
             )
             # `from embtransfer import vocab` imports a module, not a name.
@@ -68,8 +77,7 @@ def package_imports(module: str) -> frozenset[str]:
                 except ValueError:
                     continue
                 found.add(name)
-    found.discard(module)
-    return frozenset(found)
+    return found
 
 
 def module_closure(*modules: str) -> list[str]:
@@ -93,4 +101,17 @@ def code_hash(*modules: str) -> str:
         digest.update(b"\0")
         digest.update(module_path(mod).read_bytes())
         digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def script_hash(script: str | Path) -> str:
+    """Hash of a workflow script and every package module it reaches through its imports.
+
+    A rule passes this in its params, so an edit to the script or to any module
+    it uses (directly or transitively) reruns the rule's jobs, and nothing else.
+    """
+    path = Path(script)
+    digest = hashlib.sha256(path.read_bytes())
+    modules = sorted(_imports_in(path, None))
+    digest.update(code_hash(*modules).encode() if modules else b"")
     return digest.hexdigest()[:16]

@@ -27,7 +27,14 @@ def job_logger(log_file: str | Path | None, name: str = "embtransfer") -> loggin
     )
     logging.captureWarnings(True)
     warnings.simplefilter("default")
-    return logging.getLogger(name)
+    logger = logging.getLogger(name)
+
+    # An uncaught error lands in the job's log file too, where users look first.
+    def log_uncaught(exc_type, exc, tb):  # type: ignore[no-untyped-def]
+        logger.error("job failed: %s: %s", exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
+
+    sys.excepthook = log_uncaught
+    return logger
 
 
 class Timer:

@@ -16,6 +16,11 @@ wildcard_constraints:
     split="train|valid",
 
 
+def script_hash(name):
+    """Params entry that reruns a rule when its script or any package module it uses changes."""
+    return codehash.script_hash(Path(workflow.basedir) / "workflow" / "scripts" / name)
+
+
 def model_language(model):
     """The language a model was trained on: its `language` key, else its targets entry."""
     if MODELS[model].get("language"):

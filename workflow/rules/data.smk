@@ -1,15 +1,12 @@
 # Corpora: the miniature world, local text or Wikipedia; and the source LLMs'
 # pretraining mixes (mostly source language with a small target share).
-WORLD_CODE = code_hash("embtransfer.world.languages", "embtransfer.world.corpus")
-
-
 rule world:
     output:
         f"{RESULTS}/world/world.json",
     params:
         world=config["world"],
         seed=config["seed"],
-        code=WORLD_CODE,
+        code=script_hash("world.py"),
     log:
         f"{LOGS}/world.log",
     script:
@@ -35,7 +32,7 @@ rule corpus:
         spec=lambda w: config["languages"][w.lang]["corpus"],
         world=config["world"],
         seed=config["seed"],
-        code=code_hash("embtransfer.corpus", "embtransfer.world.corpus"),
+        code=script_hash("corpus.py"),
     log:
         f"{LOGS}/corpus/{{lang}}.log",
     script:
@@ -51,7 +48,7 @@ rule mix_corpus:
     params:
         shares=lambda w: MODELS[w.model]["mix"],
         seed=config["seed"],
-        code=code_hash("embtransfer.corpus"),
+        code=script_hash("mix_corpus.py"),
     log:
         f"{LOGS}/corpus/mix_{{model}}.log",
     script:

@@ -10,7 +10,7 @@ rule fasttext_word:
     params:
         params=config["fasttext"]["word"],
         seed=config["seed"],
-        code=code_hash("embtransfer.fasttext_vectors"),
+        code=script_hash("fasttext_train.py"),
     threads: config["fasttext"]["threads"]
     log:
         f"{LOGS}/fasttext/{{lang}}/word.log",
@@ -26,7 +26,7 @@ rule fasttext_tokenize:
         temp(f"{RESULTS}/fasttext/{{lang}}/token/{{model}}.txt"),
     params:
         trust_remote_code=config["trust_remote_code"],
-        code=code_hash("embtransfer.fasttext_vectors", "embtransfer.models"),
+        code=script_hash("fasttext_tokenize.py"),
     log:
         f"{LOGS}/fasttext/{{lang}}/tokenize_{{model}}.log",
     script:
@@ -41,7 +41,7 @@ use rule fasttext_word as fasttext_token with:
     params:
         params=config["fasttext"]["token"],
         seed=config["seed"],
-        code=code_hash("embtransfer.fasttext_vectors"),
+        code=script_hash("fasttext_train.py"),
     log:
         f"{LOGS}/fasttext/{{lang}}/token_{{model}}.log",
 
@@ -60,7 +60,7 @@ rule token_vectors:
         vectors=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.npy",
         missing=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.missing.npy",
     params:
-        code=code_hash("embtransfer.fasttext_vectors"),
+        code=script_hash("token_vectors.py"),
     log:
         f"{LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
     script:

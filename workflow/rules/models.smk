@@ -13,7 +13,7 @@ rule train_tokenizer:
         model=wildcard_alternatives(MINI_MODELS),
     params:
         spec=lambda w: MODELS[w.model],
-        code=code_hash("embtransfer.world.tokenizers"),
+        code=script_hash("train_tokenizer.py"),
     log:
         f"{LOGS}/tokenizers/{{model}}.log",
     script:
@@ -32,7 +32,7 @@ rule pretrain_model:
     params:
         spec=lambda w: MODELS[w.model],
         seed=config["seed"],
-        code=code_hash("embtransfer.world.pretrain", "embtransfer.models"),
+        code=script_hash("pretrain_model.py"),
     threads: config["threads"]
     resources:
         mem_mb=4000,
@@ -52,7 +52,7 @@ rule fetch_model:
         model=wildcard_alternatives(HUB_MODELS),
     params:
         spec=lambda w: MODELS[w.model],
-        code=code_hash("embtransfer.models"),
+        code=script_hash("fetch_model.py"),
     log:
         f"{LOGS}/models/{{model}}.log",
     script:

@@ -12,7 +12,7 @@ rule neighbors:
         prefilter_k=config["neighbors"]["prefilter_k"],
         chunk_rows=config["neighbors"]["chunk_rows"],
         max_neighbors=config["neighbors"]["max_neighbors"],
-        code=code_hash("embtransfer.neighbors"),
+        code=script_hash("neighbors.py"),
     threads: config["threads"]
     resources:
         mem_mb=4000,

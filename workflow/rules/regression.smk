@@ -12,7 +12,7 @@ rule regression_inputs:
         meta=f"{RESULTS}/regression/{{lang}}/{{source}}/{{target}}/inputs.json",
     params:
         trust_remote_code=config["trust_remote_code"],
-        code=code_hash("embtransfer.regression_inputs", "embtransfer.models"),
+        code=script_hash("regression_inputs.py"),
     resources:
         mem_mb=8000,
     log:

@@ -8,7 +8,7 @@ rule vocab:
         f"{RESULTS}/vocab/{{model}}.parquet",
     params:
         trust_remote_code=config["trust_remote_code"],
-        code=code_hash("embtransfer.vocab", "embtransfer.models"),
+        code=script_hash("vocab.py"),
     log:
         f"{LOGS}/vocab/{{model}}.log",
     script:
@@ -27,7 +27,7 @@ rule overlap:
     params:
         match=config["overlap"]["match"],
         trust_remote_code=config["trust_remote_code"],
-        code=code_hash("embtransfer.overlap", "embtransfer.models"),
+        code=script_hash("overlap.py"),
     log:
         f"{LOGS}/overlap/{{source}}/{{target}}.log",
     script:

@@ -6,7 +6,11 @@ from embtransfer.vocab import read_vocab
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-model = load_fasttext(sm.input.fasttext)
+try:
+    model = load_fasttext(sm.input.fasttext)
+except ValueError as err:
+    where = f"languages.{sm.wildcards.lang}.fasttext" if sm.wildcards.vectors == "word" else "-"
+    raise ValueError(f"{err} (configured at config key {where})") from err
 vocab = read_vocab(sm.input.vocab)
 vectors, missing = token_vectors(model, vocab, sm.wildcards.vectors)
 save_token_vectors(sm.output.vectors, sm.output.missing, vectors, missing)

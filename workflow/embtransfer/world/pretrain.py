@@ -72,16 +72,29 @@ def _special(special_ids: dict[str, int | None], role: str) -> int | None:
     return None if value is None else int(value)
 
 
+# The families' real settings, used when the config leaves tie_word_embeddings null:
+# Llama and T5 v1.1 have a separate LM head, the others share the input matrix.
+DEFAULT_TIED = {
+    "llama": False, "t5": False, "gemma": True, "gpt2": True, "xglm": True, "bert": True,
+}
+
+
 def build_model(
     family: str,
     vocab_size: int,
     architecture: dict | None,
-    tie_word_embeddings: bool,
+    tie_word_embeddings: bool | None,
     special_ids: dict[str, int | None],
     seed: int,
 ) -> PreTrainedModel:
-    """A freshly initialised tiny model of the family's real class."""
+    """A freshly initialised tiny model of the family's real class.
+
+    ``tie_word_embeddings=None`` takes the family's real setting (:data:`DEFAULT_TIED`).
+    """
     import transformers as tf
+
+    if tie_word_embeddings is None:
+        tie_word_embeddings = DEFAULT_TIED[family]
 
     arch = _arch(architecture)
     h, n_layers, n_heads = arch["hidden_size"], arch["num_layers"], arch["num_heads"]

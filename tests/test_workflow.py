@@ -1,0 +1,246 @@
+"""Integration: the workflow runs to the neighbour tables in a temporary directory.
+
+The repository's Snakefile, package and config are copied to a temporary
+directory and run there (with that copy's package first on PYTHONPATH), so the
+invalidation tests can edit package modules without touching the checkout.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from embtransfer.atomic import read_parquet_metadata
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+pytestmark = pytest.mark.slow
+
+
+def small_config() -> dict:
+    """The default config, shrunk so the upstream half runs in well under a minute."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["world"] = {"sentences": {"source_train": 6000, "target_train": 4000, "valid": 400}}
+    for spec in config["models"].values():
+        spec["train"] = {"steps": 20, "batch_size": 4, "seq_len": 32, "log_every": 10}
+        spec["tokenizer"]["vocab_size"] = 1200 if spec["family"] in ("llama", "gemma") else 800
+    config["fasttext"]["word"]["epoch"] = 3
+    config["fasttext"]["token"]["epoch"] = 3
+    config["fasttext"]["token"]["min_count"] = 3
+    return config
+
+
+def copy_workflow(dest: Path) -> Path:
+    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
+    shutil.copytree(REPO / "workflow", dest / "workflow",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "config", dest / "config")
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--directory", str(workdir), "--snakefile", str(workdir / "Snakefile"),
+         "--configfile", str(workdir / "test_config.yaml"), *args],
+        capture_output=True, text=True, env=env, cwd=workdir,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake {args} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def planned_jobs(workdir: Path, target: str) -> dict[str, int]:
+    """Rule -> job count of a dry run (empty when nothing is to be done)."""
+    out = snakemake(workdir, "-n", target)
+    text = out.stdout + out.stderr
+    jobs: dict[str, int] = {}
+    if "Job stats:" not in text:
+        assert "Nothing to be done" in text, text[-2000:]
+        return jobs
+    table = text.split("Job stats:", 1)[1]
+    for line in table.splitlines()[3:]:
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        if match.group(1) != "total":
+            jobs[match.group(1)] = int(match.group(2))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def workflow_run(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("wf"))
+    config = small_config()
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    snakemake(workdir, "--cores", "2", "neighbors_only")
+    return workdir, config
+
+
+def test_artifacts_have_their_schemas_and_counts(workflow_run):
+    workdir, config = workflow_run
+    results = workdir / "results"
+    for model in config["models"]:
+        vocab = pd.read_parquet(results / "vocab" / f"{model}.parquet")
+        assert list(vocab.columns) == ["id", "token", "bytes", "canonical", "start", "kind", "role"]
+        assert (vocab["id"].to_numpy() == np.arange(len(vocab))).all()
+        assert set(vocab["kind"]) <= {"special", "byte", "normal"}
+    for lang, plms in config["targets"].items():
+        for target in plms:
+            vocab = pd.read_parquet(results / "vocab" / f"{target}.parquet")
+            for vectors in config["neighbors"]["vectors"]:
+                vec = np.load(results / "token_vectors" / lang / vectors / f"{target}.npy")
+                missing = np.load(
+                    results / "token_vectors" / lang / vectors / f"{target}.missing.npy"
+                )
+                assert vec.shape[0] == len(vocab) and missing.shape == (len(vocab),)
+                assert np.isfinite(vec).all()
+                assert missing[vocab["kind"].to_numpy() == "special"].all()
+            for source in config["sources"]:
+                pairs = pd.read_parquet(results / "overlap" / source / f"{target}.parquet")
+                cov = json.loads((results / "overlap" / source / f"{target}.coverage.json")
+                                 .read_text())
+                assert cov["copied"] == len(pairs)
+                assert cov["copied"] + cov["initialized"] == len(vocab)
+                # The miniature world is built for partial overlap, like real pairs (15-68%).
+                assert 5 < cov["coverage_pct"] < 90, cov
+                assert pairs["target_id"].is_unique
+                shared = dict(zip(pairs["target_id"], pairs["source_id"], strict=True))
+                nonshared = sorted(set(range(len(vocab))) - set(shared))
+                for vectors in config["neighbors"]["vectors"]:
+                    path = results / "neighbors" / lang / source / target / f"{vectors}.parquet"
+                    table = pd.read_parquet(path)
+                    meta = read_parquet_metadata(path)
+                    assert sorted(table["target_id"]) == nonshared
+                    assert {"degenerate", "fallback_rows"} <= set(meta)
+                    live = table[~table["missing"]]
+                    assert len(live) > 0.5 * len(table)
+                    for row in live.itertuples():
+                        assert len(row.neighbor_target_ids) == row.k > 0
+                        assert np.isclose(np.sum(row.weights), 1.0, atol=1e-5)
+                        assert all(shared[t] == s for t, s in
+                                   zip(row.neighbor_target_ids, row.neighbor_source_ids,
+                                       strict=True))
+                        assert np.all(np.diff(row.similarities) <= 1e-6)
+                    assert (table.loc[table["missing"], "k"] == 0).all()
+
+
+def test_rerun_without_change_does_nothing(workflow_run):
+    workdir, _ = workflow_run
+    assert planned_jobs(workdir, "neighbors_only") == {}
+
+
+def test_editing_a_module_reruns_exactly_its_dependents(workflow_run, tmp_path):
+    workdir, config = workflow_run
+    n_tables = sum(len(p) for p in config["targets"].values()) * len(config["sources"]) * 2
+    module = workdir / "workflow" / "embtransfer" / "neighbors.py"
+    original = module.read_text()
+    try:
+        module.write_text(original + "\n# an edit\n")
+        assert planned_jobs(workdir, "neighbors_only") == {
+            "neighbors": n_tables, "neighbors_only": 1,
+        }
+    finally:
+        module.write_text(original)
+    assert planned_jobs(workdir, "neighbors_only") == {}
+
+    # sparsemax is imported by neighbors only: editing it reruns the same jobs.
+    module = workdir / "workflow" / "embtransfer" / "sparsemax.py"
+    original = module.read_text()
+    try:
+        module.write_text(original + "\n# an edit\n")
+        assert set(planned_jobs(workdir, "neighbors_only")) == {"neighbors", "neighbors_only"}
+    finally:
+        module.write_text(original)
+
+    module = workdir / "workflow" / "embtransfer" / "overlap.py"
+    original = module.read_text()
+    try:
+        module.write_text(original + "\n# an edit\n")
+        jobs = planned_jobs(workdir, "neighbors_only")
+    finally:
+        module.write_text(original)
+    # overlap.py is imported by the overlap and neighbours scripts; vocab,
+    # fastText and token vectors do not depend on it.
+    assert set(jobs) == {"overlap", "neighbors", "neighbors_only"}
+
+
+def test_changing_a_parameter_reruns_exactly_its_dependents(workflow_run):
+    workdir, config = workflow_run
+    changed = copy.deepcopy(config)
+    changed["neighbors"]["prefilter_k"] = 64
+    path = workdir / "test_config.yaml"
+    original = path.read_text()
+    try:
+        path.write_text(yaml.safe_dump(changed, allow_unicode=True))
+        assert set(planned_jobs(workdir, "neighbors_only")) == {"neighbors", "neighbors_only"}
+        changed["overlap"]["match"] = "exact"
+        path.write_text(yaml.safe_dump(changed, allow_unicode=True))
+        assert set(planned_jobs(workdir, "neighbors_only")) == {
+            "overlap", "neighbors", "neighbors_only",
+        }
+    finally:
+        path.write_text(original)
+
+
+def test_misspelled_config_key_stops_before_any_job(tmp_path):
+    workdir = copy_workflow(tmp_path)
+    config = small_config()
+    config["neighbors"]["prefilterk"] = 3
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    proc = snakemake(workdir, "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "prefilterk" in proc.stdout + proc.stderr
+    assert "config key neighbors" in proc.stdout + proc.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_bad_inputs_fail_clearly_and_leave_no_artifact(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from embtransfer.world.tokenizers import train_tokenizer
+
+    workdir = copy_workflow(tmp_path / "wf")
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"the cat {i} sat on mat number {i * 7}" for i in range(300)))
+    # A checkpoint whose tokenizer has more ids than the model has embedding rows.
+    bad_model = tmp_path / "bad_model"
+    tokenizer = train_tokenizer("bytelevel_bpe", [str(text)], 400, "gpt2")
+    GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=16, n_layer=1, n_head=2)).save_pretrained(
+        bad_model
+    )
+    tokenizer.save_pretrained(bad_model)
+    config = small_config()
+    config["models"]["bad_local"] = {"type": "local", "path": str(bad_model)}
+    # A "fastText model" that is a text file.
+    config["languages"]["ar_mini"]["fasttext"] = {"type": "file", "path": str(text)}
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+
+    proc = snakemake(workdir, "--cores", "1", "results/vocab/bad_local.parquet", check=False)
+    assert proc.returncode != 0
+    log = (workdir / "results/logs/vocab/bad_local.log").read_text()
+    assert "tokenizer/model mismatch" in log and f"has {len(tokenizer)} ids" in log
+    assert "only 300 embedding rows" in log
+    assert not (workdir / "results/vocab/bad_local.parquet").exists()
+
+    target = "results/token_vectors/ar_mini/word/gpt2_ar_mini.npy"
+    proc = snakemake(workdir, "--cores", "2", target, check=False)
+    assert proc.returncode != 0
+    log = (workdir / "results/logs/token_vectors/ar_mini/word/gpt2_ar_mini.log").read_text()
+    assert "is not a fastText model" in log and "languages.ar_mini.fasttext" in log
+    assert not (workdir / target).exists()
+    assert not list((workdir / "results" / "token_vectors").rglob("*.npy"))
