@@ -32,6 +32,7 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_neighbors.py
+	$(BIN)/python benchmarks/bench_workflow.py
 
 lint: setup
 	$(BIN)/ruff check workflow tests benchmarks

@@ -43,6 +43,7 @@ def small_config() -> dict:
 
 
 def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "Snakefile", dest / "Snakefile")
     shutil.copytree(REPO / "workflow", dest / "workflow",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -244,3 +245,34 @@ def test_bad_inputs_fail_clearly_and_leave_no_artifact(tmp_path):
     assert "is not a fastText model" in log and "languages.ar_mini.fasttext" in log
     assert not (workdir / target).exists()
     assert not list((workdir / "results" / "token_vectors").rglob("*.npy"))
+
+
+def test_regression_inputs_pair_the_shared_rows(workflow_run):
+    from safetensors.numpy import load_file
+
+    from embtransfer.models import load_embeddings
+
+    workdir, config = workflow_run
+    snakemake(workdir, "--cores", "2", "all")
+    results = workdir / "results"
+    for lang, plms in config["targets"].items():
+        for source in config["sources"]:
+            src = load_embeddings(workdir / "resources" / "models" / source)
+            # The default config has an untied source (llama_mini) and a tied one.
+            assert src.tied == (config["models"][source]["family"] == "gemma")
+            for target in plms:
+                tgt = load_embeddings(workdir / "resources" / "models" / target)
+                base = results / "regression" / lang / source / target
+                arrays = load_file(str(base / "inputs.safetensors"))
+                meta = json.loads((base / "inputs.json").read_text())
+                pairs = pd.read_parquet(results / "overlap" / source / f"{target}.parquet")
+                t_ids, s_ids = arrays["shared_target_ids"], arrays["shared_source_ids"]
+                assert (t_ids == pairs["target_id"].to_numpy()).all()
+                assert (s_ids == pairs["source_id"].to_numpy()).all()
+                np.testing.assert_array_equal(arrays["target_input"], tgt.input[t_ids])
+                np.testing.assert_array_equal(arrays["source_input"], src.input[s_ids])
+                assert ("source_output" in arrays) == (not src.tied) == (not meta["source_tied"])
+                if not src.tied:
+                    np.testing.assert_array_equal(arrays["source_output"], src.output[s_ids])
+                assert meta["n_shared"] == len(pairs)
+    assert planned_jobs(workdir, "all") == {}
