@@ -2,6 +2,9 @@
 from embtransfer.config import models_of_type, target_pairs, wildcard_alternatives
 
 RESULTS = "results"
+# With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:
+# point a profile's overrides or this variable at it).
+CONDA_ENV = str(Path(workflow.basedir) / "envs" / "cpu.yaml")
 LOGS = "results/logs"
 MODELS = config["models"]
 PAIRS = target_pairs(config)

@@ -7,6 +7,8 @@ rule world:
         world=config["world"],
         seed=config["seed"],
         code=script_hash("world.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/world.log",
     script:
@@ -33,6 +35,8 @@ rule corpus:
         world=config["world"],
         seed=config["seed"],
         code=script_hash("corpus.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/corpus/{{lang}}.log",
     script:
@@ -49,6 +53,8 @@ rule mix_corpus:
         shares=lambda w: MODELS[w.model]["mix"],
         seed=config["seed"],
         code=script_hash("mix_corpus.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/corpus/mix_{{model}}.log",
     script:

@@ -12,6 +12,8 @@ rule fasttext_word:
         seed=config["seed"],
         code=script_hash("fasttext_train.py"),
     threads: config["fasttext"]["threads"]
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/fasttext/{{lang}}/word.log",
     script:
@@ -27,6 +29,8 @@ rule fasttext_tokenize:
     params:
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("fasttext_tokenize.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/fasttext/{{lang}}/tokenize_{{model}}.log",
     script:
@@ -61,6 +65,8 @@ rule token_vectors:
         missing=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.missing.npy",
     params:
         code=script_hash("token_vectors.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
     script:

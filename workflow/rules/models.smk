@@ -14,6 +14,8 @@ rule train_tokenizer:
     params:
         spec=lambda w: MODELS[w.model],
         code=script_hash("train_tokenizer.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/tokenizers/{{model}}.log",
     script:
@@ -37,6 +39,8 @@ rule pretrain_model:
     resources:
         mem_mb=4000,
         runtime=30,
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/models/{{model}}.log",
     script:
@@ -53,6 +57,8 @@ rule fetch_model:
     params:
         spec=lambda w: MODELS[w.model],
         code=script_hash("fetch_model.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/models/{{model}}.log",
     script:

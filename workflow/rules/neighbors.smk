@@ -16,6 +16,8 @@ rule neighbors:
     threads: config["threads"]
     resources:
         mem_mb=4000,
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
     script:

@@ -15,6 +15,8 @@ rule regression_inputs:
         code=script_hash("regression_inputs.py"),
     resources:
         mem_mb=8000,
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/regression/{{lang}}/{{source}}/{{target}}/inputs.log",
     script:

@@ -9,6 +9,8 @@ rule vocab:
     params:
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("vocab.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/vocab/{{model}}.log",
     script:
@@ -28,6 +30,8 @@ rule overlap:
         match=config["overlap"]["match"],
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("overlap.py"),
+    conda:
+        CONDA_ENV
     log:
         f"{LOGS}/overlap/{{source}}/{{target}}.log",
     script:
