@@ -28,6 +28,7 @@ include: "workflow/rules/vocab.smk"
 include: "workflow/rules/fasttext.smk"
 include: "workflow/rules/neighbors.smk"
 include: "workflow/rules/regression.smk"
+include: "workflow/rules/transfer.smk"
 
 
 rule all:
@@ -36,6 +37,7 @@ rule all:
         all_coverage(),
         all_neighbors(),
         all_regression_inputs(),
+        rules.zeroshot_table.output,
 
 
 rule neighbors_only:

@@ -32,6 +32,7 @@ def test_default_config_validates_and_fills_defaults():
 def test_defaults_come_only_from_the_matching_oneof_branch():
     config = fresh()
     config["languages"]["ar_mini"]["corpus"] = {"type": "local", "train": "x.txt"}
+    config["transfer"] = {"methods": ["salt"]}
     validate_config(config)
     assert config["languages"]["ar_mini"]["corpus"]["valid_fraction"] == 0.1
     assert config["languages"]["vi_mini"]["corpus"] == {"type": "mini"}
@@ -86,4 +87,24 @@ def test_reference_errors_name_the_key(mutate, needle):
     config = fresh()
     mutate(config)
     with pytest.raises(ConfigError, match=needle):
+        validate_config(config)
+
+
+def test_methods_that_align_spaces_need_a_dictionary():
+    config = fresh()
+    config["languages"]["ar_mini"]["corpus"] = {"type": "local", "train": "x.txt"}
+    config["transfer"] = {"methods": ["salt", "wechsel"]}
+    with pytest.raises(ConfigError, match="languages.ar_mini.dictionary: method 'wechsel'"):
+        validate_config(config)
+    config = fresh()
+    config["transfer"] = {"methods": ["ofa"]}
+    validate_config(config)
+    assert config["languages"]["vi_mini"]["dictionary"] == {"type": "world"}
+    assert config["source_language"] == "en_mini"
+
+
+def test_unknown_method_lists_the_known_ones():
+    config = fresh()
+    config["transfer"] = {"methods": ["salt", "salty"]}
+    with pytest.raises(ConfigError, match="transfer.methods.1: 'salty' is not one of.*'focus'"):
         validate_config(config)

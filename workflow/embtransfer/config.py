@@ -123,6 +123,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         lines = [_describe(e) for e in errors[:10]]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_references(config)
+    check_transfer(config)
     return config
 
 
@@ -183,6 +184,52 @@ def check_references(config: dict[str, Any]) -> None:
                     f"language of the miniature world (world.languages: "
                     f"{', '.join(sorted(world_langs))})",
                 )
+
+
+def check_transfer(config: dict[str, Any]) -> None:
+    """Methods get what they need, named at start-up rather than after hours of compute."""
+    from embtransfer.method_catalog import METHODS, method_needs
+
+    languages = config["languages"]
+    transfer = config["transfer"]
+    if config.get("source_language") is None and "world" in config and any(
+        spec["corpus"]["type"] == "mini" for spec in languages.values()
+    ):
+        config["source_language"] = config["world"]["source_language"]
+    for method in transfer["methods"]:
+        options = transfer["options"].get(method, {})
+        known = METHODS[method].get("options")
+        if known is not None:
+            unknown = sorted(set(options) - set(known))
+            _require(
+                not unknown,
+                f"config key transfer.options.{method}: unknown option(s) {unknown}; "
+                f"{method} takes: {', '.join(sorted(known)) or '(no options)'}",
+            )
+        if "aligned" not in method_needs(method, options):
+            continue
+        source_lang = config.get("source_language")
+        _require(
+            source_lang in languages,
+            f"config key source_language: method {method!r} aligns source- and target-language "
+            f"fastText spaces and needs the source language (a key of languages), "
+            f"got {source_lang!r}",
+        )
+        for lang in config["targets"]:
+            spec = languages[lang]
+            if "dictionary" not in spec and spec["corpus"]["type"] == "mini":
+                spec["dictionary"] = {"type": "world"}
+            _require(
+                "dictionary" in spec,
+                f"config key languages.{lang}.dictionary: method {method!r} needs a bilingual "
+                f"dictionary {source_lang}->{lang} to align fastText spaces; give "
+                "{type: file, path: ...} (or drop the method from transfer.methods)",
+            )
+            _require(
+                spec["dictionary"]["type"] != "world" or spec["corpus"]["type"] == "mini",
+                f"config key languages.{lang}.dictionary: type 'world' needs a miniature-world "
+                "language (corpus type mini)",
+            )
 
 
 # -- accessors used by the Snakefile and scripts ---------------------------------------

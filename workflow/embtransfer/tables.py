@@ -1,0 +1,112 @@
+"""Result tables: read per-job JSON records, aggregate, write CSV and Markdown.
+
+A table never invents a number: a malformed or missing record is named in the
+error, and an absent cell is shown as "—".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from embtransfer.atomic import atomic_path
+
+ZEROSHOT_KEYS = ("lang", "source", "method", "loss", "bits_per_byte")
+
+
+class MalformedResultError(ValueError):
+    """A results file cannot be read as a record; the message names it."""
+
+
+def read_records(paths: Iterable[str | os.PathLike], required: tuple[str, ...] = ZEROSHOT_KEYS
+                 ) -> list[dict[str, Any]]:
+    records = []
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise MalformedResultError(f"results file {path} is malformed: {err}") from err
+        missing = [k for k in required if k not in record] if isinstance(record, dict) else required
+        if missing:
+            raise MalformedResultError(f"results file {path} lacks the keys {list(missing)}")
+        record["_path"] = str(path)
+        records.append(record)
+    return records
+
+
+def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
+    """A GitHub-style Markdown table; NaN cells are shown as an em dash."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return "—" if math.isnan(value) else floatfmt.format(value)
+        return str(value)
+
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
+
+
+def zeroshot_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(records)
+    if "target" not in frame:
+        frame["target"] = None
+    frame["target"] = frame["target"].fillna("(source tokenizer)")
+    columns = ["lang", "source", "target", "method", "loss", "perplexity", "bits_per_byte"]
+    extra = [c for c in ("tokens_per_byte",) if c in frame]
+    frame = frame[columns + extra].sort_values(["lang", "source", "target", "bits_per_byte"])
+    transferred = frame["method"] != "source_model"
+    frame["rank"] = float("nan")
+    frame.loc[transferred, "rank"] = (
+        frame[transferred].groupby(["lang", "source", "target"])["bits_per_byte"].rank(
+            method="min"
+        )
+    )
+    return frame.reset_index(drop=True)
+
+
+def zeroshot_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per method: mean rank by bits per byte over all settings, wins, mean bits per byte."""
+    transferred = frame[frame["method"] != "source_model"]
+    summary = transferred.groupby("method").agg(
+        mean_rank=("rank", "mean"),
+        wins=("rank", lambda r: int((r == 1).sum())),
+        settings=("rank", "size"),
+        mean_bits_per_byte=("bits_per_byte", "mean"),
+    )
+    return summary.sort_values(["mean_rank", "mean_bits_per_byte"]).reset_index()
+
+
+def write_zeroshot_table(records: list[dict[str, Any]], csv_path: str | os.PathLike,
+                         md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = zeroshot_frame(records)
+    summary = zeroshot_summary(frame)
+    parts = [
+        "# Zero-shot comparison (before any training)",
+        "",
+        "Held-out loss of every transferred checkpoint on each target language's valid "
+        "split. Bits per byte (total negative log-likelihood in bits over the UTF-8 bytes of "
+        "the text) is comparable across tokenizers; loss and perplexity are per token of each "
+        "model's own tokenizer. `source_model` is the untouched source LLM with its own "
+        "tokenizer. Lower is better; rank 1 is the best method in its setting.",
+        "",
+        "## Methods ranked over all (language, source, target PLM) settings",
+        "",
+        markdown(summary),
+    ]
+    for (lang, source), group in frame.groupby(["lang", "source"], sort=True):
+        pivot = group.pivot_table(index="method", columns="target", values="bits_per_byte")
+        pivot = pivot.sort_values(list(pivot.columns)[0]).reset_index()
+        parts += ["", f"## {lang}, source {source}: bits per byte", "", markdown(pivot)]
+    with atomic_path(csv_path) as tmp:
+        frame.to_csv(tmp, index=False)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text("\n".join(parts) + "\n")
+    return frame

@@ -1,0 +1,112 @@
+"""Run one initialisation method on both embedding sides and check what it made.
+
+The runner is the single place that (a) merges a method's defaults with the
+config's options, (b) calls it for the input and, for untied sources, the
+output embeddings, (c) refuses NaN/Inf rows naming the tokens, and (d) picks
+the rows the vocabulary mode keeps (``replace``: every target token;
+``extend``: the target tokens the source lacks, appended after its vocabulary).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embtransfer.methods.base import SideResult, TransferInputs, get_method
+
+
+class NonFiniteRowsError(ValueError):
+    """A method produced NaN or Inf; nothing is written."""
+
+
+@dataclass
+class TransferOutput:
+    input_rows: np.ndarray
+    output_rows: np.ndarray | None
+    token_ids: np.ndarray  # target ids the rows belong to, in row order
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def check_rows(name: str, rows: np.ndarray, inputs: TransferInputs) -> None:
+    """Raise :class:`NonFiniteRowsError` naming the first target tokens with bad rows."""
+    bad = np.nonzero(~np.isfinite(rows).all(axis=1))[0]
+    if bad.size:
+        tokens = inputs.target_vocab["token"].to_numpy()
+        named = ", ".join(f"{int(i)} {tokens[i]!r}" for i in bad[:10])
+        raise NonFiniteRowsError(
+            f"refusing to write: {name} has non-finite values in {bad.size} rows, "
+            f"for target tokens {named}{' ...' if bad.size > 10 else ''}"
+        )
+
+
+def resolve_params(method: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    spec = get_method(method)
+    params = dict(spec.defaults)
+    unknown = sorted(set(options or {}) - set(params))
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {unknown} for method {method!r}; "
+            f"its options are: {', '.join(sorted(params)) or '(none)'}"
+        )
+    params.update(options or {})
+    return params
+
+
+def run_method(
+    method: str, inputs: TransferInputs, options: dict[str, Any] | None = None,
+    mode: str = "replace",
+) -> TransferOutput:
+    spec = get_method(method)
+    params = resolve_params(method, options)
+    sides = ["input"] + (["output"] if inputs.source_output is not None else [])
+    results: dict[str, SideResult] = {}
+    seconds: dict[str, float] = {}
+    for side in sides:
+        start = time.perf_counter()
+        result = spec.fn(inputs, params, side)
+        seconds[side] = round(time.perf_counter() - start, 4)
+        expected = (inputs.n_target, inputs.source_matrix(side).shape[1])
+        if result.rows.shape != expected:
+            raise ValueError(
+                f"method {method!r} returned rows of shape {result.rows.shape}, want {expected}"
+            )
+        if (result.how == "unset").any():
+            raise ValueError(f"method {method!r} left {(result.how == 'unset').sum()} rows unset")
+        check_rows(f"{method} {side} embeddings", result.rows, inputs)
+        results[side] = result
+
+    if mode == "replace":
+        token_ids = np.arange(inputs.n_target, dtype=np.int64)
+    elif mode == "extend":
+        shared = set(inputs.overlap["target_id"].tolist())
+        token_ids = np.array(
+            [i for i in range(inputs.n_target) if i not in shared], dtype=np.int64
+        )
+    else:
+        raise ValueError(f"vocabulary mode must be 'replace' or 'extend', got {mode!r}")
+
+    how = results["input"].how
+    report = {
+        "method": method,
+        "params": params,
+        "vocab_mode": mode,
+        "sides": sides,
+        "rows": int(token_ids.size),
+        "counts": dict(sorted(Counter(how[token_ids].tolist()).items())),
+        "counts_all_target_tokens": dict(sorted(Counter(how.tolist()).items())),
+        "seconds": seconds,
+        "stats": {side: results[side].stats for side in sides},
+    }
+    return TransferOutput(
+        input_rows=results["input"].rows[token_ids].astype(np.float32, copy=False),
+        output_rows=(
+            results["output"].rows[token_ids].astype(np.float32, copy=False)
+            if "output" in results else None
+        ),
+        token_ids=token_ids,
+        report=report,
+    )

@@ -1,0 +1,28 @@
+"""SALT step 4: project every non-shared target token's PLM embedding into the source space."""
+
+from embtransfer.logs import job_logger
+from embtransfer.methods.base import Neighbors
+from embtransfer.models import check_tokenizer_model_agreement, load_embeddings
+from embtransfer.neighbors import read_neighbors
+from embtransfer.regression import salt_project, write_projection
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+trust = sm.params.trust_remote_code
+for name in ("source", "target"):
+    check_tokenizer_model_agreement(sm.input[name], sm.input[name])
+table, neighbor_stats = read_neighbors(sm.input.neighbors)
+source = load_embeddings(sm.input.source, trust_remote_code=trust)
+plm = load_embeddings(sm.input.target, trust_remote_code=trust)
+matrices = {"input": source.input}
+if source.output is not None:
+    matrices["output"] = source.output
+options = {k: v for k, v in sm.params.options.items() if k != "vectors"}
+result = salt_project(
+    plm.input, matrices, Neighbors.from_table(table), device=sm.params.device, **options
+)
+result["stats"]["neighbors"] = {
+    k: neighbor_stats.get(k) for k in ("k", "support", "degenerate", "missing")
+}
+write_projection(result, sm.output.tensors, sm.output.meta)
+log.info("SALT projection: %s", result["stats"])
