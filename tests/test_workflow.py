@@ -36,6 +36,12 @@ def small_config() -> dict:
     for spec in config["models"].values():
         spec["train"] = {"steps": 20, "batch_size": 4, "seq_len": 32, "log_every": 10}
         spec["tokenizer"]["vocab_size"] = 1200 if spec["family"] in ("llama", "gemma") else 800
+    # Fewer target PLMs and methods keep the transfer part of the DAG small; every
+    # PLM family and every kind of method input is still exercised.
+    config["targets"] = {"ar_mini": ["gpt2_ar_mini", "bert_ar_mini"], "vi_mini": ["t5_vi_mini"]}
+    config["transfer"] = {"methods": ["salt", "focus", "wechsel", "clp_plus", "subword_mean",
+                                      "random"]}
+    config["zeroshot"] = {"max_length": 64, "max_lines": 200}
     config["fasttext"]["word"]["epoch"] = 3
     config["fasttext"]["token"]["epoch"] = 3
     config["fasttext"]["token"]["min_count"] = 3
@@ -276,3 +282,39 @@ def test_regression_inputs_pair_the_shared_rows(workflow_run):
                     np.testing.assert_array_equal(arrays["source_output"], src.output[s_ids])
                 assert meta["n_shared"] == len(pairs)
     assert planned_jobs(workdir, "all") == {}
+
+
+def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    workdir, config = workflow_run
+    snakemake(workdir, "--cores", "2", "all")  # no-op when the test above ran first
+    results = workdir / "results"
+    methods = config["transfer"]["methods"]
+    for lang, plms in config["targets"].items():
+        for source in config["sources"]:
+            for target in plms:
+                vocab = pd.read_parquet(results / "vocab" / f"{target}.parquet")
+                pairs = pd.read_parquet(results / "overlap" / source / f"{target}.parquet")
+                for method in methods:
+                    ckpt = results / "transfer" / lang / source / target / method
+                    report = json.loads((ckpt / "transfer.json").read_text())
+                    assert sum(report["counts"].values()) == len(vocab)
+                    copied = report["counts"].get("copied", 0)
+                    assert copied == (0 if method in ("random", "wechsel") else len(pairs)) or (
+                        method == "wechsel" and copied <= len(pairs)
+                    )
+                    if method == "salt":
+                        assert report["counts"].get("projected", 0) > 0
+                    model = AutoModelForCausalLM.from_pretrained(ckpt)
+                    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+                    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+                    assert len(tokenizer) == len(vocab)
+                    tied = (model.get_output_embeddings().weight.data_ptr()
+                            == model.get_input_embeddings().weight.data_ptr())
+                    assert tied == report["source_tied"]
+    table = pd.read_csv(results / "tables" / "zeroshot.csv")
+    n_pairs = sum(len(p) for p in config["targets"].values()) * len(config["sources"])
+    assert len(table[table["method"] != "source_model"]) == n_pairs * len(methods)
+    assert table["bits_per_byte"].notna().all() and (table["bits_per_byte"] > 0).all()
+    assert "## Methods ranked" in (results / "tables" / "zeroshot.md").read_text()

@@ -20,7 +20,9 @@ Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
   (``tokenizer.decode(i).strip()`` there, :func:`fasttext_vectors.token_vectors`
   ``mode="word"`` here); zero vectors are "not found" and fall back to random rows.
 
-:func:`topk_cosine` is the chunked neighbour search both methods share.
+:func:`topk_cosine` / :func:`softmax_neighbors` are the chunked neighbour search
+both methods share; :func:`merge_params`, :func:`check_aligned` and
+:func:`weighted_rows` are their other common steps.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import torch
 
 from embtransfer.atomic import atomic_path
 from embtransfer.fasttext_vectors import MIN_NORM, token_vectors
-from embtransfer.methods.base import AlignedVectors
+from embtransfer.methods.base import AlignedVectors, TransferInputs
 
 # --------------------------------------------------------------------------- Procrustes
 
@@ -103,7 +105,8 @@ def topk_cosine(
                 s, i = torch.topk(sims, min(kk, sims.shape[1]), dim=1)
                 i = i + c0
                 if best_s is not None and best_i is not None:
-                    s, j = torch.topk(torch.cat([best_s, s], 1), kk, dim=1)
+                    both = torch.cat([best_s, s], 1)
+                    s, j = torch.topk(both, min(kk, both.shape[1]), dim=1)
                     i = torch.gather(torch.cat([best_i, i], 1), 1, j)
                 best_s, best_i = s, i
             assert best_s is not None and best_i is not None
@@ -152,6 +155,46 @@ def softmax_neighbors(
     return cand[idx], sims, weights
 
 
+# --------------------------------------------------------------------------- method helpers
+
+
+def merge_params(name: str, defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ValueError(f"{name}: unknown parameters {unknown}; known: {sorted(defaults)}")
+    return {**defaults, **params}
+
+
+def check_aligned(inputs: TransferInputs, side: str, name: str) -> np.ndarray:
+    """The aligned vectors' shapes against the vocabularies; returns the source matrix."""
+    aligned = inputs.aligned
+    if aligned is None:
+        raise ValueError(f"{name} needs aligned vectors (inputs.aligned)")
+    matrix = inputs.source_matrix(side)
+    if aligned.target.shape[0] != inputs.n_target:
+        raise ValueError(
+            f"{name}: {aligned.target.shape[0]} aligned target vectors for "
+            f"{inputs.n_target} target tokens"
+        )
+    if aligned.source.shape[0] > matrix.shape[0]:
+        raise ValueError(
+            f"{name}: {aligned.source.shape[0]} aligned source vectors but only "
+            f"{matrix.shape[0]} source embedding rows"
+        )
+    return matrix
+
+
+def weighted_rows(
+    matrix: np.ndarray, source_ids: np.ndarray, weights: np.ndarray, chunk_rows: int
+) -> np.ndarray:
+    """``Σ_j weights[i, j] · matrix[source_ids[i, j]]`` per row, gathered in chunks."""
+    out = np.zeros((len(source_ids), matrix.shape[1]), np.float32)
+    for s in range(0, len(source_ids), chunk_rows):
+        w = weights[s : s + chunk_rows].astype(np.float32)
+        out[s : s + chunk_rows] = np.einsum("nk,nkh->nh", w, matrix[source_ids[s : s + chunk_rows]])
+    return out
+
+
 # --------------------------------------------------------------------------- alignment
 
 
@@ -160,16 +203,16 @@ def _variants(word: str) -> list[str]:
     return list(dict.fromkeys((word, word.lower(), word.title())))
 
 
-def _lookup(model: Any, word: str, in_vocab_only: bool, cache: dict[str, np.ndarray | None]):
-    if word in cache:
-        return cache[word]
-    vec: np.ndarray | None = None
-    if word and (not in_vocab_only or model.get_word_id(word) != -1):
-        v = np.asarray(model.get_word_vector(word), dtype=np.float32)
-        if np.isfinite(v).all() and float(np.linalg.norm(v)) >= MIN_NORM:
-            vec = v
-    cache[word] = vec
-    return vec
+def _lookup(model: Any, word: str, vocab_only: bool, cache: dict[str, np.ndarray | None]) -> bool:
+    """Whether ``word`` has a usable vector; the vector (or None) lands in ``cache``."""
+    if word not in cache:
+        vec: np.ndarray | None = None
+        if word and (not vocab_only or model.get_word_id(word) != -1):
+            v = np.asarray(model.get_word_vector(word), dtype=np.float32)
+            if np.isfinite(v).all() and float(np.linalg.norm(v)) >= MIN_NORM:
+                vec = v
+        cache[word] = vec
+    return cache[word] is not None
 
 
 def align_from_dictionary(
@@ -197,25 +240,24 @@ def align_from_dictionary(
     if d_s != d_t:
         # WECHSEL reduces the larger model with fasttext.util.reduce_model; we refuse instead
         raise ValueError(f"fastText dimensions differ: source {d_s}, target {d_t}")
-    src_cache: dict[str, np.ndarray | None] = {}
-    tgt_cache: dict[str, np.ndarray | None] = {}
+    vocab_only = in_vocab_only
+    s_cache: dict[str, np.ndarray | None] = {}
+    t_cache: dict[str, np.ndarray | None] = {}
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     gold: dict[str, set[str]] = {}  # first found source variant -> found target variants
     n_pairs = used = 0
     for src_word, tgt_word in pairs:
         n_pairs += 1
-        found_s = [w for w in _variants(src_word) if _lookup(source_ft, w, in_vocab_only,
-                                                             src_cache) is not None]
-        found_t = [w for w in _variants(tgt_word) if _lookup(target_ft, w, in_vocab_only,
-                                                             tgt_cache) is not None]
+        found_s = [w for w in _variants(src_word) if _lookup(source_ft, w, vocab_only, s_cache)]
+        found_t = [w for w in _variants(tgt_word) if _lookup(target_ft, w, vocab_only, t_cache)]
         if not found_s or not found_t:
             continue
         used += 1
         for ws in found_s:
             for wt in found_t:
-                xs.append(src_cache[ws])  # type: ignore[arg-type]
-                ys.append(tgt_cache[wt])  # type: ignore[arg-type]
+                xs.append(s_cache[ws])  # type: ignore[arg-type]
+                ys.append(t_cache[wt])  # type: ignore[arg-type]
         gold.setdefault(found_s[0], set()).update(found_t)
     if not xs:
         raise ValueError(f"none of the {n_pairs} dictionary pairs has vectors in both models")
@@ -224,9 +266,9 @@ def align_from_dictionary(
     # train precision@1 over the dictionary's target words
     cand_words = sorted({w for ts in gold.values() for w in ts})
     cand_index = {w: i for i, w in enumerate(cand_words)}
-    cand = np.stack([tgt_cache[w] for w in cand_words])  # type: ignore[misc]
+    cand = np.stack([t_cache[w] for w in cand_words])  # type: ignore[misc]
     src_words = list(gold)
-    mapped = np.stack([src_cache[w] for w in src_words]).astype(np.float64) @ W  # type: ignore[misc]
+    mapped = np.stack([s_cache[w] for w in src_words]).astype(np.float64) @ W  # type: ignore[misc]
     nearest, _ = topk_cosine(mapped, cand, 1)
     hits = sum(
         int(nearest[i, 0]) in {cand_index[w] for w in gold[s]} for i, s in enumerate(src_words)

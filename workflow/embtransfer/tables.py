@@ -102,9 +102,21 @@ def write_zeroshot_table(records: list[dict[str, Any]], csv_path: str | os.PathL
         markdown(summary),
     ]
     for (lang, source), group in frame.groupby(["lang", "source"], sort=True):
-        pivot = group.pivot_table(index="method", columns="target", values="bits_per_byte")
-        pivot = pivot.sort_values(list(pivot.columns)[0]).reset_index()
-        parts += ["", f"## {lang}, source {source}: bits per byte", "", markdown(pivot)]
+        parts += ["", f"## {lang}, source {source}: bits per byte", ""]
+        reference = group[group["method"] == "source_model"]
+        if len(reference):
+            parts += [
+                f"The source model with its own tokenizer: "
+                f"{reference['bits_per_byte'].iloc[0]:.4f} bits per byte.",
+                "",
+            ]
+        transferred = group[group["method"] != "source_model"]
+        if len(transferred):
+            pivot = transferred.pivot_table(
+                index="method", columns="target", values="bits_per_byte", dropna=False
+            )
+            pivot = pivot.sort_values(list(pivot.columns)[0]).reset_index()
+            parts.append(markdown(pivot))
     with atomic_path(csv_path) as tmp:
         frame.to_csv(tmp, index=False)
     with atomic_path(md_path) as tmp:

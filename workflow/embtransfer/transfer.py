@@ -82,9 +82,16 @@ def run_method(
     if mode == "replace":
         token_ids = np.arange(inputs.n_target, dtype=np.int64)
     elif mode == "extend":
+        # Appended: the target's ordinary tokens the source lacks; special tokens
+        # keep the source's (they are the source's roles in an extended model).
         shared = set(inputs.overlap["target_id"].tolist())
+        kinds = (
+            inputs.target_vocab["kind"].to_numpy()
+            if "kind" in inputs.target_vocab else np.full(inputs.n_target, "normal")
+        )
         token_ids = np.array(
-            [i for i in range(inputs.n_target) if i not in shared], dtype=np.int64
+            [i for i in range(inputs.n_target) if i not in shared and kinds[i] != "special"],
+            dtype=np.int64,
         )
     else:
         raise ValueError(f"vocabulary mode must be 'replace' or 'extend', got {mode!r}")

@@ -19,13 +19,15 @@ def salt_vectors():
 
 def transfer_code(wildcards):
     # The script, and only the module of this method: editing SALT reruns SALT's jobs.
-    module = f"embtransfer.methods.{METHOD_CATALOG[wildcards.method]['module']}"
-    return script_hash("transfer.py") + codehash.code_hash(module)
+    method_module = f"embtransfer.methods.{METHOD_CATALOG[wildcards.method]['module']}"
+    return script_hash("transfer.py") + codehash.code_hash(method_module)
 
 
 rule salt_regression:
     input:
-        neighbors=lambda w: f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{salt_vectors()}.parquet",
+        neighbors=lambda w: (
+            f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{salt_vectors()}.parquet"
+        ),
         source=lambda w: model_dir(w.source),
         target=lambda w: model_dir(w.target),
     output:

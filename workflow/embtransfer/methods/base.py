@@ -203,12 +203,26 @@ def copy_shared(inputs: TransferInputs, side: str, rows: np.ndarray, how: np.nda
     how[target_ids] = "copied"
 
 
+def column_moments(
+    matrix: np.ndarray, ddof: int = 0, block_rows: int = 8192
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension mean and std in float64, in row blocks (no full-size temporary)."""
+    n = matrix.shape[0]
+    if n <= ddof:
+        raise ValueError(f"need more than {ddof} rows for a standard deviation, got {n}")
+    mean = matrix.mean(axis=0, dtype=np.float64)
+    sq = np.zeros(matrix.shape[1])
+    for s in range(0, n, block_rows):
+        sq += np.square(matrix[s : s + block_rows].astype(np.float64) - mean).sum(axis=0)
+    return mean, np.sqrt(sq / (n - ddof))
+
+
 def source_normal(
     inputs: TransferInputs, side: str, rng: np.random.Generator, n: int
 ) -> np.ndarray:
     """``n`` rows drawn from N(mean, std) of the source rows (per dimension)."""
     matrix = inputs.source_matrix(side)
-    mean, std = matrix.mean(axis=0), matrix.std(axis=0)
+    mean, std = column_moments(matrix)
     return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
 
 

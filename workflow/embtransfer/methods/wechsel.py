@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.aligned import softmax_neighbors
+from embtransfer.aligned import check_aligned, merge_params, softmax_neighbors, weighted_rows
 from embtransfer.methods.base import (
     SideResult,
     TransferInputs,
@@ -44,45 +44,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def merge_params(name: str, defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise ValueError(f"{name}: unknown parameters {unknown}; known: {sorted(defaults)}")
-    return {**defaults, **params}
-
-
-def check_aligned(inputs: TransferInputs, side: str, name: str) -> np.ndarray:
-    """The aligned vectors' shapes against the vocabularies; returns the source matrix."""
-    aligned = inputs.aligned
-    if aligned is None:
-        raise ValueError(f"{name} needs aligned vectors (inputs.aligned)")
-    matrix = inputs.source_matrix(side)
-    if aligned.target.shape[0] != inputs.n_target:
-        raise ValueError(
-            f"{name}: {aligned.target.shape[0]} aligned target vectors for "
-            f"{inputs.n_target} target tokens"
-        )
-    if aligned.source.shape[0] > matrix.shape[0]:
-        raise ValueError(
-            f"{name}: {aligned.source.shape[0]} aligned source vectors but only "
-            f"{matrix.shape[0]} source embedding rows"
-        )
-    return matrix
-
-
 def _summary(x: np.ndarray) -> float | None:
     return float(x.mean()) if x.size else None
-
-
-def weighted_rows(
-    matrix: np.ndarray, source_ids: np.ndarray, weights: np.ndarray, chunk_rows: int
-) -> np.ndarray:
-    """``Σ_j weights[i, j] · matrix[source_ids[i, j]]`` per row, gathered in chunks."""
-    out = np.zeros((len(source_ids), matrix.shape[1]), np.float32)
-    for s in range(0, len(source_ids), chunk_rows):
-        w = weights[s : s + chunk_rows].astype(np.float32)
-        out[s : s + chunk_rows] = np.einsum("nk,nkh->nh", w, matrix[source_ids[s : s + chunk_rows]])
-    return out
 
 
 @register(

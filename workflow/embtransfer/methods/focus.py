@@ -1,0 +1,104 @@
+"""FOCUS (Dobler & de Melo 2023, EMNLP; DESIGN §4.4).
+
+Shared tokens copy their source row (``copied``). A non-shared target token t
+with neighbour set N_t (the sparsemax support of its cosine similarities to the
+shared tokens in fastText space, :mod:`embtransfer.neighbors`) becomes
+
+    e_t = sum_{j in N_t} w_tj * source_row(source_id_j)      (``weighted``)
+
+with w_t = sparsemax(cos(f_t, f_shared)) as stored in the neighbour table (rows
+sum to 1; rows truncated at ``neighbors.max_neighbors`` carry renormalised
+weights, see :mod:`embtransfer.neighbors`). Tokens without a fastText vector
+(``missing`` rows) are drawn from N(mean, std) of the source rows
+(``missing_vector``), as the published implementation does for its "very rare"
+tokens.
+
+Parameter ``vectors``: which neighbour table, ``token`` (FOCUS's own token-level
+fastText trained on the target corpus, the paper's default) or ``word``
+(word-level fastText, SALT's auxiliary space). The method is registered as
+needing ``neighbors_token``; with ``vectors: word`` the caller must supply
+``inputs.neighbors["word"]`` instead (the registry's needs are static).
+
+The weighted sums are one sparse (CSR) x dense product over the distinct
+neighbour source rows, so the cost is O(nnz * h_s) with no per-token loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from embtransfer.methods.base import (
+    Neighbors,
+    SideResult,
+    TransferInputs,
+    copy_shared,
+    empty_result,
+    register,
+    source_normal,
+)
+from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine
+
+VECTORS = ("token", "word")
+
+
+def neighbors_for(inputs: TransferInputs, vectors: str) -> Neighbors:
+    if vectors not in VECTORS:
+        raise ValueError(f"vectors must be one of {VECTORS}, got {vectors!r}")
+    if vectors not in inputs.neighbors:
+        raise ValueError(
+            f"no {vectors!r} neighbour table in the inputs (have: {sorted(inputs.neighbors)})"
+        )
+    return inputs.neighbors[vectors]
+
+
+def apply_neighbors(
+    inputs: TransferInputs, side: str, table: Neighbors, label: str, rng_name: str
+) -> SideResult:
+    """Copy shared rows, weighted neighbour sums for the table's rows, random for missing."""
+    rows, how = empty_result(inputs, side)
+    copy_shared(inputs, side, rows, how)
+    todo = nonshared_ids(inputs)
+    ids = np.asarray(table.target_ids, np.int64)
+    if ids.size != np.unique(ids).size or not np.array_equal(np.sort(ids), todo):
+        raise ValueError(
+            "the neighbour table's target ids are not exactly the non-shared target tokens "
+            f"({ids.size} rows for {todo.size} non-shared tokens): stale table?"
+        )
+    k = table.k
+    # a row with no neighbours has nothing to combine: same fallback as no vector
+    missing = np.asarray(table.missing, bool) | (k == 0)
+    have = ~missing
+    offsets = np.zeros(have.sum() + 1, np.int64)
+    np.cumsum(k[have], out=offsets[1:])
+    entries = np.repeat(have, k)  # mask over the flat arrays
+    rows[ids[have]] = sparse_combine(
+        offsets, table.neighbor_source_ids[entries], table.weights[entries],
+        inputs.source_matrix(side),
+    )
+    how[ids[have]] = label
+    rows[ids[missing]] = source_normal(inputs, side, inputs.rng(rng_name, side), missing.sum())
+    how[ids[missing]] = "missing_vector"
+    stats: dict[str, Any] = {
+        "counts": count_labels(how),
+        "neighbors": {
+            "mean": float(k[have].mean()) if have.any() else None,
+            "max": int(k[have].max()) if have.any() else None,
+        },
+    }
+    return SideResult(rows, how, stats)
+
+
+@register(
+    "focus",
+    needs={"neighbors_token"},
+    description="copy shared rows; others = sparsemax-weighted sum of the fastText "
+    "neighbours' source rows (FOCUS)",
+    defaults={"vectors": "token"},
+)
+def focus(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
+    vectors = str(params.get("vectors", "token"))
+    result = apply_neighbors(inputs, side, neighbors_for(inputs, vectors), "weighted", "focus")
+    result.stats["vectors"] = vectors
+    return result

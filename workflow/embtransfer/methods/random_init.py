@@ -1,0 +1,50 @@
+"""Random baselines (DESIGN §4.4): ``random`` and ``random_copy``.
+
+``random``       every target row, shared ones too, drawn from N(mean, std) of the
+                 source rows (per dimension, population std), label ``random``.
+``random_copy``  shared tokens copy their source row; the others as ``random``.
+
+Rows are drawn in target-id order from ``inputs.rng(name, side)``, so a run is
+reproducible from the seed, the two sides get independent streams, and the
+order the overlap table lists its pairs in does not matter.
+
+The small helpers at the bottom are shared by the other baseline modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embtransfer.methods.base import (
+    SideResult,
+    TransferInputs,
+    copy_shared,
+    empty_result,
+    register,
+    source_normal,
+)
+from embtransfer.methods.common import count_labels, nonshared_ids
+
+
+@register(
+    "random",
+    description="every row (shared too) from N(mean, std) of the source rows, per dimension",
+)
+def random_all(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
+    rows, how = empty_result(inputs, side)
+    rows[:] = source_normal(inputs, side, inputs.rng("random", side), inputs.n_target)
+    how[:] = "random"
+    return SideResult(rows, how, {"counts": count_labels(how)})
+
+
+@register(
+    "random_copy",
+    description="copy shared rows; the others from N(mean, std) of the source rows",
+)
+def random_copy(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
+    rows, how = empty_result(inputs, side)
+    copy_shared(inputs, side, rows, how)
+    todo = nonshared_ids(inputs)
+    rows[todo] = source_normal(inputs, side, inputs.rng("random_copy", side), todo.size)
+    how[todo] = "random"
+    return SideResult(rows, how, {"counts": count_labels(how)})

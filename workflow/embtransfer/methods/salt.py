@@ -1,0 +1,100 @@
+"""SALT (DESIGN §4.3): copy shared tokens, project the others by per-token least squares.
+
+The projection itself runs in the regression stage
+(:func:`embtransfer.regression.salt_project`, possibly on a GPU) and arrives as
+``inputs.projected``: ``target_ids``, ``status`` (int8 codes into
+:data:`embtransfer.regression.STATUSES`, or the labels), ``input`` and, for an
+untied source, ``output`` rows. This method assembles the matrix:
+
+* shared tokens copy their source row (``copied``);
+* projected tokens take their projected row (``projected``);
+* tokens without a fastText vector (``missing_vector``), with fewer neighbours
+  than ``min_neighbors`` (``too_few_neighbors``) and any target token the
+  neighbour table does not list (``not_in_table``; only when the table and the
+  overlap disagree) are drawn from N(mean, std) of the source rows, with the
+  generator ``inputs.rng("salt", side)``, in target-id order.
+
+The options (``min_neighbors``, ``max_neighbors``, ``ridge``, ``rcond``, ...) act in
+the regression stage; they are accepted here so one ``transfer.options.salt``
+block configures both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from embtransfer.methods.base import (
+    SideResult,
+    TransferInputs,
+    copy_shared,
+    empty_result,
+    register,
+    source_normal,
+)
+from embtransfer.regression import DEFAULT_RCOND, status_labels
+
+DEFAULTS: dict[str, Any] = {
+    "vectors": "word",  # which neighbour table the regression used
+    "min_neighbors": 1,
+    "max_neighbors": None,
+    "ridge": 0.0,
+    "rcond": DEFAULT_RCOND,
+    "batch_tokens": 4096,
+    "dtype": "float64",
+}
+
+FALLBACK_LABELS = ("missing_vector", "too_few_neighbors", "not_in_table")
+
+
+@register(
+    "salt",
+    needs={"regression"},
+    description="SALT: per-token least squares on the sparsemax neighbours in the PLM space",
+    defaults=DEFAULTS,
+)
+def salt(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
+    unknown = sorted(set(params) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"salt: unknown parameters {unknown}; known: {sorted(DEFAULTS)}")
+    projected = inputs.projected
+    if projected is None:
+        raise ValueError("salt needs the regression stage's projected rows (inputs.projected)")
+    if side not in projected:
+        raise ValueError(
+            f"salt: the projection has no {side!r} rows (it was made for a tied source?); "
+            "rerun the regression stage"
+        )
+    rows, how = empty_result(inputs, side)
+    copy_shared(inputs, side, rows, how)
+
+    target_ids = np.asarray(projected["target_ids"], np.int64)
+    status = status_labels(projected["status"])
+    values = np.asarray(projected[side])
+    if values.shape != (target_ids.size, rows.shape[1]):
+        raise ValueError(
+            f"salt: projected {side} rows have shape {values.shape}, want "
+            f"({target_ids.size}, {rows.shape[1]})"
+        )
+    if target_ids.size and (target_ids.min() < 0 or target_ids.max() >= inputs.n_target):
+        raise ValueError("salt: projected target ids fall outside the target vocabulary")
+    stale = target_ids[how[target_ids] == "copied"]
+    if stale.size:
+        raise ValueError(
+            f"salt: {stale.size} projected tokens are shared tokens (e.g. {stale[:5].tolist()}); "
+            "the projection is stale against the overlap table"
+        )
+
+    done = status == "projected"
+    rows[target_ids[done]] = values[done]
+    how[target_ids[done]] = "projected"
+    for label in ("missing_vector", "too_few_neighbors"):
+        how[target_ids[status == label]] = label
+    how[how == "unset"] = "not_in_table"
+
+    fallback = np.flatnonzero(np.isin(how, FALLBACK_LABELS))  # increasing target id
+    rows[fallback] = source_normal(inputs, side, inputs.rng("salt", side), fallback.size)
+    labels, counts = np.unique(how.astype(str), return_counts=True)
+    stats = {"counts": {str(k): int(v) for k, v in zip(labels, counts, strict=True)}}
+    return SideResult(rows=rows, how=how, stats=stats)
