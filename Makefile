@@ -32,6 +32,8 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_neighbors.py
+	$(BIN)/python benchmarks/bench_transfer.py
+	$(BIN)/python benchmarks/bench_focus.py
 	$(BIN)/python benchmarks/bench_workflow.py
 
 lint: setup

@@ -17,7 +17,7 @@ numbers are comparable across tokenizers and runs):
   how they mark a line end; the bytes they would stand for are not counted
   either).
 * ``loss`` = mean negative log-likelihood per scored token, in nats;
-  ``perplexity`` = exp(loss); ``bits_per_byte`` = total NLL / ln 2 / ``bytes``,
+  ``perplexity`` = exp(loss) (null when it overflows a float, loss > 700 nats); ``bits_per_byte`` = total NLL / ln 2 / ``bytes``,
   where ``bytes`` is the UTF-8 length of the scored documents (line breaks
   excluded). Lossy tokenizers (BERT/T5 normalisation, ``[UNK]``) score text
   they cannot reproduce; ``unk_tokens`` reports how often that happened.
@@ -185,7 +185,9 @@ def evaluate_text(
     loss = total_nll / n_tokens if n_tokens else float("nan")
     return {
         "loss": loss,
-        "perplexity": math.exp(loss) if n_tokens and loss < 700 else float("inf"),
+        # exp overflows past ~709 nats: such a model's perplexity is reported as
+        # null (the loss and bits per byte still say how bad it is), never as inf.
+        "perplexity": math.exp(loss) if n_tokens and loss < 700 else None,
         "bits_per_byte": total_nll / math.log(2) / packed.bytes,
         "nll_nats": total_nll,
         "tokens": n_tokens,
