@@ -144,6 +144,75 @@ def test_tokenizer_training_is_deterministic(corpus, algorithm):
     assert len(a) <= 400
 
 
+
+def _few_frequent_words_corpus(path: Path) -> tuple[list[str], Path]:
+    """Six very frequent words (NFD Latin, Arabic, plain Latin) among ~800 rarer ones.
+
+    As in the miniature worlds, there are few word types, and the frequent words
+    are always followed by a space and start no other word: a suffix-array seed
+    search never proposes them as pieces.
+    """
+    rng = random.Random(1)
+    frequent = ["vo\u0323\u0302m", "la\u0302\u0309", "tha\u0302c", "friet", "بيدض", "nien"]
+    letters = "ptkbdgmnlrsvfhaeiou"
+    rare = sorted(
+        w
+        for w in {"".join(rng.choice(letters) for _ in range(rng.randint(4, 9)))
+                  for _ in range(800)}
+        if not any(f in w for f in frequent)
+    )
+    lines = []
+    for _ in range(6000):
+        words = [rng.choice(rare)]
+        for _ in range(rng.randint(3, 9)):
+            words += [rng.choice(frequent) if rng.random() < 0.6 else rng.choice(rare)]
+        lines.append(" ".join(words + [rng.choice(rare)]) + ".")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return frequent, path
+
+
+def test_unigram_keeps_frequent_words_whole_and_fills_the_vocab(tmp_path):
+    frequent, path = _few_frequent_words_corpus(tmp_path / "train.txt")
+    tok = train_tokenizer("unigram", [str(path)], 2000, "t5")
+    for word in frequent:
+        assert tok.tokenize(word) == ["▁" + word], word
+        sentence = f"{word} {word}."
+        ids = tok(sentence)["input_ids"]
+        assert ids[-1] == tok.eos_token_id and tok.unk_token_id not in ids
+        assert tok.decode(ids, skip_special_tokens=True) == sentence
+    assert 0.9 * 2000 <= len(tok) <= 2000
+
+
+def test_unigram_fertility_is_close_to_bpe(tmp_path):
+    _, path = _few_frequent_words_corpus(tmp_path / "train.txt")
+    lines = path.read_text(encoding="utf-8").splitlines()[:500]
+    n_words = sum(len(line.split()) for line in lines)
+
+    def fertility(tok) -> float:
+        n = sum(len(tok(line, add_special_tokens=False)["input_ids"]) for line in lines)
+        return n / n_words
+
+    unigram = train_tokenizer("unigram", [str(path)], 2000, "t5")
+    bpe = train_tokenizer("bytelevel_bpe", [str(path)], 2000, "gpt2")
+    assert fertility(unigram) <= 1.15 * fertility(bpe)
+
+
+def test_unigram_training_is_deterministic_across_processes(corpus, tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from embtransfer.world.tokenizers import train_tokenizer\n"
+        "t = train_tokenizer('unigram', [sys.argv[1]], 400, 't5')\n"
+        "open(sys.argv[2], 'w', encoding='utf-8').write(t.backend_tokenizer.to_str())\n"
+    )
+    outs = [tmp_path / f"{i}.json" for i in range(2)]
+    for out in outs:
+        subprocess.run([sys.executable, "-c", code, corpus["train"], str(out)], check=True)
+    assert outs[0].read_text(encoding="utf-8") == outs[1].read_text(encoding="utf-8")
+
+
 # ---------------------------------------------------------------- models
 
 FAMILY_TIES = [

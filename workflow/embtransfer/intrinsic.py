@@ -17,7 +17,8 @@ numbers are comparable across tokenizers and runs):
   how they mark a line end; the bytes they would stand for are not counted
   either).
 * ``loss`` = mean negative log-likelihood per scored token, in nats;
-  ``perplexity`` = exp(loss) (null when it overflows a float, loss > 700 nats); ``bits_per_byte`` = total NLL / ln 2 / ``bytes``,
+  ``perplexity`` = exp(loss) (null when it overflows a float, loss > 700 nats);
+  ``bits_per_byte`` = total NLL / ln 2 / ``bytes``,
   where ``bytes`` is the UTF-8 length of the scored documents (line breaks
   excluded). Lossy tokenizers (BERT/T5 normalisation, ``[UNK]``) score text
   they cannot reproduce; ``unk_tokens`` reports how often that happened.

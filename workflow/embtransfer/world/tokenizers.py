@@ -15,7 +15,10 @@ algorithm, so a Llama-family source LLM may use a byte-level BPE like Llama 3.
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -268,58 +271,115 @@ def _train_wordpiece(
     return tok
 
 
-def _unigram(vocab_size: int, specials: list[str], unk: str) -> tuple[Tokenizer, trainers.Trainer]:
-    tok = Tokenizer(models.Unigram())
+def _t5_normalizer() -> normalizers.Normalizer:
     # T5's normaliser collapses runs of spaces; its precompiled NFKC part is left
     # out because it would recompose the diacritics the target languages use.
-    tok.normalizer = normalizers.Sequence(
+    return normalizers.Sequence(
         [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Strip(left=False, right=True)]
     )
+
+
+def _train_unigram(
+    lines: Iterable[str], vocab_size: int, specials: list[str], unk: str
+) -> Tokenizer:
+    """A T5 Unigram vocabulary, trained with SentencePiece from explicit seeds.
+
+    Unigram training starts from a large set of seed pieces and prunes it by EM.
+    Both ``tokenizers``' ``UnigramTrainer`` and SentencePiece take the seeds from
+    the internal nodes of a suffix array, i.e. from substrings that occur with
+    at least two different right contexts (``tokenizers``: among the *distinct*
+    words, whatever their counts). In a corpus with few word types, a frequent
+    word that is always followed by a space (or is no prefix of another word) is
+    then never a seed, so it can only be spelt in short pieces; EM's sparse prior
+    leaves few pieces alive and the vocabulary stops short. So the seeds are all
+    in-word substrings (``▁`` only at the start) weighted by their true counts,
+    fed to SentencePiece's trainer; the vocabulary is then topped up to the
+    requested size with the best remaining seeds, scored below every trained
+    piece so they never change how trained words are segmented.
+    Ids 0..2 are ``<pad>``, ``</s>``, ``<unk>`` in both libraries.
+    """
+    import sentencepiece as spm
+
+    norm = _t5_normalizer()
+    text = [t for t in (norm.normalize_str(line) for line in lines) if t.strip()]
+    ids = {t: i for i, t in enumerate(specials)}
+    seeds = _unigram_seeds(text, max_piece_length=16)
+    spm.set_random_generator_seed(0)
+    model = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        seed_file = os.path.join(tmp, "seeds.tsv")
+        with open(seed_file, "w", encoding="utf-8") as fh:
+            fh.writelines(f"{piece}\t{score}\n" for piece, score in seeds)
+        _spm_train(spm, text, model, vocab_size, ids, unk, seed_file)
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    if [sp.id_to_piece(i) for i in range(len(specials))] != specials:
+        raise RuntimeError("SentencePiece put its special pieces on unexpected ids")
+    vocab: list[tuple[str, float]] = [(t, 0.0) for t in specials]
+    for i in range(len(specials), sp.get_piece_size()):
+        vocab.append((sp.id_to_piece(i), round(float(sp.get_score(i)), 6)))
+    # Top up with the best unused seeds, each scored below the last trained piece.
+    have = {piece for piece, _ in vocab}
+    low = min((score for _, score in vocab[len(specials) :]), default=0.0)
+    extra = (piece for piece, _ in seeds if piece not in have)
+    for k, piece in zip(range(vocab_size - len(vocab)), extra, strict=False):
+        vocab.append((piece, round(low - 1.0 - k * 1e-4, 6)))
+
+    tok = Tokenizer(models.Unigram(vocab, unk_id=ids[unk], byte_fallback=False))
+    tok.normalizer = _t5_normalizer()
     tok.pre_tokenizer = pre_tokenizers.Metaspace(
         replacement="▁", prepend_scheme="always", split=True
     )
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
-    trainer = trainers.UnigramTrainer(
+    return tok
+
+
+def _unigram_seeds(text: list[str], max_piece_length: int) -> list[tuple[str, int]]:
+    """Every in-word substring (2+ characters, ``▁`` marking a word start) that occurs
+    at least twice, scored count x length as SentencePiece scores its seeds."""
+    words: dict[str, int] = {}
+    for line in text:
+        for word in line.split(" "):
+            if word:
+                words["▁" + word] = words.get("▁" + word, 0) + 1
+    counts: dict[str, int] = {}
+    for word, n in words.items():
+        for i in range(len(word)):
+            for j in range(i + 2, min(len(word), i + max_piece_length) + 1):
+                counts[word[i:j]] = counts.get(word[i:j], 0) + n
+    seeds = [(piece, n * len(piece)) for piece, n in counts.items() if n >= 2]
+    seeds.sort(key=lambda ps: (-ps[1], ps[0]))
+    return seeds
+
+
+def _spm_train(
+    spm, text: list[str], out: io.BytesIO, vocab_size: int, ids: dict[str, int], unk: str,
+    seed_file: str,
+) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=out,
+        seed_sentencepieces_file=seed_file,
+        model_type="unigram",
         vocab_size=vocab_size,
-        special_tokens=specials,
-        unk_token=unk,
-        max_piece_length=16,
-        show_progress=False,
+        hard_vocab_limit=False,  # a small corpus may support fewer pieces
+        character_coverage=1.0,  # every character of the target scripts
+        normalization_rule_name="identity",  # keep NFD combining marks as they are
+        remove_extra_whitespaces=False,  # done by the normaliser above
+        add_dummy_prefix=True,  # Metaspace prepend_scheme="always"
+        split_by_whitespace=True,
+        max_sentence_length=1 << 20,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=1,
+        pad_id=ids["<pad>"],
+        eos_id=ids["</s>"],
+        unk_id=ids[unk],
+        bos_id=-1,
+        pad_piece="<pad>",
+        eos_piece="</s>",
+        unk_piece=unk,
+        minloglevel=2,
     )
-    return tok, trainer
-
-
-def _canonical_unigram(tok: Tokenizer, specials: list[str]) -> None:
-    """Make a trained Unigram model independent of hash-map order and float noise.
-
-    ``UnigramTrainer`` gives characters it had pruned the scores ``min + k * 1e-4``
-    with k in hash-set order, and its EM sums differ in the last bits between
-    runs. Give those characters their k in code-point order, round every score,
-    and sort ties by piece.
-    """
-    state = json.loads(tok.to_str())
-    model = state["model"]
-    vocab: list[list] = model["vocab"]
-    head = [v for v in vocab if v[0] in specials]
-    rest = [v for v in vocab if v[0] not in specials]
-    if rest:
-        low = min(score for _, score in rest)
-        steps: dict[str, int] = {}
-        for piece, score in rest:
-            k = (score - low) / 1e-4
-            if len(piece) == 1 and abs(k - round(k)) < 1e-6 and round(k) < len(rest):
-                steps[piece] = round(k)
-        # Hand the ladder's rungs out again in code-point order.
-        ks = sorted(steps.values())
-        steps = dict(zip(sorted(steps), ks, strict=True))
-        rest = [
-            [piece, round(low + steps[piece] * 1e-4 if piece in steps else score, 8)]
-            for piece, score in rest
-        ]
-        rest.sort(key=lambda v: (-v[1], v[0]))
-    model["vocab"] = head + rest
-    new = Tokenizer.from_str(json.dumps(state))
-    tok.model = new.model
 
 
 def train_tokenizer(
@@ -341,17 +401,17 @@ def train_tokenizer(
         tok, trainer = _bytelevel(vocab_size, specials)
     elif algorithm == "sentencepiece_bpe":
         tok, trainer = _metaspace_bpe(vocab_size, specials, prepend=family != "gemma")
-    elif algorithm == "unigram":
-        tok, trainer = _unigram(vocab_size - len(spec.extra), specials, spec.unk or "<unk>")
 
     if algorithm == "wordpiece":
         tok = _train_wordpiece(_iter_lines(files), vocab_size, specials, spec.unk or "[UNK]")
+    elif algorithm == "unigram":
+        tok = _train_unigram(
+            _iter_lines(files), vocab_size - len(spec.extra), specials, spec.unk or "<unk>"
+        )
     else:
         tok.train_from_iterator(_iter_lines(files), trainer=trainer)
     if algorithm == "sentencepiece_bpe":
         tok = _with_byte_fallback(tok, specials, spec.unk or "<unk>", prepend=family != "gemma")
-    if algorithm == "unigram":
-        _canonical_unigram(tok, specials)
     # Make sure the family's specials exist and are never split, whatever the algorithm.
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     if spec.extra:
