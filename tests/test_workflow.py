@@ -200,6 +200,12 @@ def test_changing_a_parameter_reruns_exactly_its_dependents(workflow_run):
         assert set(planned_jobs(workdir, "neighbors_only")) == {
             "overlap", "neighbors", "neighbors_only",
         }
+        # A model's training budget shapes the model, not its tokenizer: nothing
+        # upstream of the models (vocabularies, overlap, neighbours) reruns.
+        changed = copy.deepcopy(config)
+        changed["models"]["gpt2_ar_mini"]["train"]["steps"] = 21
+        path.write_text(yaml.safe_dump(changed, allow_unicode=True))
+        assert planned_jobs(workdir, "neighbors_only") == {}
     finally:
         path.write_text(original)
 

@@ -4,6 +4,12 @@ MINI_MODELS = models_of_type(config, "mini")
 HUB_MODELS = models_of_type(config, "hub")
 
 
+def tokenizer_spec(model):
+    # Only what shapes the tokenizer: a change of architecture or training
+    # budget must not retrain it (and rerun every vocabulary stage after it).
+    return {k: MODELS[model][k] for k in ("family", "tokenizer", "language", "mix")}
+
+
 rule train_tokenizer:
     input:
         text=lambda w: pretraining_text(w.model),
@@ -12,7 +18,7 @@ rule train_tokenizer:
     wildcard_constraints:
         model=wildcard_alternatives(MINI_MODELS),
     params:
-        spec=lambda w: MODELS[w.model],
+        spec=lambda w: tokenizer_spec(w.model),
         code=script_hash("train_tokenizer.py"),
     conda:
         CONDA_ENV
