@@ -54,6 +54,7 @@ def copy_workflow(dest: Path) -> Path:
     shutil.copytree(REPO / "workflow", dest / "workflow",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "config", dest / "config")
+    shutil.copytree(REPO / "envs", dest / "envs")
     return dest
 
 
@@ -101,7 +102,8 @@ def workflow_run(tmp_path_factory):
 def test_artifacts_have_their_schemas_and_counts(workflow_run):
     workdir, config = workflow_run
     results = workdir / "results"
-    for model in config["models"]:
+    used = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
+    for model in sorted(used):
         vocab = pd.read_parquet(results / "vocab" / f"{model}.parquet")
         assert list(vocab.columns) == ["id", "token", "bytes", "canonical", "start", "kind", "role"]
         assert (vocab["id"].to_numpy() == np.arange(len(vocab))).all()
