@@ -9,10 +9,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.methods import clp, common, focus, heuristics, mean, multivariate, random_init
+from embtransfer.methods import clp, focus, heuristics, mean, multivariate, random_init
 from embtransfer.methods.base import SIDES, Neighbors, TransferInputs, get_method
 from embtransfer.neighbors import compute_neighbors
-from embtransfer.vocab import vocab_table
+from embtransfer.vocab import token_text, vocab_table
 
 entmax = pytest.importorskip("entmax")
 
@@ -335,8 +335,8 @@ def test_mean():
         (b"\xd8", ""), (b"\x84\xd8\xa7\xd8", "ا"), ("é".encode()[1:] + b"x", "x"),
     ],
 )
-def test_utf8_text(raw, text):
-    assert common.utf8_text(raw) == text
+def test_token_text(raw, text):
+    assert token_text(raw) == text
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:

@@ -305,3 +305,29 @@ def read_vocab(path: str | os.PathLike) -> pd.DataFrame:
     table.attrs.update(meta)
     table.attrs.setdefault("name", meta.get("tokenizer") or os.fspath(path))
     return table
+
+
+def token_text(raw: bytes) -> str:
+    """The UTF-8 text of a token's bytes, without partial characters at the edges.
+
+    A byte-level piece may start inside a character (continuation bytes) or stop
+    before its end (a lead byte without all its continuations); those edge bytes
+    are dropped. Invalid bytes elsewhere are dropped too. Never returns U+FFFD.
+    """
+    data = bytes(raw)
+    start = 0
+    while start < len(data) and start < 3 and 0x80 <= data[start] <= 0xBF:
+        start += 1
+    end = len(data)
+    # find the last lead byte in the final 4 bytes; drop it if its sequence is cut
+    for back in range(1, min(4, end - start) + 1):
+        byte = data[end - back]
+        if 0x80 <= byte <= 0xBF:
+            continue
+        need = (
+            2 if 0xC0 <= byte <= 0xDF else 3 if 0xE0 <= byte <= 0xEF else 4 if byte >= 0xF0 else 1
+        )
+        if need > back:
+            end -= back
+        break
+    return data[start:end].decode("utf-8", errors="ignore")

@@ -217,13 +217,19 @@ def column_moments(
     return mean, np.sqrt(sq / (n - ddof))
 
 
+def diagonal_normal(
+    matrix: np.ndarray, rng: np.random.Generator, n: int, ddof: int = 0
+) -> np.ndarray:
+    """``n`` rows from N(mean, std) of ``matrix``'s rows, per dimension (float32)."""
+    mean, std = column_moments(matrix, ddof)
+    return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
+
+
 def source_normal(
     inputs: TransferInputs, side: str, rng: np.random.Generator, n: int
 ) -> np.ndarray:
     """``n`` rows drawn from N(mean, std) of the source rows (per dimension)."""
-    matrix = inputs.source_matrix(side)
-    mean, std = column_moments(matrix)
-    return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
+    return diagonal_normal(inputs.source_matrix(side), rng, n)
 
 
 def empty_result(inputs: TransferInputs, side: str) -> tuple[np.ndarray, np.ndarray]:

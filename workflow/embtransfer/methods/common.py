@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import torch
 
-from embtransfer.methods.base import TransferInputs, column_moments
+from embtransfer.methods.base import TransferInputs
 
 
 def nonshared_ids(inputs: TransferInputs) -> np.ndarray:
@@ -24,14 +24,6 @@ def nonshared_ids(inputs: TransferInputs) -> np.ndarray:
 def count_labels(how: np.ndarray) -> dict[str, int]:
     labels, counts = np.unique(how.astype(str), return_counts=True)
     return {str(label): int(n) for label, n in zip(labels, counts, strict=True)}
-
-
-def diagonal_normal(
-    matrix: np.ndarray, rng: np.random.Generator, n: int, ddof: int = 0
-) -> np.ndarray:
-    """``n`` rows from N(mean, std) of ``matrix``'s rows, per dimension (float32)."""
-    mean, std = column_moments(matrix, ddof)
-    return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
 
 
 def sparse_combine(
@@ -67,23 +59,3 @@ def sparse_combine(
         )
         with torch.inference_mode():
             return (csr @ dense).numpy()
-
-
-def utf8_text(raw: bytes) -> str:
-    """``raw`` as UTF-8, dropping incomplete sequences at the edges (fewest bytes dropped)."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    n = len(raw)
-    # a character is at most 4 bytes, so at most 3 stray bytes sit at each edge
-    for dropped in range(1, 7):
-        for lead in range(max(0, dropped - 3), min(3, dropped) + 1):
-            tail = dropped - lead
-            if lead + tail > n:
-                continue
-            try:
-                return raw[lead : n - tail].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-    return raw.decode("utf-8", errors="ignore")  # invalid inside too: keep what decodes

@@ -39,15 +39,15 @@ from embtransfer.methods.base import (
     SideResult,
     TransferInputs,
     copy_shared,
+    diagonal_normal,
     empty_result,
     register,
 )
 from embtransfer.methods.common import (
     count_labels,
-    diagonal_normal,
     nonshared_ids,
-    utf8_text,
 )
+from embtransfer.vocab import token_text
 
 #: Width prefixes dropped before reading the script word (FULLWIDTH LATIN ... -> LATIN).
 _WIDTH = ("FULLWIDTH ", "HALFWIDTH ")
@@ -100,7 +100,7 @@ def token_scripts(vocab: pd.DataFrame) -> np.ndarray:
         elif kind == "byte":
             out[i] = "BYTE"
         else:
-            out[i] = text_script(utf8_text(bytes(raw) if raw is not None else b""))
+            out[i] = text_script(token_text(bytes(raw) if raw is not None else b""))
     return out
 
 

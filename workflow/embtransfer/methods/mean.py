@@ -34,7 +34,8 @@ from embtransfer.methods.base import (
     register,
     source_normal,
 )
-from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine, utf8_text
+from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine
+from embtransfer.vocab import token_text
 
 #: Texts per ``encode_batch`` call.
 BATCH = 4096
@@ -44,7 +45,7 @@ def token_texts(vocab: Any, ids: np.ndarray, word_start_space: bool = True) -> l
     """Decoded text of the given vocabulary rows (see the module docstring)."""
     raw = vocab["bytes"].to_numpy()[ids]
     start = vocab["start"].to_numpy(bool)[ids]
-    texts = [utf8_text(bytes(r) if r is not None else b"") for r in raw]
+    texts = [token_text(bytes(r) if r is not None else b"") for r in raw]
     if word_start_space:
         texts = [" " + t if s and t else t for t, s in zip(texts, start, strict=True)]
     return texts
