@@ -1,5 +1,5 @@
 # The embedding-transfer workflow: corpus -> models -> vocab -> overlap -> fastText
-# -> token vectors -> neighbours -> regression inputs (later stages plug in below).
+# -> token vectors -> neighbours -> transfer -> LAPT -> evaluation -> report.
 # Logic lives in the `embtransfer` package (workflow/embtransfer); rules stay thin.
 import sys
 from pathlib import Path
@@ -29,6 +29,10 @@ include: "workflow/rules/fasttext.smk"
 include: "workflow/rules/neighbors.smk"
 include: "workflow/rules/regression.smk"
 include: "workflow/rules/transfer.smk"
+include: "workflow/rules/lapt.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/download.smk"
 
 
 rule all:
@@ -38,6 +42,9 @@ rule all:
         all_neighbors(),
         all_regression_inputs(),
         rules.zeroshot_table.output,
+        all_lapt(),
+        all_evaluation(),
+        all_report(),
 
 
 rule neighbors_only:

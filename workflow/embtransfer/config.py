@@ -58,6 +58,10 @@ def load_schema() -> dict[str, Any]:
     model = yaml.safe_load((SCHEMA_DIR / "model.schema.yaml").read_text())
     schema["properties"]["world"] = _embed(schema, world, "world_")
     schema["properties"]["models"]["additionalProperties"] = _embed(schema, model, "model_")
+    # Stages with their own schema file, each a top-level section of the config.
+    for section, name in (("lapt", "lapt"), ("evaluation", "evaluation"), ("report", "report")):
+        sub = yaml.safe_load((SCHEMA_DIR / f"{name}.schema.yaml").read_text())
+        schema["properties"][section] = _embed(schema, sub, f"{name}_")
     return schema
 
 
@@ -124,6 +128,9 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_references(config)
     check_transfer(config)
+    from embtransfer.evaluation.config_check import check_evaluation
+
+    check_evaluation(config)
     return config
 
 

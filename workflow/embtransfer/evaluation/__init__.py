@@ -1,0 +1,1 @@
+"""Evaluation of checkpoints: lm-eval tasks, miniature-world tasks, intrinsic metrics."""

@@ -1,0 +1,1 @@
+# download stage (placeholder)

@@ -1,0 +1,5 @@
+# lapt stage (placeholder)
+
+
+def all_lapt():
+    return []
