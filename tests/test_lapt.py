@@ -245,3 +245,36 @@ def test_unknown_key_and_bad_accumulation(world, tmp_path):
     with pytest.raises(ValueError, match="multiple of micro_batch_size"):
         _run(world, tmp_path / "out", {"micro_batch_size": 3})
 
+
+
+def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
+    # accelerate's distributed launcher, ranks over gloo on CPU: each rank takes half
+    # of every step's micro batches; summed gradients give the one-process step.
+    import os
+    import socket
+
+    from embtransfer.lapt import launch_command
+
+    cfg = {**CFG, "max_steps": 4, "micro_batch_size": 2}
+    one, two = tmp_path / "one", tmp_path / "two"
+    spec = {"model_dir": str(world["llama"]), "train_file": str(world["train"]),
+            "valid_file": str(world["valid"]), "out_dir": str(two), "cfg": cfg, "seed": 3}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "workflow"))
+    proc = subprocess.run(launch_command(tmp_path / "spec.json", 2, port), capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on 2 processes" in proc.stdout
+    _run(world, one, {"max_steps": 4, "micro_batch_size": 2}, family="llama")
+    ta, tb = _trajectory(one), _trajectory(two)
+    assert [sorted(r) for r in ta] == [sorted(r) for r in tb]
+    for ra, rb in zip(ta, tb, strict=True):
+        for key in ("train_loss", "eval_loss", "final_train_loss"):
+            if key in ra:
+                assert math.isclose(ra[key], rb[key], rel_tol=1e-6), (key, ra, rb)
+    wa, wb = _weights(one), _weights(two)
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)

@@ -18,6 +18,13 @@ Variants:
 * ``replay = {"file": english.txt, "ratio": r}``: a bilingual mix in which a
   fraction ``r`` of the sequences of every epoch are English replay blocks,
   spread evenly through the epoch (see :func:`epoch_order`).
+* ``lora = {...}`` (see :mod:`embtransfer.lora`): LoRA adapters on every linear
+  layer with trainable embeddings, merged into a plain checkpoint at the end.
+
+Several processes (``accelerate launch`` / ``torchrun`` set ``WORLD_SIZE``): each
+rank runs its share of every global batch's micro batches, the gradients are
+summed across ranks before the optimizer step, and rank 0 alone writes metrics,
+checkpoints and the output, so N processes follow the same trajectory as one.
 
 Work directory (``work_dir``, default ``out_dir + ".work"``):
 
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import resource
 import signal
@@ -55,8 +63,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
+from . import lora as lora_mod
 from .atomic import atomic_path, write_json
 from .world.pretrain import _pack, _read_ids
 
@@ -81,6 +90,7 @@ DEFAULT_LAPT: dict[str, Any] = {
     "embedding_only_steps": 0,
     "replay": None,  # {"file": path, "ratio": fraction of sequences} or None
     "threads": None,  # torch CPU threads; None: leave torch's setting alone
+    "lora": None,  # None: full training; a dict of embtransfer.lora.DEFAULT_LORA keys: LoRA
 }
 
 # Keys that may change between a checkpoint and its resumption.
@@ -124,6 +134,8 @@ def lapt_config(cfg: dict | None) -> dict[str, Any]:
         raise ValueError(
             f"global_batch_size {g} must be a positive multiple of micro_batch_size {m}"
         )
+    if out["lora"] is not None:
+        out["lora"] = lora_mod.lora_settings(out["lora"])
     replay = out["replay"]
     if replay is not None and not 0.0 <= float(replay["ratio"]) < 1.0:
         raise ValueError(f"replay ratio must lie in [0, 1), got {replay['ratio']}")
@@ -287,20 +299,47 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
-def _embedding_params(model: PreTrainedModel) -> list[torch.nn.Parameter]:
-    params = [model.get_input_embeddings().weight]
-    out = model.get_output_embeddings()
-    if out is not None and out.weight is not params[0]:
-        params.append(out.weight)
-    return params
-
-
-def _set_stage(model: PreTrainedModel, embedding_only: bool) -> None:
+def _set_stage(params: list[torch.nn.Parameter], embeddings: list[torch.nn.Parameter],
+               embedding_only: bool) -> None:
     # Frozen parameters get no grad, and AdamW skips grad-less parameters entirely
     # (no moment update, no decay), so they stay bit-identical.
-    emb = {id(p) for p in _embedding_params(model)}
-    for p in model.parameters():
+    emb = {id(p) for p in embeddings}
+    for p in params:
         p.requires_grad_(not embedding_only or id(p) in emb)
+
+
+class _Ranks:
+    """This process's place among the training processes (one when not distributed)."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        self.rank = dist.get_rank() if self.world > 1 else 0
+        self.main = self.rank == 0
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        self.device = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    def sum_(self, tensors: list[torch.Tensor]) -> None:
+        if self.world > 1:
+            for t in tensors:
+                self.dist.all_reduce(t)
+
+    def any(self, flag: bool) -> bool:
+        if self.world == 1:
+            return flag
+        t = torch.tensor([int(flag)], device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            self.dist.barrier()
 
 
 def train_lapt(
@@ -332,7 +371,10 @@ def train_lapt(
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ranks = _Ranks()
+    device = ranks.device
+    if not ranks.main:
+        log = lambda _msg: None  # noqa: E731 - one log, from rank 0
     if cfg["bf16"] == "auto":
         bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     else:
@@ -340,11 +382,19 @@ def train_lapt(
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # fp32 master weights; bf16 only inside autocast. The output keeps the input dtype.
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    saved_dtype = getattr(model.config, "dtype", None) or torch.float32
+    lora = cfg["lora"]
+    model = lora_mod.load_base(model_dir, lora, device)
+    saved_dtype = getattr(AutoConfig.from_pretrained(model_dir), "dtype", None) or torch.float32
     if isinstance(saved_dtype, str):
         saved_dtype = getattr(torch, saved_dtype)
-    model.to(device).train()
+    embeddings = lora_mod.embedding_params(model)
+    if lora is not None:
+        torch.manual_seed(seed)  # the adapters' initialisation comes from the seed
+        model = lora_mod.add_adapters(model, lora)
+    # The parameters this run trains (all, or adapters + embeddings for LoRA), in a
+    # fixed order for the optimizer state of a resumed run.
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
     max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
         model.config, "n_positions", None
     )
@@ -377,6 +427,11 @@ def train_lapt(
     )
     warmup = warmup_steps(total, float(cfg["warmup_ratio"]))
     accum = glob // micro
+    if accum % ranks.world:
+        raise ValueError(
+            f"{accum} micro batches per step (global_batch_size {glob} / micro_batch_size "
+            f"{micro}) do not split evenly over {ranks.world} processes"
+        )
     eval_at: dict[int, list[float]] = {}
     for frac in cfg["eval_fractions"]:
         eval_at.setdefault(min(total, max(1, round(frac * total))), []).append(float(frac))
@@ -384,7 +439,7 @@ def train_lapt(
 
     # -- optimizer over every parameter (tied ones once), in a fixed order for resuming
     optimizer = torch.optim.AdamW(
-        list(model.parameters()), lr=float(cfg["lr"]), betas=tuple(cfg["adam_betas"]),
+        params, lr=float(cfg["lr"]), betas=tuple(cfg["adam_betas"]),
         eps=float(cfg["adam_eps"]), weight_decay=float(cfg["weight_decay"]),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -412,17 +467,26 @@ def train_lapt(
             raise CheckpointError(f"resume checkpoint {ckpt}: inconsistent data position")
         log(f"[lapt] resuming from {ckpt} at step {step}/{total}")
     # Rewind the metrics to the checkpoint: lines of steps after it will be redone.
-    with atomic_path(metrics_file) as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"[lapt] {n_params:,} parameters; {n_target} target + {len(replay)} replay blocks of "
+    if ranks.main:
+        with atomic_path(metrics_file) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    n_params = sum(p.numel() for p in params)
+    log(f"[lapt] {n_params:,} trained parameters{' (LoRA)' if lora else ''}"
+        f"{f' on {ranks.world} processes' if ranks.world > 1 else ''}; "
+        f"{n_target} target + {len(replay)} replay blocks of "
         f"{length}; {total} steps x {glob} sequences ({accum} x {micro}), warmup {warmup}, "
         f"{'bf16' if bf16 else 'fp32'} on {device.type}")
 
     def record(rec: dict[str, Any]) -> None:
         records.append(rec)
-        with open(metrics_file, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec) + "\n")
+        if ranks.main:
+            with open(metrics_file, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec) + "\n")
+
+    def save_checkpoint() -> None:
+        if ranks.main:
+            _save_checkpoint(ckpt, model, optimizer, scheduler, state_now())
+        ranks.barrier()
 
     def state_now() -> dict[str, Any]:
         return {"step": step, "sequences_seen": step * glob,
@@ -452,12 +516,12 @@ def train_lapt(
             n_rep = int((idx >= n_target).sum())
             counts["replay"] += n_rep
             counts["target"] += len(idx) - n_rep
-            _set_stage(model, step < emb_steps)
+            _set_stage(params, embeddings, step < emb_steps)
             lr = optimizer.param_groups[0]["lr"]
             optimizer.zero_grad(set_to_none=True)
             step_loss = 0.0
             try:
-                for k in range(accum):
+                for k in range(ranks.rank, accum, ranks.world):  # this rank's micro batches
                     ids = blocks[idx[k * micro : (k + 1) * micro]].to(device)
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                         loss = model(input_ids=ids, labels=ids).loss
@@ -471,10 +535,14 @@ def train_lapt(
                     f"smaller micro_batch_size (global_batch_size {glob} stays, reached by "
                     f"gradient accumulation)"
                 ) from exc
+            if ranks.world > 1:  # sum over ranks = the one-process gradient and loss
+                total_loss = torch.tensor([step_loss], dtype=torch.float64, device=device)
+                ranks.sum_([p.grad for p in params if p.grad is not None] + [total_loss])
+                step_loss = float(total_loss.item())
             if not math.isfinite(step_loss):
                 raise FloatingPointError(f"non-finite train loss at step {step + 1}")
             torch.nn.utils.clip_grad_norm_(
-                [p for p in model.parameters() if p.grad is not None], float(cfg["max_grad_norm"])
+                [p for p in params if p.grad is not None], float(cfg["max_grad_norm"])
             )
             optimizer.step()
             scheduler.step()
@@ -498,12 +566,12 @@ def train_lapt(
                 ev = _evaluate(model, valid, micro, cfg["eval_batches"], device, bf16)
                 record({"step": step, "eval_loss": ev, "fraction": frac})
                 log(f"[lapt] eval at {frac:.0%} (step {step}): loss {ev:.4f}")
-            if step < total and preempt.is_set():
-                _save_checkpoint(ckpt, model, optimizer, scheduler, state_now())
+            if step < total and ranks.any(preempt.is_set()):
+                save_checkpoint()
                 log(f"[lapt] SIGTERM: checkpoint saved at step {step} in {ckpt}; stopping")
                 raise Preempted(step, ckpt)
             if step < total and step % max(1, int(cfg["checkpoint_every"])) == 0:
-                _save_checkpoint(ckpt, model, optimizer, scheduler, state_now())
+                save_checkpoint()
             overhead_s += time.perf_counter() - t_extra
             if stop_after_steps is not None and step >= stop_after_steps and step < total:
                 log(f"[lapt] stop_after_steps: stopping at step {step} without a checkpoint")
@@ -528,6 +596,11 @@ def train_lapt(
         **{k: v for k, v in final.items() if k != "final"}, "seed": seed, "config": cfg,
     }
     model.eval()
+    if lora is not None:
+        model = lora_mod.merge(model, model_dir, lora)
+    if not ranks.main:
+        ranks.barrier()
+        return summary
     with atomic_path(out_dir, directory=True) as tmp:
         model.to(saved_dtype).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -538,6 +611,49 @@ def train_lapt(
         import shutil
 
         shutil.rmtree(ckpt)  # the final model supersedes it
+    ranks.barrier()
     log(f"[lapt] done: {step} steps, final train loss {final['final_train_loss']:.4f}, "
         f"{final['tokens_per_s']:,.0f} tok/s, wrote {out_dir}")
     return summary
+
+
+# ---------------------------------------------------------------- multi-process entry point
+
+
+def launch_command(spec_file: str | Path, processes: int, port: int = 29500) -> list[str]:
+    """``accelerate launch`` of :func:`main` on ``processes`` processes (one per GPU).
+
+    ``--multi_gpu`` is accelerate's distributed launcher (it sets RANK, WORLD_SIZE,
+    ...); without CUDA the ranks talk over gloo, which is how the tests run it.
+    """
+    import sys
+
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+            "--num_processes", str(processes), "--num_machines", "1",
+            "--main_process_port", str(port),
+            "--mixed_precision", "no", "--dynamo_backend", "no",
+            "-m", "embtransfer.lapt", str(spec_file)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m embtransfer.lapt spec.json``: train_lapt with the spec's arguments.
+
+    The spec holds model_dir, train_file, valid_file, out_dir, cfg, seed, work_dir.
+    """
+    import sys
+
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 1:
+        raise SystemExit("usage: python -m embtransfer.lapt SPEC.json")
+    spec = json.loads(Path(args[0]).read_text())
+    train_lapt(spec["model_dir"], spec["train_file"], spec["valid_file"], spec["out_dir"],
+               spec["cfg"], int(spec["seed"]), work_dir=spec.get("work_dir"),
+               log=lambda msg: print(msg, flush=True))
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
