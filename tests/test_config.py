@@ -108,3 +108,22 @@ def test_unknown_method_lists_the_known_ones():
     config["transfer"] = {"methods": ["salt", "salty"]}
     with pytest.raises(ConfigError, match="transfer.methods.1: 'salty' is not one of.*'focus'"):
         validate_config(config)
+
+
+def test_lapt_selection_names_a_bad_key():
+    config = fresh()
+    config["lapt"] = {"select": [{"methods": ["salt", "nosuch"]}]}
+    with pytest.raises(ConfigError, match=r"lapt\.select\.0\.methods: \[.nosuch.\] unknown"):
+        validate_config(config)
+
+
+def test_lapt_selection_is_a_union_of_products():
+    from embtransfer.grid import lapt_runs, transfer_runs
+
+    config = validate_config(fresh())
+    runs = lapt_runs(config)
+    expected = [r for r in transfer_runs(config) if r.source == "llama_mini"
+                and (r.target.startswith("gpt2_") or r.method == "salt")]
+    assert runs == expected
+    config["lapt"]["enabled"] = False
+    assert lapt_runs(config) == []

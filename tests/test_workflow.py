@@ -42,6 +42,14 @@ def small_config() -> dict:
     config["transfer"] = {"methods": ["salt", "focus", "wechsel", "clp_plus", "subword_mean",
                                       "random"]}
     config["zeroshot"] = {"max_length": 64, "max_lines": 200}
+    # Two short LAPT runs (one GPU-declared job each, on CPU here).
+    config["lapt"] = {
+        "select": [{"sources": ["llama_mini"], "targets": ["gpt2_ar_mini"],
+                    "methods": ["salt", "random"]}],
+        "max_length": 32, "lr": 1e-3, "global_batch_size": 8, "micro_batch_size": 4,
+        "max_steps": 6, "log_every": 1, "checkpoint_every": 2, "eval_batches": 2,
+        "gpus": 1, "mem_mb": 2000, "runtime": 10,
+    }
     config["fasttext"]["word"]["epoch"] = 3
     config["fasttext"]["token"]["epoch"] = 3
     config["fasttext"]["token"]["min_count"] = 3
@@ -55,6 +63,8 @@ def copy_workflow(dest: Path) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "config", dest / "config")
     shutil.copytree(REPO / "envs", dest / "envs")
+    if (REPO / "resources" / "reference").is_dir():  # the paper's numbers, for the report
+        shutil.copytree(REPO / "resources" / "reference", dest / "resources" / "reference")
     return dest
 
 
@@ -328,3 +338,35 @@ def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):
     assert len(table[table["method"] != "source_model"]) == n_pairs * len(methods)
     assert table["bits_per_byte"].notna().all() and (table["bits_per_byte"] > 0).all()
     assert "## Methods ranked" in (results / "tables" / "zeroshot.md").read_text()
+
+
+def test_lapt_jobs_declare_a_gpu_and_write_metrics_and_checkpoints(workflow_run):
+    from transformers import AutoModelForCausalLM
+
+    workdir, config = workflow_run
+    targets = [f"results/lapt/ar_mini/llama_mini/gpt2_ar_mini/{m}.metrics.jsonl"
+               for m in ("salt", "random")]
+    out = snakemake(workdir, "-n", "--forceall", *targets)
+    # Each planned job is printed as "rule lapt:" and its indented fields.
+    lapt_jobs = re.findall(r"^rule lapt:\n((?:    .*\n)+)", out.stdout + out.stderr, re.M)
+    assert len(lapt_jobs) == 2
+    for block in lapt_jobs:
+        assert re.search(r"resources:.*\bgpu=1\b", block, re.S), block
+    snakemake(workdir, "--cores", "2", *targets)  # no-op when an earlier test ran them
+    for method in ("salt", "random"):
+        base = workdir / "results" / "lapt" / "ar_mini" / "llama_mini" / "gpt2_ar_mini"
+        metrics = (base / f"{method}.metrics.jsonl").read_text().splitlines()
+        lines = [json.loads(x) for x in metrics]
+        train = [r for r in lines if "train_loss" in r]
+        assert [r["step"] for r in train] == list(range(1, 7))
+        assert sorted(r["fraction"] for r in lines if "eval_loss" in r) == [0.3, 0.6, 0.9]
+        final = lines[-1]
+        assert final["final"] and final["step"] == 6 and final["tokens_per_s"] > 0
+        assert final["peak_memory_bytes"] > 0
+        summary = json.loads((base / method / "lapt.json").read_text())
+        assert summary["total_steps"] == 6 and summary["config"]["lr"] == 1e-3
+        assert not (base / f"{method}.work").exists()  # the resume state is cleaned up
+        AutoModelForCausalLM.from_pretrained(base / method)
+        log = (workdir / "results" / "logs" / "lapt" / "ar_mini" / "llama_mini" / "gpt2_ar_mini"
+               / f"{method}.log").read_text()
+        assert "eta" in log and "done: 6 steps" in log

@@ -128,6 +128,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_references(config)
     check_transfer(config)
+    check_lapt(config)
     from embtransfer.evaluation.config_check import check_evaluation
 
     check_evaluation(config)
@@ -237,6 +238,33 @@ def check_transfer(config: dict[str, Any]) -> None:
                 f"config key languages.{lang}.dictionary: type 'world' needs a miniature-world "
                 "language (corpus type mini)",
             )
+
+
+def check_lapt(config: dict[str, Any]) -> None:
+    """LAPT selections name known keys (typos are errors; a defined key outside the grid
+    selects nothing); the replay language exists."""
+    from embtransfer.method_catalog import METHODS
+
+    lapt = config["lapt"]
+    known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
+             "methods": sorted(METHODS)}
+    for i, group in enumerate(lapt["select"]):
+        for key, allowed in known.items():
+            unknown = sorted(set(group.get(key) or []) - set(allowed))
+            _require(
+                not unknown,
+                f"config key lapt.select.{i}.{key}: {unknown} unknown (known: "
+                f"{', '.join(allowed)})",
+            )
+    replay = lapt.get("replay")
+    if replay:
+        lang = replay.get("language") or config.get("source_language")
+        _require(
+            lang in config["languages"],
+            f"config key lapt.replay.language: the replay text's language must be a key of "
+            f"languages (or set source_language), got {lang!r}",
+        )
+        replay["language"] = lang
 
 
 # -- accessors used by the Snakefile and scripts ---------------------------------------

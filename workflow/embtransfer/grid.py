@@ -28,19 +28,19 @@ def transfer_runs(config: dict[str, Any]) -> list[Run]:
 
 
 def lapt_runs(config: dict[str, Any]) -> list[Run]:
-    """The transferred checkpoints that are trained further (``lapt.sources/targets/methods``;
-    null selects all). Empty when LAPT is disabled."""
+    """The transferred checkpoints that are trained further: the union of ``lapt.select``'s
+    groups (each a product of sources x targets x methods; null = all), in grid order.
+    Empty when LAPT is disabled."""
     lapt = config.get("lapt", {})
     if not lapt.get("enabled", True):
         return []
+    groups = lapt.get("select") or [{}]
 
-    def keep(value: str, key: str) -> bool:
-        chosen = lapt.get(key)
-        return chosen is None or value in chosen
+    def chosen(run: Run, group: dict[str, Any]) -> bool:
+        return all(
+            group.get(key) is None or value in group[key]
+            for key, value in (("sources", run.source), ("targets", run.target),
+                               ("methods", run.method))
+        )
 
-    return [
-        run
-        for run in transfer_runs(config)
-        if keep(run.source, "sources") and keep(run.target, "targets")
-        and keep(run.method, "methods")
-    ]
+    return [run for run in transfer_runs(config) if any(chosen(run, g) for g in groups)]

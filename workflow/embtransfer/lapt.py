@@ -657,3 +657,19 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def settings_from_config(section: dict[str, Any], threads: int | None,
+                         replay_file: str | None) -> dict[str, Any]:
+    """:func:`train_lapt`'s settings from the config's ``lapt`` section."""
+    cfg = {k: section[k] for k in DEFAULT_LAPT if k in section and k not in ("replay", "lora")}
+    if section.get("variant") == "lora":
+        lora = dict(section.get("lora") or {})
+        cfg["lr"] = lora.pop("lr", 1e-4)
+        cfg["lora"] = lora
+    if section.get("replay"):
+        if replay_file is None:
+            raise ValueError("lapt.replay is set but no replay text was given")
+        cfg["replay"] = {"file": str(replay_file), "ratio": float(section["replay"]["ratio"])}
+    cfg["threads"] = threads
+    return lapt_config(cfg)
