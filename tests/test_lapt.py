@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from embtransfer.lapt import (
@@ -278,3 +279,24 @@ def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
     wa, wb = _weights(one), _weights(two)
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)
+
+
+def test_settings_from_the_config_section():
+    from embtransfer.config import validate_config
+    from embtransfer.lapt import settings_from_config
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+                            .read_text())
+    config["lapt"].update(variant="lora", replay={"ratio": 0.25},
+                          lora={"r": 4, "lr": 3e-4})
+    section = validate_config(config)["lapt"]
+    assert section["replay"]["language"] == "en_mini"  # the source language by default
+    cfg = settings_from_config(section, 2, "en.txt")
+    assert cfg["lr"] == 3e-4  # LoRA's own learning rate
+    assert cfg["lora"] == {"r": 4, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear",
+                           "train_embeddings": True, "int8": False}
+    assert cfg["replay"] == {"file": "en.txt", "ratio": 0.25}
+    assert cfg["threads"] == 2 and cfg["max_length"] == section["max_length"]
+    section["variant"] = "full"
+    full = settings_from_config(section, 2, "en.txt")
+    assert full["lora"] is None and full["lr"] == section["lr"]
