@@ -1,0 +1,506 @@
+"""The report: paper tables from fixture results, paper numbers beside ours, Figure 2.
+
+Fixtures (tests/fixtures/report/): ``config.yaml`` (a paper setting: de with a hub
+google/gemma-2b and GPT/BERT PLMs, and a miniature language), ``results/`` (evaluation
+JSONs, LAPT metrics files, coverage JSONs, some deliberately absent or incomplete) and
+``expected/table{N}.md`` (the tables they must give, checked by eye against the paper's
+CSV).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from embtransfer.config import ConfigError, _with_defaults
+from embtransfer.report.build import (
+    TABLE_NUMBERS,
+    Inputs,
+    build_tables,
+    config_subset,
+    output_names,
+    write_report,
+)
+from embtransfer.report.check import check_report
+from embtransfer.report.figures import draw_figure2, loss_curves
+from embtransfer.report.paper import PaperNames, primary_target
+from embtransfer.report.records import (
+    eval_path_identity,
+    read_coverage,
+    read_eval_records,
+    read_lapt_metrics,
+    read_reference,
+)
+from embtransfer.tables import MalformedResultError
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "report"
+REFERENCE = REPO / "resources" / "reference" / "salt_paper_tables.csv"
+
+
+def fixture_config() -> dict:
+    return yaml.safe_load((FIXTURES / "config.yaml").read_text())
+
+
+#: The tasks the fixture evaluation plans per language.
+TASKS = {"de": ["arc", "hellaswag", "truthfulqa", "belebele", "mlqa", "mlqa_en", "mlqa_en_de",
+                "mlqa_de_en"],
+         "ar_mini": ["facts", "facts_en"]}
+
+
+def fixture_inputs(root: Path = FIXTURES, config: dict | None = None,
+                   planned: bool = True) -> Inputs:
+    """The input lists the report rule would get, relative to ``root`` (the working dir).
+
+    ``planned``: every run of the grid (every method x target PLM x task, at the lapt stage)
+    is listed, whether its file exists or not, as the rule lists what the workflow makes;
+    otherwise only the files present.
+    """
+    config = config or fixture_config()
+    results = root / "results"
+    runs = [(lang, s, t, m) for lang, plms in config["targets"].items()
+            for s in config["sources"] for t in plms for m in config["transfer"]["methods"]]
+    evaluation = {str(p.relative_to(root)) for p in results.glob("eval/**/*.json")}
+    lapt = {str(p.relative_to(root)) for p in results.glob("lapt/**/*.metrics.jsonl")}
+    if planned:
+        evaluation |= {f"results/eval/lapt/{lang}/{s}/{t}/{m}/{task}.json"
+                       for lang, s, t, m in runs for task in TASKS[lang]}
+        lapt |= {f"results/lapt/{lang}/{s}/{t}/{m}.metrics.jsonl" for lang, s, t, m in runs}
+    return Inputs(
+        evaluation=sorted(evaluation),
+        lapt=sorted(lapt),
+        coverage=sorted(f"results/overlap/{s}/{t}.coverage.json"
+                        for _, s, t, _ in runs),
+        reference=str(REFERENCE),
+    )
+
+
+@pytest.fixture
+def in_fixtures(monkeypatch):
+    monkeypatch.chdir(FIXTURES)
+    return FIXTURES
+
+
+@pytest.fixture
+def fixture_copy(tmp_path, monkeypatch):
+    """A writable copy of the fixture results, as the working directory."""
+    shutil.copytree(FIXTURES / "results", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def cell(table, column: str, **keys) -> str:
+    frame = table.wide()
+    for key, value in keys.items():
+        frame = frame[frame[key] == value]
+    assert len(frame) == 1, (keys, frame)
+    return frame[column].iloc[0]
+
+
+# -- exact text ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", TABLE_NUMBERS)
+def test_tables_from_fixtures_equal_the_expected_text(in_fixtures, number):
+    tables, *_ = build_tables(fixture_config(), fixture_inputs())
+    expected = (FIXTURES / "expected" / f"table{number}.md").read_text()
+    assert tables[number].markdown() == expected
+
+
+def test_written_outputs_are_the_tables_and_a_real_png(in_fixtures, tmp_path):
+    outputs = output_names(str(tmp_path / "report"))
+    tables, curves = write_report(fixture_config(), fixture_inputs(), outputs, dpi=50)
+    combined = Path(outputs["report_md"]).read_text()
+    for number in TABLE_NUMBERS:
+        text = Path(outputs[f"table{number}_md"]).read_text()
+        assert text == (FIXTURES / "expected" / f"table{number}.md").read_text()
+        body = text.split("\n", 1)[1]  # the same table under a level-2 heading
+        assert f"## Table {number}:" in combined and body.strip() in combined
+    assert "![Figure 2](figure2.png)" in combined
+    # CSV: long, one line per cell, numbers as numbers, status and paper value beside.
+    import pandas as pd
+
+    csv = pd.read_csv(outputs["table1_csv"])
+    assert list(csv.columns) == ["table", "stage", "lang", "source", "target", "method",
+                                 "eval language", "metric", "value", "status", "paper_value",
+                                 "comparable"]
+    line = csv[(csv.source == "gemma") & (csv.method == "salt") & (csv.target == "gpt2_de")
+               & (csv.metric == "ARC")].iloc[0]
+    assert (line.value, line.status, line.paper_value, bool(line.comparable)) == (
+        30.5, "ok", 30.8, True)
+    lacking = csv[(csv.source == "llama_mini") & (csv.method == "focus") & (csv.lang == "de")]
+    assert set(lacking.status) == {"missing"} and lacking.value.isna().all()
+    # Figure 2: a PNG of the configured size (2 x 2 panels of 6 x 4 inches at 50 dpi).
+    png = Path(outputs["figure2"]).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (2 * 6 * 50, 2 * 4 * 50)
+    assert len(png) > 5000
+    assert set(curves) == {("de", "llama_mini"), ("de", "gemma"), ("ar_mini", "llama_mini"),
+                           ("ar_mini", "gemma")}
+    # Nothing half-written is left beside the outputs.
+    assert not [p for p in (tmp_path / "report").iterdir() if p.name.startswith(".")]
+
+
+# -- the paper's numbers beside ours exactly where the setting matches ------------------------
+
+
+def test_paper_values_stand_beside_exactly_the_matching_settings(in_fixtures):
+    tables, *_ = build_tables(fixture_config(), fixture_inputs())
+    t1 = tables[1]
+    # gemma = google/gemma-2b -> Gemma; de; gpt2_de (dbmdz/german-gpt2) -> GPT; salt -> SALT.
+    de = {"lang": "de", "target": "gpt2_de", "stage": "lapt"}
+    assert cell(t1, "ARC", source="gemma", method="salt", **de) == "30.50"
+    assert cell(t1, "ARC (paper)", source="gemma", method="salt", **de) == "30.80"
+    assert cell(t1, "Avg (paper)", source="gemma", method="focus", **de) == "29.82"
+    # A miniature source model is not the paper's, nor is a miniature language.
+    assert cell(t1, "ARC (paper)", source="llama_mini", method="salt", lang="de") == (
+        "not comparable")
+    assert cell(t1, "Avg (paper)", source="gemma", method="salt", lang="ar_mini",
+                target="gpt2_ar_mini", **{"eval language": "target"}) == "not comparable"
+    # The untouched source model is not a row of the paper's table.
+    assert cell(t1, "ARC (paper)", stage="source") == "not comparable"
+    # No paper column for a metric the paper does not have.
+    assert "Facts acc (paper)" not in t1.wide().columns
+    # Table 2: the evaluation language is part of the setting.
+    t2 = tables[2]
+    assert cell(t2, "MLQA EM (paper)", source="gemma", method="salt", lang="de",
+                **{"eval language": "target"}) == "28.07"
+    assert cell(t2, "MLQA EM (paper)", source="gemma", method="salt", lang="de",
+                **{"eval language": "english"}) == "40.02"
+    # Table 4/5: the architecture is part of the setting (BERT's numbers for bert_de).
+    assert cell(tables[4], "ARC (paper)", source="gemma", target="bert_de") == "30.37"
+    assert cell(tables[5], "eval loss @30% steps (paper)", source="gemma",
+                target="bert_de") == "2.8100"
+    assert cell(tables[6], "coverage % (paper)", source="gemma", target="gpt2_de") == "58.40"
+    # The paper's Table 6 is GPT only.
+    assert cell(tables[6], "copied (paper)", source="gemma", target="bert_de") == (
+        "not comparable")
+
+
+def test_paper_names_from_config_decide_what_is_comparable(in_fixtures):
+    config = fixture_config()
+    config["report"]["paper_names"] = {"sources": {"llama_mini": "XGLM", "gemma": None}}
+    tables, *_ = build_tables(config, fixture_inputs())
+    t1 = tables[1]
+    assert cell(t1, "ARC (paper)", source="llama_mini", method="salt", lang="de") == "25.49"
+    assert cell(t1, "ARC (paper)", source="gemma", method="salt", stage="lapt",
+                target="gpt2_de") == "not comparable"
+    # Exact matching is not the paper's overlap: Table 6 shows no paper numbers.
+    config["overlap"] = {"match": "exact"}
+    tables, *_ = build_tables(config, fixture_inputs())
+    assert not any(c.endswith("(paper)") for c in tables[6].wide().columns)
+    assert "No row of this table has the paper's setting" in tables[6].markdown()
+
+
+def test_the_miniature_world_shows_no_paper_numbers(in_fixtures):
+    config = fixture_config()
+    config["models"]["gemma"] = {"type": "mini", "family": "gemma", "language": "en_mini"}
+    tables, *_ = build_tables(config, fixture_inputs())
+    for table in tables.values():
+        assert not any(c.endswith("(paper)") for c in table.wide().columns)
+        assert "not comparable" not in table.markdown()
+
+
+def test_transfer_stage_rows_are_shown_but_never_compared(in_fixtures):
+    config = fixture_config()
+    config["report"]["stages"] = ["transfer", "lapt"]
+    tables, *_ = build_tables(config, fixture_inputs())
+    t1 = tables[1]
+    kw = {"source": "gemma", "method": "salt", "target": "gpt2_de", "lang": "de"}
+    assert cell(t1, "ARC", stage="transfer", **kw) == "20.00"
+    assert cell(t1, "ARC (paper)", stage="transfer", **kw) == "not comparable"
+    assert cell(t1, "ARC (paper)", stage="lapt", **kw) == "30.80"
+
+
+def test_a_knowledge_score_in_english_is_a_row_of_its_own(in_fixtures):
+    tables, *_ = build_tables(fixture_config(), fixture_inputs())
+    kw = {"lang": "ar_mini", "source": "gemma", "method": "salt", "target": "gpt2_ar_mini"}
+    assert cell(tables[1], "Facts acc", **kw, **{"eval language": "target"}) == "55.00"
+    assert cell(tables[1], "Facts acc", **kw, **{"eval language": "english"}) == "70.00"
+
+
+def test_default_stages_follow_the_evaluation_and_lapt_config():
+    from embtransfer.report.tables import report_stages
+
+    assert report_stages({}) == ["transfer", "lapt"]
+    assert report_stages({"evaluation": {"stages": ["source", "lapt"]}}) == ["lapt"]
+    assert report_stages({"lapt": {"enabled": False}}) == ["transfer"]
+    assert report_stages({"report": {"stages": ["lapt"]}, "lapt": {"enabled": False}}) == [
+        "lapt"]
+
+
+def test_rows_are_the_runs_the_workflow_plans(in_fixtures):
+    """Runs the rule does not list (not evaluated / not trained here) are no rows at all."""
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(planned=False))
+    t1 = tables[1].wide()
+    assert not len(t1[(t1.source == "llama_mini") & (t1.method == "focus") & (t1.lang == "de")])
+    assert "missing" not in set(t1[t1.lang == "de"]["ARC"])
+    t8 = tables[8].wide()
+    assert list(t8.source + "/" + t8.target + "/" + t8.method) == [
+        "gemma/gpt2_de/salt", "gemma/gpt2_de/focus", "gemma/bert_de/salt",
+        "llama_mini/gpt2_ar_mini/salt", "gemma/gpt2_ar_mini/salt"]
+    # A listed run without its final line is still reported as missing.
+    assert cell(tables[8], "final train loss", source="gemma", target="gpt2_ar_mini") == (
+        "missing")
+    # No evaluation planned at all: Tables 1-4 have no rows, and say so.
+    config = fixture_config()
+    inputs = fixture_inputs(planned=False)
+    inputs.evaluation = []
+    tables, *_ = build_tables(config, inputs)
+    assert "(no rows: nothing configured)" in tables[1].markdown()
+
+
+def test_paper_names_defaults():
+    config = fixture_config()
+    names = PaperNames.from_config(config)
+    assert names.sources == {"llama_mini": None, "gemma": "Gemma"}
+    assert names.languages == {"de": "de", "ar_mini": None}
+    assert names.architectures["gpt2_de"] == "GPT" and names.architectures["bert_de"] == "BERT"
+    assert names.architectures["gpt2_ar_mini"] == "GPT"
+    assert names.methods["salt"] == "SALT" and names.methods["multivariate"] == "Multivariate"
+    assert primary_target(config, names, "de") == "gpt2_de"
+    # Every method name the paper uses is one our defaults produce.
+    paper_methods = {key[3] for key in read_reference(REFERENCE)}
+    assert paper_methods <= set(names.methods.values())
+    # A hub T5 is found by its name; the paper's PLMs all are.
+    for repo, arch in [("GermanT5/t5-efficient-gc4-german-base-nl36", "T5"),
+                       ("vinai/phobert-base-v2", "BERT"), ("aubmindlab/aragpt2-medium", "GPT"),
+                       ("UBC-NLP/AraT5v2-base-1024", "T5"), ("VietAI/vit5-base", "T5")]:
+        config["models"]["gpt2_de"] = {"type": "hub", "repo_id": repo, "revision": "x"}
+        assert PaperNames.from_config(config).architectures["gpt2_de"] == arch
+
+
+# -- missing and malformed results --------------------------------------------------------------
+
+
+def test_a_missing_result_is_reported_as_missing(fixture_copy):
+    (fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json").unlink()
+    (fixture_copy / "results/lapt/de/gemma/gpt2_de/salt.metrics.jsonl").unlink()
+    (fixture_copy / "results/overlap/gemma/gpt2_de.coverage.json").unlink()
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
+    t1 = tables[1]
+    kw = {"source": "gemma", "method": "salt", "target": "gpt2_de", "stage": "lapt"}
+    assert cell(t1, "HellaSwag", **kw) == "missing"
+    assert cell(t1, "Avg", **kw) == "missing"  # never an average of what is there
+    assert cell(t1, "ARC", **kw) == "30.50"
+    assert cell(t1, "HellaSwag (paper)", **kw) == "42.58"  # the paper's number still shown
+    assert ("HellaSwag (no result file: results/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json)"
+            in t1.markdown())
+    assert cell(tables[8], "final train loss", source="gemma", method="salt",
+                target="gpt2_de") == "missing"
+    assert "no LAPT metrics file (results/lapt/de/gemma/gpt2_de/salt.metrics.jsonl)" in (
+        tables[8].markdown())
+    assert cell(tables[6], "copied", source="gemma", target="gpt2_de") == "missing"
+    assert "results/overlap/gemma/gpt2_de.coverage.json" in tables[6].markdown()
+
+
+def test_no_results_at_all_gives_tables_of_missing_cells(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = fixture_config()
+    inputs = fixture_inputs(tmp_path)  # every planned file absent
+    outputs = output_names(str(tmp_path / "report"))
+    tables, curves = write_report(config, inputs, outputs, dpi=30)
+    assert cell(tables[1], "missing", source="gemma", lang="de", method="salt") == "missing"
+    assert "no knowledge results for de at all" in tables[1].markdown()
+    assert all(not panel for panel in curves.values())
+    assert Path(outputs["figure2"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_score_a_file_lacks_names_the_file(fixture_copy):
+    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
+    record = json.loads(path.read_text())
+    record["scores"] = {"MLQA EM": 18.0}
+    path.write_text(json.dumps(record))
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
+    assert cell(tables[2], "MLQA F1", source="gemma", method="focus", lang="de",
+                **{"eval language": "target"}) == "missing"
+    assert ("MLQA F1 (not in results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json)"
+            in tables[2].markdown())
+
+
+@pytest.mark.parametrize("content", [
+    "{not json",
+    json.dumps({"kind": "knowledge", "scores": {"ARC": "high"}}),
+    json.dumps({"kind": "knowledge", "scores": {}}),
+    json.dumps({"kind": "quiz", "scores": {"ARC": 1.0}}),
+    json.dumps({"kind": "knowledge"}),
+    json.dumps({"kind": "knowledge", "stage": "during", "scores": {"ARC": 1.0}}),
+])
+def test_a_malformed_evaluation_file_is_named(fixture_copy, content):
+    path = "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
+    (fixture_copy / path).write_text(content)
+    with pytest.raises(MalformedResultError, match=path):
+        build_tables(fixture_config(), fixture_inputs(fixture_copy))
+
+
+def test_an_evaluation_file_outside_the_path_pattern_needs_its_identity(tmp_path):
+    path = tmp_path / "somewhere" / "arc.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"kind": "knowledge", "scores": {"ARC": 1.0}}))
+    with pytest.raises(MalformedResultError, match=str(path)):
+        read_eval_records([path])
+
+
+def test_two_files_with_one_score_for_one_run_are_named(fixture_copy):
+    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc2.json"
+    shutil.copy(fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json", path)
+    with pytest.raises(MalformedResultError, match="arc2.json"):
+        build_tables(fixture_config(), fixture_inputs(fixture_copy))
+
+
+def test_malformed_lapt_coverage_and_reference_files_are_named(fixture_copy, tmp_path):
+    lapt = fixture_copy / "results/lapt/de/gemma/gpt2_de/salt.metrics.jsonl"
+    lines = lapt.read_text().splitlines()
+    lapt.write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
+    with pytest.raises(MalformedResultError, match=rf"{lapt}, line 2"):
+        read_lapt_metrics(lapt)
+    lapt.write_text(json.dumps({"step": 1, "train_loss": None}) + "\n")
+    with pytest.raises(MalformedResultError, match=str(lapt)):
+        read_lapt_metrics(lapt)
+    cov = fixture_copy / "results/overlap/gemma/gpt2_de.coverage.json"
+    cov.write_text(json.dumps({"copied": 3}))
+    with pytest.raises(MalformedResultError, match=str(cov)):
+        read_coverage(cov)
+    ref = tmp_path / "ref.csv"
+    ref.write_text("table,source_model,metric,value\n1,Gemma,ARC,2\n")
+    with pytest.raises(MalformedResultError, match=str(ref)):
+        read_reference(ref)
+    ref.write_text(REFERENCE.read_text().replace("24.72", "n/a", 1))
+    with pytest.raises(MalformedResultError, match=rf"{ref}, line 2"):
+        read_reference(ref)
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+def test_identity_comes_from_the_file_else_from_the_path(in_fixtures):
+    records, absent = read_eval_records([
+        "results/eval/lapt/de/gemma/gpt2_de/focus/arc.json",  # no identity keys inside
+        "results/eval/source/de/gemma/arc.json",
+        "results/eval/lapt/de/gemma/gpt2_de/focus/nothing.json",
+    ])
+    assert absent == ["results/eval/lapt/de/gemma/gpt2_de/focus/nothing.json"]
+    focus, source = records
+    assert (focus.stage, focus.lang, focus.source, focus.target, focus.method, focus.task) == (
+        "lapt", "de", "gemma", "gpt2_de", "focus", "arc")
+    assert (source.stage, source.target, source.method) == ("source", None, None)
+    assert eval_path_identity("x/results/eval/source/vi/s/t.json")["stage"] == "source"
+    assert eval_path_identity("elsewhere/t.json") == {}
+
+
+def test_lapt_metrics_are_parsed_into_curve_evals_and_final(in_fixtures):
+    run = read_lapt_metrics("results/lapt/de/gemma/bert_de/salt.metrics.jsonl")
+    assert (run.lang, run.source, run.target, run.method) == ("de", "gemma", "bert_de", "salt")
+    assert run.train[0] == (10, 5.2) and len(run.train) == 10
+    assert run.evals == {0.3: 3.5, 0.6: 3.1}
+    assert run.final["final_train_loss"] == 2.85
+
+
+# -- Figure 2 -------------------------------------------------------------------------------------
+
+
+def test_figure2_plots_what_the_metrics_files_say(in_fixtures):
+    from embtransfer.report.records import read_lapt_runs
+    from embtransfer.report.tables import Grid
+
+    config = fixture_config()
+    runs, _ = read_lapt_runs(fixture_inputs().lapt)
+    grid, names = Grid.from_config(config), PaperNames.from_config(config)
+    curves = loss_curves(runs, grid, names, config)
+    # Only the language's GPT target PLM; bert_de's run is not in the figure.
+    assert curves[("de", "gemma")]["salt"] == (
+        list(range(10, 101, 10)), [5.0, 4.0, 3.5, 3.2, 3.0, 2.9, 2.8, 2.75, 2.7, 2.65])
+    assert curves[("de", "gemma")]["focus"][1][-1] == 3.0
+    assert curves[("de", "llama_mini")] == {}
+    assert curves[("ar_mini", "gemma")]["salt"] == ([10, 20, 30], [6.2, 5.1, 4.6])
+    fig = draw_figure2(curves, {"de": "gpt2_de", "ar_mini": "gpt2_ar_mini"}, grid.methods)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [
+        "de, llama_mini, target gpt2_de", "de, gemma, target gpt2_de",
+        "ar_mini, llama_mini, target gpt2_ar_mini", "ar_mini, gemma, target gpt2_ar_mini"]
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+             for line in axes[1].get_lines()}
+    assert lines == curves[("de", "gemma")]
+    assert not axes[0].get_lines() and "missing" in axes[0].texts[0].get_text()
+    # A method has one colour in every panel.
+    assert axes[1].get_lines()[0].get_color() == axes[2].get_lines()[0].get_color()
+
+
+# -- config ---------------------------------------------------------------------------------------
+
+
+def report_schema() -> dict:
+    return yaml.safe_load((REPO / "workflow" / "schemas" / "report.schema.yaml").read_text())
+
+
+def test_the_schema_fills_every_default_and_refuses_unknown_keys():
+    validator = _with_defaults(jsonschema.Draft202012Validator)(report_schema())
+    section: dict = {}
+    validator.validate(section)
+    assert section == {
+        "reference": "resources/reference/salt_paper_tables.csv", "stages": None,
+        "methods": None, "focus_method": "salt", "figure_dpi": 120,
+        "paper_names": {"sources": {}, "languages": {}, "architectures": {}, "methods": {}},
+    }
+    assert (REPO / section["reference"]).is_file()
+    for bad in ({"stage": ["lapt"]}, {"paper_names": {"sources": {"x": "Llama"}}},
+                {"stages": ["eval"]}):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(bad)
+
+
+def test_every_schema_key_is_described():
+    def walk(node, where="report"):
+        for key, sub in node.get("properties", {}).items():
+            assert sub.get("description"), f"{where}.{key} has no description"
+            walk(sub, f"{where}.{key}")
+
+    walk(report_schema())
+
+
+def test_the_default_config_has_a_valid_report_section():
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    section = copy.deepcopy(config.get("report", {}))
+    _with_defaults(jsonschema.Draft202012Validator)(report_schema()).validate(section)
+    config["report"] = section
+    config.setdefault("transfer", {"methods": ["salt"]})
+    check_report(config)
+
+
+def test_config_checks_name_the_key():
+    config = fixture_config()
+    config["report"]["methods"] = ["salt", "wechsel"]
+    with pytest.raises(ConfigError, match="report.methods"):
+        check_report(config)
+    config["report"] = {"focus_method": "ofa"}
+    with pytest.raises(ConfigError, match="report.focus_method"):
+        check_report(config)
+    config["report"] = {"paper_names": {"languages": {"fr": "de"}}}
+    with pytest.raises(ConfigError, match="report.paper_names.languages"):
+        check_report(config)
+
+
+def test_report_methods_select_and_order_the_rows(in_fixtures):
+    config = fixture_config()
+    config["report"]["methods"] = ["focus"]
+    tables, *_ = build_tables(config, fixture_inputs())
+    lapt_rows = tables[8].wide()
+    assert list(lapt_rows[lapt_rows.target == "gpt2_de"].method) == ["focus", "focus"]
+
+
+def test_the_rule_params_hold_only_what_the_report_reads():
+    config = fixture_config()
+    config["seed"] = 7
+    config["models"]["gemma"]["revision"] = "changed"
+    subset = config_subset(config)
+    assert "seed" not in subset
+    assert subset["models"]["gemma"] == {"type": "hub", "repo_id": "google/gemma-2b"}
+    assert PaperNames.from_config(subset) == PaperNames.from_config(config)

@@ -1,0 +1,111 @@
+"""Integration: the report rule and `snakemake --report` on fixture results.
+
+The workflow is copied to a temporary directory with the fixture results in its
+results/. The LAPT and evaluation stages' rule files are replaced by stubs that list
+the fixture files (their real rules would rebuild them from models), and only the report
+rule is allowed to run, so this takes seconds, not the whole DAG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "report"
+
+pytestmark = pytest.mark.slow
+
+EVALUATE_STUB = '''# test stub: the fixture evaluation files
+def all_evaluation():
+    return sorted(str(p) for p in Path("results/eval").rglob("*.json"))
+'''
+LAPT_STUB = '''# test stub: the fixture LAPT metrics files
+def all_lapt():
+    return []
+
+
+def all_lapt_metrics():
+    return sorted(str(p) for p in Path("results/lapt").rglob("*.metrics.jsonl"))
+'''
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--directory", str(workdir), "--snakefile",
+         str(workdir / "Snakefile"), "--allowed-rules", "report", *args],
+        capture_output=True, text=True, env=env, cwd=workdir,
+    )
+    assert proc.returncode == 0, f"snakemake {args} failed:\n{proc.stdout[-3000:]}\n" \
+                                 f"{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("report_wf")
+    shutil.copy(REPO / "Snakefile", work / "Snakefile")
+    for name in ("workflow", "config", "envs"):
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "resources" / "reference", work / "resources" / "reference")
+    (work / "workflow" / "rules" / "evaluate.smk").write_text(EVALUATE_STUB)
+    (work / "workflow" / "rules" / "lapt.smk").write_text(LAPT_STUB)
+    config = yaml.safe_load((FIXTURES / "config.yaml").read_text())
+    config["languages"] = {
+        "en_mini": {"corpus": {"type": "mini"}},
+        "ar_mini": {"corpus": {"type": "mini"}},
+        "de": {"corpus": {"type": "local", "train": "de.txt"}},
+    }
+    config["evaluation"] = {"tasks": []}  # the stub lists the fixtures instead
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    shutil.copytree(FIXTURES / "results", work / "results")
+    # Every coverage file the rule lists must exist for Snakemake (the fixtures leave one out).
+    (work / "results/overlap/llama_mini/bert_de.coverage.json").write_text(
+        json.dumps({"copied": 1, "initialized": 1, "coverage_pct": 50.0}))
+    snakemake(work, "--cores", "1", "report")
+    return work
+
+
+def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
+    from embtransfer.report.build import Inputs, build_tables
+
+    out = workdir / "results" / "report"
+    monkeypatch.chdir(workdir)
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    inputs = Inputs(
+        evaluation=sorted(str(p) for p in Path("results/eval").rglob("*.json")),
+        lapt=sorted(str(p) for p in Path("results/lapt").rglob("*.metrics.jsonl")),
+        coverage=sorted(f"results/overlap/{s}/{t}.coverage.json" for s in config["sources"]
+                        for plms in config["targets"].values() for t in plms),
+        reference="resources/reference/salt_paper_tables.csv",
+    )
+    tables, *_ = build_tables(config, inputs)
+    for number, table in tables.items():
+        assert (out / f"table{number}.md").read_text() == table.markdown()
+    assert "| lapt | de | gemma | gpt2_de | salt | target | 30.50 | 30.80 |" in (
+        out / "table1.md").read_text()
+    assert "| de | llama_mini | bert_de | BERT | 1 |" in (out / "table6.md").read_text()
+    assert (out / "figure2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "report.md").read_text().startswith("# SALT paper tables, regenerated")
+    assert (workdir / "results/logs/report/report.log").is_file()
+    dry = snakemake(workdir, "-n", "report")
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_snakemake_report_includes_tables_figure_and_captions(workdir):
+    snakemake(workdir, "--report", "report.html", "report")
+    html = (workdir / "report.html").read_text()
+    assert len(html) > 100_000  # the files are embedded
+    for name in ("table1.md", "table8.csv", "figure2.png", "report.md"):
+        assert name in html
+    for text in ("Paper tables", "Paper figures", "Table 5: eval loss during LAPT",
+                 "Cross-lingual embedding transfer (SALT and baselines)"):
+        assert text in html

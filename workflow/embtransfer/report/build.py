@@ -1,0 +1,157 @@
+"""Build the whole report: Tables 1-6, 8 (Markdown + CSV), Figure 2 (PNG), report.md."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from embtransfer.atomic import atomic_path
+from embtransfer.report.figures import Curves, missing_curves, write_figure2
+from embtransfer.report.paper import PaperNames, primary_target
+from embtransfer.report.records import (
+    eval_path_identity,
+    lapt_path_identity,
+    read_coverage,
+    read_eval_records,
+    read_lapt_runs,
+    read_reference,
+)
+from embtransfer.report.tables import (
+    TABLE_SPECS,
+    Grid,
+    Table,
+    eval_table,
+    report_stages,
+    table5,
+    table6,
+    table8,
+)
+from embtransfer.tables import MalformedResultError
+
+TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
+
+
+def output_names(directory: str = "results/report") -> dict[str, str]:
+    """Every output of the report, by name: table{N}_md, table{N}_csv, figure2, report_md."""
+    names = {}
+    for n in TABLE_NUMBERS:
+        names[f"table{n}_md"] = f"{directory}/table{n}.md"
+        names[f"table{n}_csv"] = f"{directory}/table{n}.csv"
+    names["figure2"] = f"{directory}/figure2.png"
+    names["report_md"] = f"{directory}/report.md"
+    return names
+
+
+@dataclass
+class Inputs:
+    evaluation: list[str]
+    lapt: list[str]
+    coverage: list[str]
+    reference: str
+
+
+def config_subset(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of the config the report reads (the rule's params: other edits do not rerun it)."""
+    used = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
+    return {
+        "sources": list(config["sources"]),
+        "targets": {lang: list(plms) for lang, plms in config["targets"].items()},
+        "models": {
+            key: {k: v for k, v in config["models"][key].items()
+                  if k in ("type", "family", "repo_id")}
+            for key in sorted(used) if key in config["models"]
+        },
+        "transfer": {"methods": list(config.get("transfer", {}).get("methods", []))},
+        "overlap": {"match": config.get("overlap", {}).get("match", "fuzzy")},
+        "report": {**(config.get("report") or {}), "stages": report_stages(config)},
+    }
+
+
+def planned_eval_runs(paths: list[str]) -> set[tuple]:
+    """(stage, lang, source, target, method) of every evaluation path the rule lists."""
+    runs = set()
+    for path in paths:
+        ident = eval_path_identity(path)
+        if not ident:
+            raise MalformedResultError(
+                f"evaluation input {path} is not .../eval/{{stage}}/{{lang}}/{{source}}/"
+                "{target}/{method}/{task}.json or .../eval/source/{lang}/{source}/{task}.json"
+            )
+        runs.add(tuple(ident[k] for k in ("stage", "lang", "source", "target", "method")))
+    return runs
+
+
+def coverage_identity(path: str | os.PathLike) -> tuple[str, str]:
+    """(source, target) of ``.../overlap/{source}/{target}.coverage.json``."""
+    p = Path(path)
+    return p.parent.name, p.name.removesuffix(".coverage.json")
+
+
+def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "results"
+                 ) -> tuple[dict[int, Table], Grid, PaperNames, list]:
+    """Read the inputs and build every table; returns (tables, grid, names, LAPT runs)."""
+    grid = replace(
+        Grid.from_config(config, results_dir),
+        planned_eval=frozenset(planned_eval_runs(inputs.evaluation)),
+        planned_lapt=frozenset(
+            tuple(lapt_path_identity(p)[k] for k in ("lang", "source", "target", "method"))
+            for p in inputs.lapt
+        ),
+    )
+    names = PaperNames.from_config(config)
+    reference = read_reference(inputs.reference)
+    records, _ = read_eval_records(inputs.evaluation)
+    runs, _ = read_lapt_runs(inputs.lapt)
+    coverage: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for path in inputs.coverage:
+        coverage[coverage_identity(path)] = read_coverage(path) if Path(path).is_file() else None
+    tables = {n: eval_table(TABLE_SPECS[n], records, grid, names, reference, config)
+              for n in (1, 2, 3, 4)}
+    tables[5] = table5(runs, grid, names, reference)
+    tables[6] = table6(coverage, grid, names, reference)
+    tables[8] = table8(runs, grid, names, reference, config)
+    return tables, grid, names, runs
+
+
+def _write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+INTRO = (
+    "The SALT paper's tables and Figure 2, regenerated from this workflow's result files. "
+    "`missing`: the configuration asks for the cell but no result gives it (each table's note "
+    "lists the files); `—`: no result of that language has the metric. `(paper)` columns "
+    "carry the paper's published number where our setting (source model, language, "
+    "target-PLM architecture, method, metric) is the paper's, `not comparable` elsewhere."
+)
+
+
+def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
+                 results_dir: str = "results", dpi: int = 120
+                 ) -> tuple[dict[int, Table], Curves]:
+    """Write every output named in ``outputs`` (see :func:`output_names`), atomically."""
+    tables, grid, names, runs = build_tables(config, inputs, results_dir)
+    for n, table in tables.items():
+        _write_text(outputs[f"table{n}_md"], table.markdown())
+        with atomic_path(outputs[f"table{n}_csv"]) as tmp:
+            table.long().to_csv(tmp, index=False)
+    curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
+    figure_dir = Path(outputs["report_md"]).parent
+    figure_link = os.path.relpath(outputs["figure2"], figure_dir)
+    parts = ["# SALT paper tables, regenerated", "", INTRO]
+    for table in tables.values():
+        parts += ["", table.markdown(level=2).rstrip("\n")]
+    parts += ["", "## Figure 2: LAPT training loss", "",
+              "Training loss per optimizer step of every method, one panel per (language, "
+              "source model), with the language's GPT target PLM.", "",
+              f"![Figure 2]({figure_link})"]
+    targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
+    lacking = missing_curves(curves, grid, targets)
+    if lacking:
+        parts += ["", f"`missing` curves ({len(lacking)}):",
+                  *(f"- {item}" for item in lacking)]
+    _write_text(outputs["report_md"], "\n".join(parts) + "\n")
+    return tables, curves

@@ -1,0 +1,235 @@
+"""Read the result files the report is built from.
+
+* Evaluation JSONs: ``results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json``
+  (stage ``transfer`` | ``lapt``) and ``results/eval/source/{lang}/{source}/{task}.json``
+  (the untouched source model). The run's identity is read from the JSON where it
+  is given, else from the path.
+* LAPT metrics: ``results/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl``, one
+  JSON object per line (logging steps, evaluations, a final line).
+* Coverage: ``results/overlap/{source}/{target}.coverage.json``
+  (:func:`embtransfer.overlap.coverage`).
+* The paper's reference numbers (``salt_paper_tables.csv``).
+
+A file that exists but cannot be read as what it should be raises
+:class:`~embtransfer.tables.MalformedResultError` naming the file; a file that does
+not exist is not an error here: the tables say "missing" and list it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embtransfer.tables import MalformedResultError, read_records
+
+STAGES = ("source", "transfer", "lapt")
+KINDS = ("knowledge", "mrc", "crosslingual")
+REFERENCE_COLUMNS = ("table", "source_model", "target_arch", "method", "lang", "metric", "value",
+                     "note")
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One checkpoint's scores on one task (values in percent, paper-style metric names)."""
+
+    path: str
+    stage: str
+    lang: str
+    source: str
+    target: str | None
+    method: str | None
+    task: str
+    kind: str
+    eval_language: str
+    note: str
+    scores: dict[str, float]
+
+
+@dataclass
+class LaptRun:
+    """One LAPT run's metrics file: train-loss curve, evaluations, final line."""
+
+    path: str
+    lang: str
+    source: str
+    target: str
+    method: str
+    train: list[tuple[int, float]] = field(default_factory=list)  # (step, train_loss)
+    evals: dict[float, float] = field(default_factory=dict)  # fraction -> eval_loss
+    final: dict[str, Any] | None = None
+
+
+def _finite_number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def eval_path_identity(path: str | os.PathLike) -> dict[str, str | None]:
+    """Run identity from an evaluation path (the part after ``eval/``); {} if no match."""
+    parts = Path(path).parts
+    if "eval" not in parts:
+        return {}
+    rest = parts[len(parts) - parts[::-1].index("eval"):]
+    task = Path(rest[-1]).stem if rest else None
+    if len(rest) == 4 and rest[0] == "source":
+        return {"stage": "source", "lang": rest[1], "source": rest[2], "target": None,
+                "method": None, "task": task}
+    if len(rest) == 6:
+        return {"stage": rest[0], "lang": rest[1], "source": rest[2], "target": rest[3],
+                "method": rest[4], "task": task}
+    return {}
+
+
+def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord], list[str]]:
+    """Parse the evaluation JSONs that exist; returns (records, paths that do not exist)."""
+    present = [str(p) for p in paths if Path(p).is_file()]
+    absent = [str(p) for p in paths if not Path(p).is_file()]
+    records = []
+    for raw in read_records(present, required=("scores",)):
+        path = raw["_path"]
+        ident = eval_path_identity(path)
+        values: dict[str, Any] = {}
+        for key in ("stage", "lang", "source", "target", "method", "task"):
+            values[key] = raw[key] if raw.get(key) is not None else ident.get(key)
+        if values["stage"] not in STAGES:
+            raise MalformedResultError(
+                f"results file {path}: stage {values['stage']!r} is not one of {list(STAGES)}"
+            )
+        required = ["lang", "source", "task"]
+        if values["stage"] != "source":
+            required += ["target", "method"]
+        lacking = [k for k in required if not values[k]]
+        if lacking:
+            raise MalformedResultError(
+                f"results file {path}: no {lacking} in the file and none in its path "
+                f"(expected .../eval/{{stage}}/{{lang}}/{{source}}/{{target}}/{{method}}/"
+                f"{{task}}.json)"
+            )
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise MalformedResultError(
+                f"results file {path}: kind {kind!r} is not one of {list(KINDS)}"
+            )
+        scores = raw["scores"]
+        if not isinstance(scores, dict) or not scores or not all(
+            isinstance(k, str) and _finite_number(v) for k, v in scores.items()
+        ):
+            raise MalformedResultError(
+                f"results file {path}: scores must be a non-empty mapping of metric name to "
+                f"a finite number, got {scores!r}"
+            )
+        eval_language = raw.get("eval_language") or "target"
+        note = raw.get("note") or ""
+        if not isinstance(eval_language, str) or not isinstance(note, str):
+            raise MalformedResultError(
+                f"results file {path}: eval_language and note must be strings"
+            )
+        records.append(EvalRecord(
+            path=path, stage=values["stage"], lang=values["lang"], source=values["source"],
+            target=values["target"] if values["stage"] != "source" else None,
+            method=values["method"] if values["stage"] != "source" else None,
+            task=str(values["task"]), kind=kind, eval_language=eval_language, note=note,
+            scores={k: float(v) for k, v in scores.items()},
+        ))
+    return records, absent
+
+
+def lapt_path_identity(path: str | os.PathLike) -> dict[str, str]:
+    """(lang, source, target, method) of ``{lang}/{source}/{target}/{method}.metrics.jsonl``."""
+    p = Path(path)
+    suffix = ".metrics.jsonl"
+    if not p.name.endswith(suffix) or len(p.parts) < 4:
+        raise MalformedResultError(
+            f"LAPT metrics file {path}: the path is not .../{{lang}}/{{source}}/{{target}}/"
+            f"{{method}}{suffix}"
+        )
+    return {"lang": p.parts[-4], "source": p.parts[-3], "target": p.parts[-2],
+            "method": p.name[: -len(suffix)]}
+
+
+def read_lapt_metrics(path: str | os.PathLike) -> LaptRun:
+    """Parse one metrics.jsonl; a bad line raises naming the file and line number."""
+    run = LaptRun(path=str(path), **lapt_path_identity(path))
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise MalformedResultError(f"LAPT metrics file {path} cannot be read: {err}") from err
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"LAPT metrics file {path}, line {number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise MalformedResultError(f"{where} is not JSON: {err}") from err
+        if not isinstance(entry, dict):
+            raise MalformedResultError(f"{where} is not a JSON object")
+        if entry.get("final"):
+            loss = entry.get("final_train_loss")
+            if loss is not None and not _finite_number(loss):
+                raise MalformedResultError(f"{where}: final_train_loss {loss!r} is not a number")
+            run.final = entry
+        elif "eval_loss" in entry:
+            loss, fraction = entry.get("eval_loss"), entry.get("fraction")
+            if not (_finite_number(loss) and _finite_number(fraction)):
+                raise MalformedResultError(
+                    f"{where}: eval_loss and fraction must be numbers, got {entry!r}"
+                )
+            run.evals[round(float(fraction), 6)] = float(loss)
+        elif "train_loss" in entry:
+            step, loss = entry.get("step"), entry.get("train_loss")
+            if not (_finite_number(step) and _finite_number(loss)):
+                raise MalformedResultError(
+                    f"{where}: step and train_loss must be finite numbers, got {entry!r}"
+                )
+            run.train.append((int(step), float(loss)))
+    return run
+
+
+def read_lapt_runs(paths: list[str | os.PathLike]) -> tuple[list[LaptRun], list[str]]:
+    """Parse the metrics files that exist; returns (runs, paths that do not exist)."""
+    runs = [read_lapt_metrics(p) for p in paths if Path(p).is_file()]
+    return runs, [str(p) for p in paths if not Path(p).is_file()]
+
+
+def read_coverage(path: str | os.PathLike) -> dict[str, Any]:
+    """One coverage.json (copied, initialized, coverage_pct, optional corpus_coverage_pct)."""
+    record = read_records([path], required=("copied", "initialized", "coverage_pct"))[0]
+    for key in ("copied", "initialized", "coverage_pct"):
+        if not _finite_number(record[key]):
+            raise MalformedResultError(
+                f"results file {path}: {key} is {record[key]!r}, not a number"
+            )
+    return record
+
+
+def read_reference(path: str | os.PathLike) -> dict[tuple[str, ...], float]:
+    """The paper's numbers, keyed (table, source_model, target_arch, method, lang, metric, note)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            columns = tuple(reader.fieldnames or ())
+            rows = list(reader)
+    except (OSError, csv.Error, UnicodeDecodeError) as err:
+        raise MalformedResultError(f"reference file {path} cannot be read: {err}") from err
+    lacking = [c for c in REFERENCE_COLUMNS if c not in columns]
+    if lacking:
+        raise MalformedResultError(f"reference file {path} lacks the columns {lacking}")
+    reference: dict[tuple[str, ...], float] = {}
+    for number, row in enumerate(rows, start=2):
+        key = tuple((row[c] or "").strip() for c in REFERENCE_COLUMNS if c != "value")
+        try:
+            value = float(row["value"])
+        except (TypeError, ValueError) as err:
+            raise MalformedResultError(
+                f"reference file {path}, line {number}: value {row['value']!r} is not a number"
+            ) from err
+        if key in reference:
+            raise MalformedResultError(f"reference file {path}, line {number}: duplicate {key}")
+        reference[key] = value
+    return reference

@@ -1,0 +1,581 @@
+"""The SALT paper's tables, regenerated from result files, the paper's numbers beside ours.
+
+Every table is built the same way: the rows the configuration asks for (the
+paper's grid: every method with the GPT target PLM, the focus method with every
+target PLM, ..., narrowed to the runs the workflow evaluates or trains, which the
+report rule's input paths say), filled from the result records; a cell without a result says
+``missing`` and the note under the table lists what is missing (the file that
+was expected, or the score a file lacks); ``—`` marks a metric that no result of
+that language has (not applicable). Columns come from the results' own metric
+names, so the same code builds the paper's ARC/HellaSwag/TruthfulQA table and
+the miniature world's fact-question table.
+
+Next to each of our metric columns that the paper reports, a ``(paper)``
+column holds the paper's number for rows whose setting is the paper's (see
+:mod:`embtransfer.report.paper`) and ``not comparable`` for the others. When no
+row of a table is comparable the paper's columns are left out and the note says
+so.
+
+Markdown is wide (as in the paper); the CSV is long: one line per (row, metric)
+with our value, the paper's value and the cell's status.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from embtransfer.report.paper import PaperNames, primary_target
+from embtransfer.report.records import EvalRecord, LaptRun
+from embtransfer.tables import MalformedResultError, markdown
+
+MISSING = "missing"
+NOT_COMPARABLE = "not comparable"
+NOT_APPLICABLE = "—"
+#: The paper's column order; other metric names follow, sorted.
+PAPER_METRIC_ORDER = (
+    "ARC", "HellaSwag", "TruthfulQA", "Belebele acc", "MLQA EM", "MLQA F1", "XQuAD EM",
+    "XQuAD F1", "Avg",
+)
+STAGE_ORDER = ("source", "transfer", "lapt")
+SOURCE_MODEL_LABEL = "(source model)"
+
+
+def report_stages(config: dict[str, Any]) -> list[str]:
+    """``report.stages``, or by default the checkpoint stages the evaluation covers
+    (``evaluation.stages``: transfer, lapt), lapt only when LAPT is enabled."""
+    chosen = (config.get("report") or {}).get("stages")
+    if chosen:
+        return list(chosen)
+    evaluated = (config.get("evaluation") or {}).get("stages", ["transfer", "lapt"])
+    lapt_on = (config.get("lapt") or {}).get("enabled", True)
+    stages = [s for s in ("transfer", "lapt") if s in evaluated and (s != "lapt" or lapt_on)]
+    return stages or ["lapt"]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What the configuration asks for: the rows every table should have."""
+
+    targets: dict[str, list[str]]  # lang -> target PLM keys, in config order
+    sources: list[str]
+    methods: list[str]
+    stages: list[str]
+    focus_method: str
+    overlap_match: str = "fuzzy"
+    results_dir: str = "results"
+    #: Runs the workflow evaluates / trains (from the rule's input paths): (stage, lang,
+    #: source, target, method) and (lang, source, target, method). None: the whole grid.
+    planned_eval: frozenset[tuple] | None = None
+    planned_lapt: frozenset[tuple] | None = None
+
+    def wants_eval(self, stage: str, lang: str, source: str, target: str | None,
+                   method: str | None) -> bool:
+        return self.planned_eval is None or (stage, lang, source, target, method) in (
+            self.planned_eval)
+
+    def wants_lapt(self, lang: str, source: str, target: str | None, method: str) -> bool:
+        return self.planned_lapt is None or (lang, source, target, method) in self.planned_lapt
+
+    @property
+    def langs(self) -> list[str]:
+        return list(self.targets)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], results_dir: str = "results") -> Grid:
+        report = config.get("report") or {}
+        methods = report.get("methods") or config.get("transfer", {}).get("methods", [])
+        return cls(
+            targets={lang: list(plms) for lang, plms in config["targets"].items()},
+            sources=list(config["sources"]),
+            methods=list(methods),
+            stages=report_stages(config),
+            focus_method=report.get("focus_method") or "salt",
+            overlap_match=config.get("overlap", {}).get("match", "fuzzy"),
+            results_dir=results_dir,
+        )
+
+    def order(self, column: str, value: Any) -> tuple[int, str]:
+        """Sort key of a row value: config order first, then alphabetical."""
+        known: list[Any] = {
+            "lang": self.langs,
+            "source": self.sources,
+            "target": [t for plms in self.targets.values() for t in plms],
+            "method": [SOURCE_MODEL_LABEL, *self.methods],
+            "stage": list(STAGE_ORDER),
+        }.get(column, [])
+        return (known.index(value), "") if value in known else (len(known), str(value))
+
+
+@dataclass
+class Row:
+    """One table row: its key columns, our values, the paper's setting (None: not the paper's)."""
+
+    keys: dict[str, str]
+    values: dict[str, float | None] = field(default_factory=dict)  # None = missing
+    paper: tuple[str, str, str, str] | None = None  # (source_model, arch, method, lang)
+    note: str = ""  # the reference CSV's note for this row
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Table:
+    number: int
+    title: str
+    description: str
+    rows: list[Row]
+    metrics: list[str]
+    reference: dict[tuple[str, ...], float]
+    fmt: Callable[[str, float], str]
+    notes: list[str] = field(default_factory=list)
+
+    def paper_value(self, row: Row, metric: str) -> float | None:
+        if row.paper is None:
+            return None
+        source_model, arch, method, lang = row.paper
+        return self.reference.get(
+            (str(self.number), source_model, arch, method, lang, metric, row.note)
+        )
+
+    def paper_metrics(self) -> list[str]:
+        """Our metrics for which at least one row has the paper's number."""
+        return [m for m in self.metrics if any(self.paper_value(r, m) is not None
+                                               for r in self.rows)]
+
+    def wide(self) -> pd.DataFrame:
+        """The Markdown layout: key columns, then each metric with its paper column."""
+        paper = set(self.paper_metrics())
+        records = []
+        for row in self.rows:
+            cells: dict[str, str] = dict(row.keys)
+            for metric in self.metrics:
+                cells[metric] = self._ours(row, metric)
+                if metric in paper:
+                    ref = self.paper_value(row, metric)
+                    cells[f"{metric} (paper)"] = (
+                        NOT_COMPARABLE if ref is None else self.fmt(metric, ref)
+                    )
+            records.append(cells)
+        columns = list(self.rows[0].keys) if self.rows else []
+        for metric in self.metrics:
+            columns.append(metric)
+            if metric in paper:
+                columns.append(f"{metric} (paper)")
+        return pd.DataFrame(records, columns=columns)
+
+    def _ours(self, row: Row, metric: str) -> str:
+        if metric not in row.values:
+            return NOT_APPLICABLE
+        value = row.values[metric]
+        return MISSING if value is None else self.fmt(metric, value)
+
+    def long(self) -> pd.DataFrame:
+        """One line per (row, metric): value, paper_value, status, comparable."""
+        lines = []
+        for row in self.rows:
+            for metric in self.metrics:
+                if metric not in row.values:
+                    continue
+                value = row.values[metric]
+                ref = self.paper_value(row, metric)
+                lines.append({
+                    "table": self.number, **row.keys, "metric": metric,
+                    "value": value if value is not None else math.nan,
+                    "status": "ok" if value is not None else MISSING,
+                    "paper_value": ref if ref is not None else math.nan,
+                    "comparable": ref is not None,
+                })
+        keys = list(self.rows[0].keys) if self.rows else []
+        columns = ["table", *keys, "metric", "value", "status", "paper_value", "comparable"]
+        return pd.DataFrame(lines, columns=columns)
+
+    def markdown(self, level: int = 1) -> str:
+        parts = [f"{'#' * level} Table {self.number}: {self.title}", "", self.description, ""]
+        frame = self.wide()
+        parts.append(markdown(frame) if len(frame) else "(no rows: nothing configured)")
+        notes = list(self.notes)
+        if self.rows and not self.paper_metrics():
+            notes.append(
+                "No row of this table has the paper's setting (source model, language, "
+                "target-PLM architecture, method, metric), so the paper's numbers are not "
+                "shown; `report.paper_names` maps keys to the paper's names."
+            )
+        elif self.rows:
+            notes.append(
+                "`(paper)` columns: the SALT paper's number for the same source model, language, "
+                f"target-PLM architecture, method and metric; `{NOT_COMPARABLE}` where our "
+                "setting is not the paper's."
+            )
+        missing = [f"- {row_label(row)}: {what}" for row in self.rows for what in row.missing]
+        if missing:
+            notes.append(f"Rows with `{MISSING}` cells ({len(missing)}):\n" + "\n".join(missing))
+        for note in notes:
+            parts += ["", note]
+        return "\n".join(parts) + "\n"
+
+
+def row_label(row: Row) -> str:
+    return " ".join(f"{k}={v}" for k, v in row.keys.items())
+
+
+def format_score(metric: str, value: float) -> str:
+    return f"{value:.2f}"
+
+
+def format_loss(metric: str, value: float) -> str:
+    return f"{value:.4f}"
+
+
+def format_coverage(metric: str, value: float) -> str:
+    return f"{value:.0f}" if metric in ("copied", "initialized") else f"{value:.2f}"
+
+
+def order_metrics(names: set[str]) -> list[str]:
+    known = [m for m in PAPER_METRIC_ORDER if m in names]
+    return known + sorted(names - set(known))
+
+
+def sort_rows(rows: list[Row], grid: Grid) -> list[Row]:
+    priority = ["lang", "source", "stage", "target", "method"]
+
+    def key(row: Row) -> tuple:
+        ordered = [c for c in priority if c in row.keys] + [
+            c for c in row.keys if c not in priority
+        ]
+        return tuple(grid.order(c, row.keys[c]) for c in ordered)
+
+    return sorted(rows, key=key)
+
+
+# -- Tables 1-4: lm-eval results -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalTableSpec:
+    number: int
+    title: str
+    description: str
+    kind: str
+    variant: str | None = None  # "eval_language" (Table 2), "note" (Table 3) or None
+    variant_column: str = ""
+    by_target: bool = False  # Table 4: every target PLM, the focus method only
+
+
+TABLE_SPECS = {
+    1: EvalTableSpec(
+        1, "knowledge benchmarks",
+        "Knowledge-kind benchmarks (the paper: ARC, HellaSwag, TruthfulQA in the target "
+        "language; Avg is their mean) for every method, with the language's GPT target PLM "
+        "(its first target PLM when it has no GPT one). Scores in percent.",
+        "knowledge", variant="eval_language", variant_column="eval language",
+    ),
+    2: EvalTableSpec(
+        2, "machine reading comprehension",
+        "Reading-comprehension benchmarks (the paper: Belebele accuracy, MLQA and XQuAD "
+        "EM/F1, three-shot) in the target language and in English, for every method with the "
+        "language's GPT target PLM. Scores in percent.",
+        "mrc", variant="eval_language", variant_column="eval language",
+    ),
+    3: EvalTableSpec(
+        3, "cross-lingual reading comprehension",
+        "Cross-lingual benchmarks (the paper: MLQA with English context and target-language "
+        "question, and the reverse), for every method with the language's GPT target PLM. "
+        "Scores in percent.",
+        "crosslingual", variant="note", variant_column="languages",
+    ),
+    4: EvalTableSpec(
+        4, "knowledge benchmarks by target-PLM architecture",
+        "Knowledge-kind benchmarks of the focus method (the paper: SALT) with each target PLM "
+        "(GPT, BERT, T5). Scores in percent.",
+        "knowledge", variant="eval_language", variant_column="eval language", by_target=True,
+    ),
+}
+
+
+def _variant(record: EvalRecord, spec: EvalTableSpec) -> str:
+    if spec.variant == "eval_language":
+        return record.eval_language
+    if spec.variant == "note":
+        return record.note
+    return ""
+
+
+def _reference_note(spec: EvalTableSpec, variant: str) -> str:
+    """The reference CSV's note of a row: Table 2 names the evaluation language always,
+    Tables 1 and 4 only when it is not the target language, Table 3 the context/question
+    languages."""
+    if spec.variant == "note":
+        return variant
+    if spec.kind == "knowledge" and variant == "target":
+        return ""
+    return f"eval_language={variant}"
+
+
+def eval_path(grid: Grid, stage: str, lang: str, source: str, target: str | None,
+              method: str | None, task: str) -> str:
+    if stage == "source":
+        return f"{grid.results_dir}/eval/source/{lang}/{source}/{task}.json"
+    return f"{grid.results_dir}/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json"
+
+
+def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names: PaperNames,
+               reference: dict[tuple[str, ...], float], config: dict[str, Any]) -> Table:
+    """Table 1, 2, 3 or 4 from evaluation records (of the spec's kind)."""
+    mine = [r for r in records if r.kind == spec.kind
+            and (r.stage in grid.stages or (r.stage == "source" and not spec.by_target))]
+    # Metrics (and the tasks giving them) per (lang, variant), over every run.
+    expected: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for r in mine:
+        for metric in r.scores:
+            expected.setdefault((r.lang, _variant(r, spec)), {}).setdefault(metric, set()).add(
+                r.task)
+    # (stage, lang, source, target, method, variant) -> metric -> (value, path)
+    found: dict[tuple, dict[str, tuple[float, str]]] = {}
+    files: dict[tuple, list[str]] = {}
+    for r in mine:
+        key = (r.stage, r.lang, r.source, r.target, r.method, _variant(r, spec))
+        files.setdefault(key, []).append(r.path)
+        cell = found.setdefault(key, {})
+        for metric, value in r.scores.items():
+            if metric in cell:
+                raise MalformedResultError(
+                    f"results files {cell[metric][1]} and {r.path} both give {metric!r} for "
+                    f"the same run"
+                )
+            cell[metric] = (value, r.path)
+
+    keys: list[tuple] = []
+    for stage in grid.stages:
+        for lang in grid.langs:
+            variants = sorted({v for (lg, v) in expected if lg == lang},
+                              key=lambda v: (v != "target", v)) or [
+                "target" if spec.variant == "eval_language" else ""]
+            for source in grid.sources:
+                if spec.by_target:
+                    combos = [(t, grid.focus_method) for t in grid.targets[lang]]
+                else:
+                    target = primary_target(config, names, lang)
+                    combos = [(target, m) for m in grid.methods] if target else []
+                for target, method in combos:
+                    if not grid.wants_eval(stage, lang, source, target, method):
+                        continue
+                    for variant in variants:
+                        keys.append((stage, lang, source, target, method, variant))
+    if not spec.by_target and grid.planned_eval:  # the untouched source models evaluated
+        for stage, lang, source, _, _ in sorted(grid.planned_eval, key=str):
+            if stage == "source" and lang in grid.targets and source in grid.sources:
+                variants = sorted({v for (lg, v) in expected if lg == lang},
+                                  key=lambda v: (v != "target", v)) or [
+                    "target" if spec.variant == "eval_language" else ""]
+                keys += [("source", lang, source, None, None, v) for v in variants
+                         if ("source", lang, source, None, None, v) not in keys]
+    if not spec.by_target:  # other runs present: other target PLMs, the source model
+        keys += [k for k in sorted(found, key=str)
+                 if k not in keys and (k[4] is None or k[4] in grid.methods)]
+
+    all_metrics = order_metrics({m for per in expected.values() for m in per})
+    knowledge = spec.kind == "knowledge"
+    rows = []
+    for key in keys:
+        stage, lang, source, target, method, variant = key
+        per = expected.get((lang, variant))
+        # A language without any result of this kind: every column of the table is missing.
+        wanted = order_metrics(set(per)) if per else list(all_metrics)
+        cell = found.get(key, {})
+        row = Row(keys=_eval_row_keys(spec, names, key), note=_reference_note(spec, variant))
+        if stage == "lapt":
+            row.paper = names.setting(source, lang, target, method)
+        lacking = []
+        for metric in wanted:
+            row.values[metric] = cell[metric][0] if metric in cell else None
+            if metric not in cell:
+                lacking.append(metric)
+        if knowledge and wanted:
+            present = [row.values[m] for m in wanted]
+            row.values["Avg"] = (
+                None if any(v is None for v in present) else sum(present) / len(present)
+            )
+        if not per:
+            row.missing.append(f"no {spec.kind} results for {lang} at all")
+            if not wanted:
+                row.values[MISSING] = None
+        elif lacking:
+            row.missing.append(_describe_missing(grid, key, lacking, per, files.get(key, [])))
+        rows.append(row)
+    metrics = list(all_metrics)
+    if knowledge and metrics:
+        metrics.append("Avg")
+    if any(MISSING in r.values for r in rows) and not metrics:
+        metrics = [MISSING]
+    notes = []
+    if not mine:
+        notes.append(f"No {spec.kind}-kind evaluation results in the inputs.")
+    return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
+                 reference, format_score, notes)
+
+
+def _eval_row_keys(spec: EvalTableSpec, names: PaperNames, key: tuple) -> dict[str, str]:
+    stage, lang, source, target, method, variant = key
+    keys = {"stage": stage, "lang": lang, "source": source,
+            "target": target or NOT_APPLICABLE}
+    if spec.by_target:
+        keys["arch"] = names.arch(target) or "?"
+    keys["method"] = method or SOURCE_MODEL_LABEL
+    if spec.variant:
+        keys[spec.variant_column] = variant or NOT_APPLICABLE
+    return keys
+
+
+def _describe_missing(grid: Grid, key: tuple, lacking: list[str], per: dict[str, set[str]],
+                      files: list[str]) -> str:
+    stage, lang, source, target, method, _ = key
+    parts = []
+    for metric in lacking:
+        tasks = sorted(per.get(metric, ()))
+        paths = [eval_path(grid, stage, lang, source, target, method, t) for t in tasks]
+        present = [p for p in paths if any(_same_path(p, f) for f in files)]
+        if present:
+            parts.append(f"{metric} (not in {', '.join(present)})")
+        else:
+            parts.append(f"{metric} (no result file: {', '.join(paths)})")
+    return "; ".join(parts)
+
+
+def _same_path(a: str, b: str) -> bool:
+    return a == b or b.endswith("/" + a) or a.endswith("/" + b)
+
+
+# -- Tables 5 and 8: LAPT metrics --------------------------------------------------------------
+
+
+def fraction_label(fraction: float) -> str:
+    return f"eval loss @{fraction * 100:.0f}% steps"
+
+
+def lapt_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
+    return f"{grid.results_dir}/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl"
+
+
+def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
+           reference: dict[tuple[str, ...], float],
+           fractions: tuple[float, ...] = (0.3, 0.6, 0.9)) -> Table:
+    """Eval loss at fractions of the LAPT steps, focus method, every target PLM."""
+    by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
+    seen = sorted({f for r in runs for f in r.evals}) or list(fractions)
+    metrics = [fraction_label(f) for f in seen]
+    rows = []
+    method = grid.focus_method
+    for lang in grid.langs:
+        for source in grid.sources:
+            for target in grid.targets[lang]:
+                if not grid.wants_lapt(lang, source, target, method):
+                    continue
+                run = by_key.get((lang, source, target, method))
+                row = Row(keys={"lang": lang, "source": source, "target": target,
+                                "arch": names.arch(target) or "?", "method": method},
+                          paper=names.setting(source, lang, target, method))
+                path = lapt_path(grid, lang, source, target, method)
+                if run is None:
+                    row.missing.append(f"no LAPT metrics file ({path})")
+                lacking = []
+                for fraction, metric in zip(seen, metrics, strict=True):
+                    value = run.evals.get(fraction) if run else None
+                    row.values[metric] = value
+                    if run is not None and value is None:
+                        lacking.append(f"{fraction:g}")
+                if lacking:
+                    row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in "
+                                       f"{run.path}")
+                rows.append(row)
+    notes = ["Held-out loss per token of the transferred model's own tokenizer, evaluated at "
+             "the given fractions of the LAPT optimizer steps."]
+    return Table(5, "eval loss during LAPT by target-PLM architecture",
+                 "Evaluation loss of the focus method (the paper: SALT) at 30/60/90% of the "
+                 "LAPT steps, with each target PLM.",
+                 sort_rows(rows, grid), metrics, reference, format_loss, notes)
+
+
+def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
+           reference: dict[tuple[str, ...], float], config: dict[str, Any]) -> Table:
+    """Final LAPT training loss per method (GPT target PLM; other runs present are added)."""
+    metric = "final train loss"
+    by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
+    keys = []
+    for lang in grid.langs:
+        target = primary_target(config, names, lang)
+        if target:
+            keys += [(lang, source, target, m) for source in grid.sources for m in grid.methods
+                     if grid.wants_lapt(lang, source, target, m)]
+    keys += [k for k in sorted(by_key) if k not in keys and k[3] in grid.methods]
+    rows = []
+    for lang, source, target, method in keys:
+        run = by_key.get((lang, source, target, method))
+        row = Row(keys={"lang": lang, "source": source, "target": target, "method": method},
+                  paper=names.setting(source, lang, target, method))
+        loss = (run.final or {}).get("final_train_loss") if run else None
+        row.values[metric] = float(loss) if loss is not None else None
+        if run is None:
+            row.missing.append(
+                f"no LAPT metrics file ({lapt_path(grid, lang, source, target, method)})")
+        elif loss is None:
+            row.missing.append(f"no final line with final_train_loss in {run.path}")
+        rows.append(row)
+    return Table(8, "final training loss",
+                 "Training loss at the end of LAPT for every method, with the language's GPT "
+                 "target PLM (and any other LAPT run present).",
+                 sort_rows(rows, grid), [metric], reference, format_loss)
+
+
+# -- Table 6: vocabulary overlap ----------------------------------------------------------------
+
+
+def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
+           names: PaperNames, reference: dict[tuple[str, ...], float]) -> Table:
+    """Copied / initialized tokens and coverage per (source, target PLM).
+
+    ``coverage`` maps (source, target) to the coverage.json record, None when absent.
+    The paper's counts are its fuzzy matching; with ``overlap.match: exact`` no row is
+    comparable.
+    """
+    base = ["copied", "initialized", "coverage %"]
+    corpus = any(c and c.get("corpus_coverage_pct") is not None for c in coverage.values())
+    metrics = base + (["corpus coverage %"] if corpus else [])
+    rows = []
+    for lang in grid.langs:
+        for source in grid.sources:
+            for target in grid.targets[lang]:
+                record = coverage.get((source, target))
+                row = Row(keys={"lang": lang, "source": source, "target": target,
+                                "arch": names.arch(target) or "?"})
+                paper = (names.sources.get(source), names.arch(target), "SALT",
+                         names.languages.get(lang))
+                if grid.overlap_match == "fuzzy" and all(paper):
+                    row.paper = paper  # type: ignore[assignment]
+                if record is None:
+                    row.missing.append(
+                        f"no coverage file ({grid.results_dir}/overlap/{source}/{target}"
+                        ".coverage.json)")
+                    row.values = dict.fromkeys(metrics)
+                else:
+                    row.values = {"copied": float(record["copied"]),
+                                  "initialized": float(record["initialized"]),
+                                  "coverage %": float(record["coverage_pct"])}
+                    if corpus:
+                        value = record.get("corpus_coverage_pct")
+                        row.values["corpus coverage %"] = (
+                            float(value) if value is not None else None)
+                        if value is None:
+                            row.missing.append(f"no corpus_coverage_pct in {record['_path']}")
+                rows.append(row)
+    notes = [f"Matching rule: `overlap.match: {grid.overlap_match}` (the paper's is fuzzy). "
+             "coverage % = copied / target vocabulary size; corpus coverage % = share of the "
+             "target corpus's tokens that are copied ones."]
+    return Table(6, "vocabulary overlap",
+                 "Target tokens whose embedding is copied from the source model (shared "
+                 "tokens), tokens a method must initialize, and coverage, per source model and "
+                 "target PLM.",
+                 sort_rows(rows, grid), metrics, reference, format_coverage, notes)
