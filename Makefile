@@ -34,6 +34,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_neighbors.py
 	$(BIN)/python benchmarks/bench_transfer.py
 	$(BIN)/python benchmarks/bench_focus.py
+	$(BIN)/python benchmarks/bench_lapt.py
 	$(BIN)/python benchmarks/bench_workflow.py
 
 lint: setup

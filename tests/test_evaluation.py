@@ -1,0 +1,460 @@
+"""Evaluation stage: answer scoring, tokenizer statistics, task catalog and config checks,
+the result contract and the miniature world's benchmarks (fast unit tests)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from embtransfer.atomic import write_json
+from embtransfer.config import ConfigError, validate_config
+from embtransfer.evaluation import catalog, taskindex
+from embtransfer.evaluation.catalog import (
+    CATALOG,
+    PAPER_TASKS,
+    SHIPPED_TASK_DIR,
+    XQUAD_LANGS,
+    evaluated_runs,
+    evaluated_sources,
+    resolve,
+    shipped_task_names,
+    stock_task_names,
+)
+from embtransfer.evaluation.record import (
+    ScoreError,
+    check_record,
+    extract_scores,
+    make_record,
+    pick_metric,
+)
+from embtransfer.evaluation.squad import exact_match, f1, normalize_answer, score
+from embtransfer.evaluation.tokenizer_stats import count, tokenizer_stats
+from embtransfer.evaluation.world_tasks import (
+    build_world_tasks,
+    passage_items,
+    relocated_include_dir,
+    world_task_docs,
+)
+from embtransfer.world.corpus import fact_frame, render
+from embtransfer.world.languages import build_world
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def paper_like_config() -> dict:
+    """The default config with its two target languages declared as real German/Vietnamese
+    (local corpora) and the paper's task set."""
+    config = default_config()
+    for lang in ("ar_mini", "vi_mini"):
+        config["languages"][lang] = {"corpus": {"type": "local", "train": f"{lang}.txt"},
+                                     "dictionary": {"type": "file", "path": f"{lang}.dic"}}
+    for key in config["models"]:
+        config["models"][key].pop("mix", None)
+    config["evaluation"]["tasks"] = list(PAPER_TASKS)
+    config["evaluation"]["languages"] = {"ar_mini": "de", "vi_mini": "vi"}
+    return config
+
+
+def _add_german(config: dict) -> None:
+    config["languages"]["de"] = {"corpus": {"type": "local", "train": "de.txt"},
+                                 "dictionary": {"type": "file", "path": "de.dic"}}
+    config["models"]["gpt2_de"] = {"type": "hub", "repo_id": "x/gpt2-de", "revision": "main"}
+    config["targets"]["de"] = ["gpt2_de"]
+
+
+@pytest.fixture
+def fake_index(monkeypatch):
+    """lm-eval's task index without building it: the names of the real index that the
+    tests use (the real one is checked in test_stock_index_knows_the_paper_tasks)."""
+    names = {"arc_de", "arc_vi", "hellaswag_de", "hellaswag_vi", "truthfulqa_de_mc1",
+             "truthfulqa_vi_mc1", "belebele_deu_Latn", "belebele_vie_Latn",
+             "belebele_eng_Latn", "mlqa_de_de", "mlqa_vi_vi", "mlqa_en_en", "mlqa_en_de",
+             "mlqa_de_en", "mlqa_en_vi", "mlqa_vi_en"}
+    monkeypatch.setattr(taskindex, "stock_task_index", lambda: frozenset(names))
+    return names
+
+
+# --- SQuAD-style answer scoring -------------------------------------------------------------
+
+
+def test_normalisation_drops_case_punctuation_articles_and_extra_space():
+    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
+    assert normalize_answer("  a cat, an owl and THE dog. ") == "cat owl and dog"
+    # Articles only as whole words; Unicode punctuation (Arabic comma) goes too.
+    assert normalize_answer("Theatre and anthem") == "theatre and anthem"
+    assert normalize_answer("برلين، ألمانيا") == "برلين ألمانيا"
+    assert normalize_answer("Hà Nội.") == "hà nội"
+
+
+def test_exact_match_and_f1_by_hand():
+    assert exact_match("the Eiffel tower.", "Eiffel Tower") == 1.0
+    assert exact_match("Eiffel", "Eiffel Tower") == 0.0
+    # pred [eiffel, tower, in, paris] vs gold [eiffel, tower]: P = 2/4, R = 1, F1 = 2/3
+    assert f1("Eiffel Tower in Paris", "the Eiffel Tower") == pytest.approx(2 / 3)
+    # pred [eiffel, paris] vs gold [eiffel, tower]: P = 1/2, R = 1/2, F1 = 1/2
+    assert f1("Eiffel, Paris", "Eiffel Tower") == pytest.approx(0.5)
+    # Tokens are a bag: pred [x, x, y], gold [x, y, y]: common {x: 1, y: 1} = 2,
+    # P = 2/3, R = 2/3, F1 = 2/3.
+    assert f1("x x y", "x y y") == pytest.approx(2 / 3)
+    assert f1("nothing shared", "Eiffel Tower") == 0.0
+    assert f1("", "") == 1.0 and f1("the", "") == 1.0 and f1("", "x") == 0.0
+
+
+def test_several_gold_answers_take_the_best():
+    golds = ["Paris", "the city of Paris", "Paris, France"]
+    result = score("city of Paris\nsecond line ignored", golds)
+    assert result["exact_match"] == 1.0  # equals the second gold after normalisation
+    assert result["f1"] == 1.0
+    result = score("Paris France today", ["Paris", "Lyon"])
+    # vs "Paris": P = 1/3, R = 1 -> 0.5; vs "Lyon": 0
+    assert result == {"exact_match": 0.0, "f1": pytest.approx(0.5)}
+    with pytest.raises(ValueError):
+        score("x", [])
+
+
+def test_shipped_xquad_tasks_load_and_score():
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(SHIPPED_TASK_DIR), include_defaults=False)
+    for lang in XQUAD_LANGS:
+        assert f"embt_xquad_{lang}" in tm.all_tasks
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("xq_utils", SHIPPED_TASK_DIR / "xquad" /
+                                                  "utils.py")
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    doc = {"answers": {"text": ["1990", "in 1990"], "answer_start": [0, 0]}}
+    assert utils.process_results(doc, [" in 1990.\n"]) == {"exact_match": 1.0, "f1": 1.0}
+    assert utils.process_results(doc, ["1991"]) == {"exact_match": 0.0, "f1": 0.0}
+
+
+# --- tokenizer statistics -----------------------------------------------------------------
+
+
+def _word_tokenizer(vocab_words: list[str]) -> PreTrainedTokenizerFast:
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(vocab_words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+def _char_tokenizer(text: str) -> PreTrainedTokenizerFast:
+    chars = sorted(set(text.replace(" ", "")))
+    vocab = {"[UNK]": 0, **{c: i + 1 for i, c in enumerate(chars)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    # Words, then every character its own piece.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split("", "isolated")])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+def test_fertility_and_prompt_token_ratio_by_hand():
+    texts = ["ab cd", "abc d e"]  # 5 words, 12 bytes; 9 characters without spaces
+    words_tok = _word_tokenizer(["ab", "cd", "abc", "d", "e"])
+    chars_tok = _char_tokenizer(" ".join(texts))
+    assert count(words_tok, texts) == {"tokens": 5, "words": 5, "bytes": 12,
+                                       "fertility": 1.0, "tokens_per_byte": 5 / 12}
+    assert count(chars_tok, texts)["tokens"] == 9
+    stats = tokenizer_stats({"src": chars_tok, "tgt": words_tok},
+                            {"src": "source", "tgt": "target"},
+                            {"set": texts, "valid": ["abc abc"]})
+    tgt = stats["tokenizers"]["tgt"]["sets"]
+    assert tgt["set"]["fertility"] == 1.0
+    assert tgt["set"]["ratio_to_source"] == {"src": pytest.approx(5 / 9)}
+    assert tgt["valid"]["ratio_to_source"] == {"src": pytest.approx(2 / 6)}
+    src = stats["tokenizers"]["src"]["sets"]
+    assert src["set"]["fertility"] == pytest.approx(9 / 5)
+    assert src["set"]["ratio_to_source"] == {"src": 1.0}
+    assert stats["sets"]["set"] == {"documents": 2, "words": 5, "bytes": 12}
+    assert stats["tokenizers"]["tgt"]["role"] == "target"
+
+
+# --- catalog and config checks ---------------------------------------------------------------
+
+
+def test_default_config_validates_without_lm_eval_index(monkeypatch):
+    def boom():
+        raise AssertionError("the miniature config must not build lm-eval's index")
+
+    monkeypatch.setattr(taskindex, "stock_task_index", boom)
+    config = validate_config(default_config())
+    assert all(CATALOG[k].source == "world" for k in config["evaluation"]["tasks"])
+    assert stock_task_names(config) == []
+
+
+def test_paper_task_names_per_language(fake_index):
+    config = validate_config(paper_like_config())
+    names = {key: resolve(config, key, "ar_mini").lm_eval_task for key in PAPER_TASKS}
+    assert names == {
+        "arc": "arc_de", "hellaswag": "hellaswag_de", "truthfulqa": "truthfulqa_de_mc1",
+        "belebele": "belebele_deu_Latn", "belebele_en": "belebele_eng_Latn",
+        "mlqa": "mlqa_de_de", "mlqa_en": "mlqa_en_en", "xquad": "embt_xquad_de",
+        "xquad_en": "embt_xquad_en", "mlqa_ctx_en": "mlqa_en_de", "mlqa_ctx_target": "mlqa_de_en",
+    }
+    assert resolve(config, "mlqa", "ar_mini").num_fewshot == 3
+    assert resolve(config, "arc", "ar_mini").num_fewshot == 0
+    assert stock_task_names(config) == sorted(fake_index)
+    assert shipped_task_names(config) == ["embt_xquad_de", "embt_xquad_en", "embt_xquad_vi"]
+    spec = resolve(config, "mlqa_ctx_en", "vi_mini")
+    assert (spec.kind, spec.note) == ("crosslingual", "context=en,question=target")
+
+
+@pytest.mark.parametrize("edit, key, words", [
+    (lambda c: c["evaluation"].update(tasks=["arc", "arcc"]), "evaluation.tasks", "'arcc'"),
+    # Okapi has no English-code "en" version: a language lacking the task.
+    (lambda c: c["evaluation"]["languages"].update(vi_mini="en"), "evaluation.tasks",
+     "no version for language 'en'"),
+    (lambda c: c["evaluation"]["languages"].update(vi_mini="xx"), "evaluation.tasks",
+     "language 'xx'"),
+    (lambda c: c["evaluation"]["languages"].update(de_real="de"), "evaluation.languages.de_real",
+     "not defined"),
+    (lambda c: c["evaluation"].update(num_fewshot={"mlqa_xx": 2}),
+     "evaluation.num_fewshot.mlqa_xx", "not in evaluation.tasks"),
+    (lambda c: c["evaluation"].update(select={"methods": ["salty"]}),
+     "evaluation.select.methods", "'salty'"),
+    (lambda c: _add_german(c) or c["evaluation"].update(tasks=["world_facts"]),
+     "evaluation.tasks", "'de' is not a language of the miniature world"),
+])
+def test_bad_evaluation_config_names_the_key(fake_index, edit, key, words):
+    config = paper_like_config()
+    edit(config)
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert f"config key {key}" in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_task_unknown_to_lm_eval_is_refused(fake_index, monkeypatch):
+    monkeypatch.setattr(taskindex, "stock_task_index",
+                        lambda: frozenset(fake_index - {"hellaswag_vi"}))
+    with pytest.raises(ConfigError, match="config key evaluation.tasks: lm-eval has no task "
+                                          "'hellaswag_vi'"):
+        validate_config(paper_like_config())
+
+
+def test_schema_refuses_unknown_keys_and_bad_values():
+    config = default_config()
+    config["evaluation"]["taks"] = ["world_facts"]
+    with pytest.raises(ConfigError, match="config key evaluation"):
+        validate_config(config)
+    config = default_config()
+    config["evaluation"]["stages"] = ["zeroshot"]
+    with pytest.raises(ConfigError, match="config key evaluation.stages"):
+        validate_config(config)
+
+
+def test_task_index_is_cached_on_disk(tmp_path, monkeypatch):
+    import lm_eval.tasks
+
+    calls = []
+
+    class FakeManager:
+        def __init__(self):
+            calls.append(1)
+            self.all_tasks = ["b_task", "a_task"]
+
+    monkeypatch.setenv("EMBTRANSFER_CACHE", str(tmp_path))
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", FakeManager)
+    taskindex.stock_task_index.cache_clear()
+    try:
+        assert taskindex.stock_task_index() == {"a_task", "b_task"}
+        path = taskindex.cache_file()
+        assert path.parent == tmp_path and json.loads(path.read_text())["names"] == [
+            "a_task", "b_task"]
+        taskindex.stock_task_index.cache_clear()
+        assert taskindex.stock_task_index() == {"a_task", "b_task"}
+        assert len(calls) == 1  # the second process-level call read the file
+    finally:
+        taskindex.stock_task_index.cache_clear()
+
+
+@pytest.mark.slow
+def test_stock_index_knows_the_paper_tasks():
+    index = taskindex.stock_task_index()
+    config = validate_config(paper_like_config())
+    assert set(stock_task_names(config)) <= index
+
+
+def test_evaluated_runs_follow_lapt_and_selection():
+    config = validate_config(default_config())
+    from embtransfer.grid import lapt_runs, transfer_runs
+
+    assert evaluated_runs(config, "lapt") == lapt_runs(config)
+    assert evaluated_runs(config, "transfer") == lapt_runs(config)
+    assert len(evaluated_sources(config)) == len(config["targets"]) * len(config["sources"])
+    config["lapt"]["enabled"] = False
+    assert evaluated_runs(config, "lapt") == []
+    assert evaluated_runs(config, "transfer") == transfer_runs(config)
+    config["evaluation"]["select"] = {"methods": ["salt"], "sources": ["gemma_mini"],
+                                      "targets": None}
+    runs = evaluated_runs(config, "transfer")
+    assert runs and {(r.method, r.source) for r in runs} == {("salt", "gemma_mini")}
+    assert {s for _, s in evaluated_sources(config)} == {"gemma_mini"}
+    config["evaluation"]["stages"] = ["lapt"]
+    assert evaluated_runs(config, "transfer") == [] and evaluated_sources(config) == []
+
+
+# --- the result contract ---------------------------------------------------------------------
+
+
+def _spec(config=None):
+    config = config or validate_config(default_config())
+    return resolve(config, "world_mrc", "ar_mini")
+
+
+META = {"stage": "transfer", "lang": "ar_mini", "source": "llama_mini",
+        "target": "gpt2_ar_mini", "method": "salt"}
+
+
+def test_record_follows_the_contract(tmp_path):
+    raw = {"alias": "x", "acc,none": 0.25, "acc_stderr,none": 0.05, "acc_norm,none": 0.5,
+           "acc_norm_stderr,none": "N/A"}
+    record = make_record(_spec(), **META, task_results=raw, n_samples=8, limit=None,
+                         lm_eval_version="0.4.13")
+    assert record["scores"] == {"MRC acc": 25.0} and record["stderr"] == {"MRC acc": 5.0}
+    assert record["task"] == "world_mrc" and record["lm_eval_task"] == "world_mrc_ar_mini"
+    assert (record["kind"], record["eval_language"], record["note"]) == (
+        "mrc", "target", "eval_language=target")
+    assert record["num_fewshot"] == 3 and record["metrics_used"] == {"MRC acc": "acc,none"}
+    write_json(tmp_path / "r.json", record)
+    assert json.loads((tmp_path / "r.json").read_text())["scores"] == {"MRC acc": 25.0}
+
+
+def test_metric_preference_and_filters():
+    assert pick_metric({"acc,none": 0.1}, ("acc_norm", "acc")) == "acc,none"
+    assert pick_metric({"acc,none": 0.1, "acc_norm,none": 0.2}, ("acc_norm", "acc")) == \
+        "acc_norm,none"
+    assert pick_metric({"exact_match,none": 1, "exact_match,strict": 0},
+                       ("exact_match",)) == "exact_match,none"
+    with pytest.raises(ScoreError, match="several filters"):
+        pick_metric({"exact_match,a": 1, "exact_match,b": 0}, ("exact_match",))
+    scores, stderr, _ = extract_scores({"f1,none": 0.5, "f1_stderr,none": float("nan"),
+                                        "exact_match,none": 0.25},
+                                       {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)})
+    assert scores == {"MLQA EM": 25.0, "MLQA F1": 50.0}
+    assert stderr == {"MLQA EM": None, "MLQA F1": None}
+
+
+@pytest.mark.parametrize("raw", [
+    {"acc,none": float("nan")},
+    {"acc,none": float("inf")},
+    {"acc,none": "N/A"},
+    {"acc,none": None},
+    {"acc_norm,none": 0.3},  # the task's metric is missing: nothing is made up
+    {},
+])
+def test_malformed_or_non_finite_scores_are_refused(raw):
+    with pytest.raises(ScoreError):
+        make_record(_spec(), **META, task_results=raw, n_samples=8, limit=None,
+                    lm_eval_version="0.4.13")
+
+
+def test_check_record_refuses_broken_records():
+    good = make_record(_spec(), **META, task_results={"acc,none": 0.5}, n_samples=8,
+                       limit=4, lm_eval_version="0.4.13")
+    check_record(good)
+    for change in ({"scores": {"MRC acc": float("nan")}}, {"scores": {"MRC acc": 150.0}},
+                   {"stage": "zeroshot"}, {"kind": "other"}, {"target": None},
+                   {"n_samples": 0}, {"limit": "all"}, {"stderr": {}}):
+        broken = {**copy.deepcopy(good), **change}
+        with pytest.raises(ScoreError):
+            check_record(broken)
+    source = {**copy.deepcopy(good), "stage": "source", "target": None, "method": None}
+    check_record(source)
+
+
+# --- miniature-world benchmarks --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world():
+    return build_world({}, 1234)
+
+
+def test_world_tasks_are_deterministic_and_well_formed(world, tmp_path):
+    sizes = {"size": 12, "fewshot_pool": 5, "passage_people": 3}
+    docs = world_task_docs(world, "vi_mini", 7, sizes)
+    assert docs == world_task_docs(world, "vi_mini", 7, sizes)
+    assert docs != world_task_docs(world, "vi_mini", 8, sizes)
+    assert set(docs) == {k for k, b in CATALOG.items() if b.source == "world"}
+    n_choices = world["config"]["n_choices"]
+    for splits in docs.values():
+        assert len(splits["test"]) == 12
+        for doc in splits["test"] + splits["train"]:
+            assert len(doc["choices"]) == n_choices == len(set(doc["choices"]))
+            assert 0 <= doc["gold"] < n_choices
+    # The test and few-shot passages never coincide.
+    assert not {d["text"] for d in docs["world_mrc"]["test"]} & {
+        d["text"] for d in docs["world_mrc"]["train"]}
+    # Languages of context and question.
+    src = world["source_language"]
+    langs = {k: (docs[k]["test"][0]["context_language"], docs[k]["test"][0]["question_language"])
+             for k in ("world_mrc", "world_mrc_en", "world_xl_ctx_en", "world_xl_ctx_target")}
+    assert langs == {"world_mrc": ("vi_mini", "vi_mini"), "world_mrc_en": (src, src),
+                     "world_xl_ctx_en": (src, "vi_mini"),
+                     "world_xl_ctx_target": ("vi_mini", src)}
+
+
+def test_passage_questions_are_answerable_from_the_passage(world):
+    items = passage_items(world, 20, 3, "test", 3)
+    for item in items:
+        asked = item["people"][item["asked"]]
+        gold_value = item["choices"][item["gold"]]
+        assert item["values"][item["asked"]] == gold_value
+        # Every stated value is among the choices: only reading tells them apart.
+        assert set(item["values"]) <= set(item["choices"])
+        assert asked in world["entities"]["extra_names"]  # never a fact-base person
+        for lang in ("en_mini", "ar_mini"):
+            fact = {"id": "x", "subject": asked, "subject_type": "person",
+                    "relation": item["relation"], "value": gold_value,
+                    "value_type": "x"}
+            sentence = render(world, fact_frame(world, fact), lang)
+            from embtransfer.evaluation.world_tasks import passage_doc
+
+            doc = passage_doc(world, item, lang, lang)
+            assert sentence in doc["text"]
+            query = doc["text"].split("\n", 1)[1]
+            assert (query + " " + doc["choices"][doc["gold"]]).strip() == sentence
+
+
+def test_world_task_directory_and_relocation(world, tmp_path):
+    out = tmp_path / "bench" / "ar_mini"
+    manifest = build_world_tasks(world, "ar_mini", out, 5, {"size": 6, "fewshot_pool": 4},
+                                 {"world_mrc": 3})
+    assert manifest["tasks"]["world_mrc"] == {"task": "world_mrc_ar_mini", "test": 6,
+                                              "train": 4}
+    spec = yaml.safe_load((out / "world_mrc" / "world_mrc.yaml").read_text())
+    assert spec["num_fewshot"] == 3 and spec["fewshot_split"] == "train"
+    lines = (out / "world_mrc" / "test.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and all(isinstance(json.loads(x)["gold"], int) for x in lines)
+    # Moved elsewhere, the relocated copies point at the moved files.
+    moved = tmp_path / "moved"
+    (tmp_path / "bench").rename(moved)
+    inc = relocated_include_dir(moved / "ar_mini", tmp_path / "inc")
+    spec = yaml.safe_load((inc / "world_mrc" / "world_mrc.yaml").read_text())
+    assert Path(spec["dataset_kwargs"]["data_files"]["test"]) == (
+        moved / "ar_mini" / "world_mrc" / "test.jsonl").resolve()
+
+
+def test_catalog_is_consistent():
+    for key, bench in CATALOG.items():
+        assert bench.key == key and bench.kind in catalog.KINDS
+        assert bench.eval_language in ("target", "english")
+        assert bench.metrics and all(isinstance(v, tuple) for v in bench.metrics.values())
+        if bench.kind == "crosslingual":
+            assert bench.note.startswith("context=")
+        elif bench.kind == "mrc":
+            assert bench.note == f"eval_language={bench.eval_language}"
+        elif bench.eval_language == "english":
+            # English knowledge rows must not collide with the target rows in Table 1.
+            assert all("(English)" in name for name in bench.metrics)
