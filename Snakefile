@@ -12,7 +12,11 @@ from embtransfer import codehash
 from embtransfer.config import ConfigError, validate_config
 
 
-configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
+# The default config (the miniature world) unless one is given with --configfile: a grid
+# such as config/paper_salt.yaml replaces it rather than being merged into it.
+if not workflow.config_settings.configfiles:
+
+    configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
 try:
@@ -35,6 +39,18 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/download.smk"
 
 
+# --- SLURM profile check (embtransfer/cluster.py): with `--executor slurm`, refuse to
+# submit while slurm/config.yaml still holds FILL_IN_* placeholders. ---
+onstart:
+    from embtransfer.cluster import SlurmProfileError, check_slurm_run
+
+    try:
+        check_slurm_run(workflow)
+    except SlurmProfileError as err:
+        raise WorkflowError(str(err)) from None
+# --- end SLURM profile check ---
+
+
 rule all:
     default_target: True
     input:
@@ -44,6 +60,7 @@ rule all:
         rules.zeroshot_table.output,
         all_lapt(),
         all_evaluation(),
+        all_intrinsic(),
         all_report(),
 
 

@@ -9,9 +9,10 @@ node and compute jobs read the files.
 
 from __future__ import annotations
 
+import os
 import random
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -66,20 +67,28 @@ def local_corpus(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
     return split_sequential(train, spec.get("valid_fraction", 0.1))
 
 
-def wikipedia_sentences(language: str, dump: str, n_sentences: int) -> Iterator[str]:
+def wikipedia_sentences(
+    language: str,
+    dump: str,
+    n_sentences: int,
+    *,
+    load_dataset: Callable[..., Iterable[dict]] | None = None,
+    split_sentences: Callable[[str], list[str]] | None = None,
+) -> Iterator[str]:
     """The first ``n_sentences`` NLTK sentences of a Wikipedia dump, in dump order.
 
-    Needs ``datasets`` and ``nltk`` (with the punkt model) and network access
-    unless both are already cached (``HF_HUB_OFFLINE=1`` then works).
+    Streams ``wikimedia/wikipedia`` config ``{dump}.{language}`` (needs network);
+    the local rule ``fetch_wikipedia`` (embtransfer.download) writes them to
+    ``resources/wikipedia/`` on a login node. ``load_dataset`` and
+    ``split_sentences`` default to ``datasets.load_dataset`` and NLTK's
+    ``sent_tokenize`` (tests pass fakes).
     """
-    try:
-        import nltk
+    if load_dataset is None:
         from datasets import load_dataset
-    except ImportError as err:
-        raise ImportError(
-            "the wikipedia corpus type needs `datasets` and `nltk`: "
-            "pip install datasets nltk (and run the download rules on a node with internet)"
-        ) from err
+    if split_sentences is None:
+        import nltk
+
+        split_sentences = nltk.sent_tokenize
     dataset = load_dataset(
         "wikimedia/wikipedia", f"{dump}.{language}", split="train", streaming=True
     )
@@ -87,18 +96,30 @@ def wikipedia_sentences(language: str, dump: str, n_sentences: int) -> Iterator[
     def sentences() -> Iterator[str]:
         for article in dataset:
             for paragraph in article["text"].split("\n"):
-                yield from _clean(nltk.sent_tokenize(paragraph))
+                yield from _clean(split_sentences(paragraph))
 
     return islice(sentences(), n_sentences)
 
 
-def wikipedia_corpus(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
-    lines = list(
-        wikipedia_sentences(
-            spec["language"], spec.get("dump", "20231101"), spec.get("sentences", 8_000_000)
+def wikipedia_corpus(
+    spec: dict[str, Any], sentences: str | os.PathLike
+) -> tuple[list[str], list[str]]:
+    """Train/valid of a Wikipedia corpus: the downloaded sentences file, split sequentially.
+
+    ``sentences`` is the output of the local rule ``fetch_wikipedia`` (one sentence
+    per line, dump order); this step reads only that file, so it runs offline.
+    """
+    path = Path(sentences)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: run `snakemake --cores 1 {path}` (rule fetch_wikipedia) or "
+            "`snakemake --cores 1 download_all` on a node with internet"
         )
-    )
-    return split_sequential(lines, spec.get("valid_fraction", 0.1))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    want = spec.get("sentences", 8_000_000)
+    if len(lines) < want:
+        raise ValueError(f"{path} has {len(lines)} sentences, the config asks for {want}")
+    return split_sequential(lines[:want], spec.get("valid_fraction", 0.1))
 
 
 def mix_corpora(

@@ -86,12 +86,45 @@ class HubDownloadError(RuntimeError):
     """A hub snapshot could not be fetched (missing repo/revision, gated, offline)."""
 
 
+def _hub_error_hint(err: Exception, repo_id: str, revision: str, key: str) -> str:
+    """What to do about a hub failure, by its kind (checked most specific first)."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(err, RevisionNotFoundError):
+        return (
+            f"the repository exists but has no revision {revision!r}: set "
+            f"models.{key}.revision to an existing commit hash, branch or tag."
+        )
+    if isinstance(err, GatedRepoError):
+        return (
+            f"{repo_id!r} is gated: accept its licence on huggingface.co and set HF_TOKEN "
+            "(or log in with `hf auth login`) on the node that downloads."
+        )
+    if isinstance(err, RepositoryNotFoundError):
+        return (
+            f"no repository {repo_id!r} (or it is private): check models.{key}.repo_id "
+            "(and HF_TOKEN for a private one)."
+        )
+    if isinstance(err, OfflineModeIsEnabled):
+        return "this process is offline (HF_HUB_OFFLINE=1), as compute jobs are."
+    return (
+        "check that the repository and revision exist (and that you accepted its "
+        "licence if it is gated, with HF_TOKEN set)."
+    )
+
+
 def fetch_hub_snapshot(
     repo_id: str,
     revision: str,
     dest: str | os.PathLike,
     allow_patterns: Sequence[str] | None = None,
     token: str | bool | None = None,
+    key: str | None = None,
 ) -> Path:
     """Download ``repo_id`` at ``revision`` into ``dest`` (a plain directory).
 
@@ -118,15 +151,15 @@ def fetch_hub_snapshot(
             token=token,
         )
         commit = HfApi().model_info(repo_id, revision=revision, token=token).sha
-    except Exception as err:  # every hub failure gets the same actionable message
+    except Exception as err:  # every hub failure names the model key, repo and revision
+        key = key or dest.name
         raise HubDownloadError(
-            f"could not download {repo_id!r} at revision {revision!r}: "
+            f"could not download model {key!r} ({repo_id!r} at revision {revision!r}): "
             f"{type(err).__name__}: {err}\n"
-            "Check that the repository and revision exist (and that you accepted its "
-            "licence if it is gated, with HF_TOKEN set). Compute nodes often have no "
-            "network: run the download rule on a login node first, e.g. "
-            f"`snakemake --cores 1 resources/models/<key>/` (the models' download rule), "
-            "then rerun the workflow."
+            f"{_hub_error_hint(err, repo_id, revision, key)}\n"
+            "Compute nodes often have no network: run the download on a login node first, "
+            f"`snakemake --cores 1 {dest}` (rule fetch_model) or all downloads at once with "
+            "`snakemake --cores 1 download_all`, then rerun the workflow."
         ) from err
     partial_path = Path(path)
     # The download bookkeeping is only needed to resume; the finished snapshot drops it.

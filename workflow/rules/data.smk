@@ -21,7 +21,8 @@ def corpus_inputs(wildcards):
         return {"world": rules.world.output[0]}
     if spec["type"] == "local":
         return {k: spec[k] for k in ("train", "valid") if spec.get(k)}
-    return {}
+    # wikipedia: the sentences the local rule fetch_wikipedia (download.smk) wrote.
+    return {"sentences": wikipedia_sentences_file(wildcards.lang)}
 
 
 rule corpus:

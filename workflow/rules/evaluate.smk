@@ -43,12 +43,20 @@ def eval_checkpoint(w):
     return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}"
 
 
+def hub_datasets(keys):
+    # Stock and shipped tasks read their datasets from the cache the local download rule
+    # fills (download.smk), so compute jobs run offline.
+    if any(EVAL_CATALOG[k].source != "world" for k in keys):
+        return {"datasets": rules.fetch_lm_eval_datasets.output[0]}
+    return {}
+
+
 def eval_inputs(w):
     inputs = {"model": eval_checkpoint(w)}
     keys = [w.task] if "task" in w.keys() else EVAL_TASKS
     if any(EVAL_CATALOG[k].source == "world" for k in keys):
         inputs["benchmarks"] = f"{RESULTS}/benchmarks/{w.lang}"
-    return inputs
+    return inputs | hub_datasets(keys)
 
 
 def eval_meta(w):
@@ -179,7 +187,7 @@ def tokenizer_stats_inputs(w):
     }
     if EVAL_WORLD:
         inputs["benchmarks"] = f"{RESULTS}/benchmarks/{w.lang}"
-    return inputs
+    return inputs | hub_datasets(EVAL_TASKS)
 
 
 rule tokenizer_stats:

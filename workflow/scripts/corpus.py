@@ -12,7 +12,7 @@ if spec["type"] == "mini":
 elif spec["type"] == "local":
     train, valid = local_corpus(spec)
 else:
-    train, valid = wikipedia_corpus(spec)
+    train, valid = wikipedia_corpus(spec, sm.input.sentences)
 write_text_lines(sm.output.train, train)
 write_text_lines(sm.output.valid, valid)
 log.info("%s: %d train and %d valid lines", sm.wildcards.lang, len(train), len(valid))

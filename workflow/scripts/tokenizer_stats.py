@@ -1,14 +1,23 @@
 """Fertility and prompt-token ratios of the source and target tokenizers of one language."""
 
-import tempfile
+import os
+from pathlib import Path
 
-from embtransfer.atomic import write_json
-from embtransfer.evaluation.catalog import TaskSpec
-from embtransfer.evaluation.runner import task_manager
-from embtransfer.evaluation.tokenizer_stats import load_task_texts, tokenizer_stats, valid_texts
-from embtransfer.logs import job_logger
+from embtransfer.download import lm_eval_cache_env
 
 sm = snakemake  # noqa: F821
+if sm.input.get("datasets"):
+    # Before anything imports huggingface_hub/datasets: they read these at import time.
+    os.environ.update(lm_eval_cache_env(Path(sm.input.datasets).parent))
+
+import tempfile  # noqa: E402
+
+from embtransfer.atomic import write_json  # noqa: E402
+from embtransfer.evaluation.catalog import TaskSpec  # noqa: E402
+from embtransfer.evaluation.runner import task_manager  # noqa: E402
+from embtransfer.evaluation.tokenizer_stats import load_task_texts, tokenizer_stats, valid_texts  # noqa: E402
+from embtransfer.logs import job_logger  # noqa: E402
+
 log = job_logger(sm.log[0])
 specs = [TaskSpec(**{**s, "metrics": {k: tuple(v) for k, v in s["metrics"].items()}})
          for s in sm.params.specs]

@@ -1,0 +1,160 @@
+"""The paper grid configs plan the whole grid: a dry run, no network, counts per rule.
+
+The expected job count of every rule is computed here from the config itself
+(not from the workflow's helpers), and the GPU rules must carry their GPUs.
+The downloaded inputs are missing, so the dry run plans the download rules too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from itertools import product
+from pathlib import Path
+
+import pytest
+import yaml
+
+from embtransfer.evaluation.catalog import CATALOG
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = ["paper_salt", "paper_cva", "cluster_check"]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "EMBTRANSFER_OFFLINE": "1"}
+
+
+def lapt_runs(config: dict) -> set[tuple[str, str, str, str]]:
+    lapt = config.get("lapt") or {}
+    if not lapt.get("enabled", True):
+        return set()
+    runs = set()
+    for group in lapt.get("select") or [{}]:
+        for lang, plms in config["targets"].items():
+            sources = group.get("sources") or config["sources"]
+            targets = [t for t in plms if t in (group.get("targets") or plms)]
+            methods = group.get("methods") or config["transfer"]["methods"]
+            runs |= {(lang, s, t, m) for s, t, m in product(sources, targets, methods)}
+    return runs
+
+
+def expected_jobs(config: dict) -> dict[str, int]:
+    langs = config["languages"]
+    targets = config["targets"]
+    sources = config["sources"]
+    methods = set(config["transfer"]["methods"])
+    vectors = set(config.get("neighbors", {}).get("vectors", ["word", "token"]))
+    plms = sorted({t for p in targets.values() for t in p})
+    models = set(sources) | set(plms)
+    pairs = [(lang, s, t) for lang, p in targets.items() for s in sources for t in p]
+    aligned = bool(methods & {"wechsel", "ofa"})
+    word_langs = set(targets) if ("word" in vectors or aligned) else set()
+    if aligned:
+        word_langs.add(config["source_language"])
+    ft_type = {lang: langs[lang].get("fasttext", {"type": "train"})["type"] for lang in langs}
+    evaluation = config.get("evaluation", {})
+    stages = set(evaluation.get("stages", ["source", "transfer", "lapt"]))
+    runs = lapt_runs(config)
+    hub = [m for m in models if config["models"][m]["type"] == "hub"]
+    dictionaries = {langs[lang]["dictionary"]["path"] for lang in targets
+                    if aligned and langs[lang].get("dictionary", {}).get("type") == "file"}
+    wiki = [lang for lang in targets if langs[lang]["corpus"]["type"] == "wikipedia"]
+    jobs = {
+        "fetch_model": len(hub),
+        "fetch_wikipedia": len(wiki),
+        "fetch_nltk_punkt": 1 if wiki else 0,
+        "fetch_fasttext_crawl": len({langs[lang]["fasttext"].get("code", lang)
+                                     for lang in word_langs if ft_type[lang] == "crawl"}),
+        "fetch_muse_dictionary": len([d for d in dictionaries if "dictionaries/muse/" in d]),
+        "corpus": len(targets),
+        "fasttext_word": len([lang for lang in word_langs if ft_type[lang] == "train"]),
+        "vocab": len(models),
+        "overlap": len(sources) * len(plms),
+        "fasttext_tokenize": len(plms) if "token" in vectors else 0,
+        "fasttext_token": len(plms) if "token" in vectors else 0,
+        "token_vectors": len(plms) * len(vectors),
+        "neighbors": len(pairs) * len(vectors),
+        "regression_inputs": len(pairs),
+        "salt_regression": len(pairs) if "salt" in methods else 0,
+        "aligned_vectors": len(pairs) if aligned else 0,
+        "transfer": len(pairs) * len(methods),
+        "zeroshot": len(pairs) * len(methods),
+        "zeroshot_source": len(targets) * len(sources),
+        "zeroshot_table": 1,
+        "lapt": len(runs),
+        "evaluate": len(runs) * len(stages & {"transfer", "lapt"}) if evaluation.get(
+            "tasks", ["x"]) else 0,
+        "evaluate_source": len(targets) * len(sources) if "source" in stages else 0,
+        "fetch_lm_eval_datasets": 1 if any(
+            CATALOG[k].source != "world" for k in evaluation.get("tasks", [])) else 0,
+        "intrinsic_lapt": len(runs) if evaluation.get("intrinsic", True) else 0,
+        "tokenizer_stats": len(targets) if evaluation.get("tokenizer_stats", True) else 0,
+        "report": 1,
+        "all": 1,
+    }
+    return {rule: n for rule, n in jobs.items() if n}
+
+
+def job_stats(text: str) -> dict[str, int]:
+    table = text.split("Job stats:", 1)[1]
+    jobs = {}
+    for line in table.splitlines()[3:]:
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        if match.group(1) != "total":
+            jobs[match.group(1)] = int(match.group(2))
+    return jobs
+
+
+def job_resources(text: str) -> dict[str, list[str]]:
+    """Rule -> the `resources:` line of each of its planned jobs."""
+    found: dict[str, list[str]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if head and res:
+            found.setdefault(head.group(1), []).append(res.group(1))
+    return found
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from test_workflow import copy_workflow
+
+    path = copy_workflow(tmp_path_factory.mktemp("grid"))
+    # The report reads the paper's published numbers, which the repository ships.
+    reference = REPO / "resources" / "reference"
+    if reference.is_dir():
+        shutil.copytree(reference, path / "resources" / "reference", dirs_exist_ok=True)
+    return path
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_paper_config_plans_the_whole_grid(workdir, name):
+    config = yaml.safe_load((REPO / "config" / f"{name}.yaml").read_text())
+    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"), **OFFLINE)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--directory", str(workdir),
+         "--snakefile", str(workdir / "Snakefile"),
+         "--configfile", str(workdir / "config" / f"{name}.yaml")],
+        capture_output=True, text=True, env=env, cwd=workdir,
+    )
+    seconds = time.monotonic() - started
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    print(f"\n{name}: dry run {seconds:.1f} s, {sum(job_stats(text).values())} jobs")
+    assert job_stats(text) == expected_jobs(config)
+
+    resources = job_resources(text)
+    gpus = (config.get("lapt") or {}).get("gpus", 1)
+    assert resources["salt_regression" if "salt" in config["transfer"]["methods"] else "lapt"]
+    for rule, want in (("salt_regression", "gpu=1"), ("lapt", f"gpu={gpus}")):
+        for line in resources.get(rule, []):
+            assert want in line.split(", "), (rule, line)
+    # Without a GPU to declare, CPU rules ask for none.
+    for rule in ("transfer", "neighbors", "vocab"):
+        assert not any("gpu=" in line for line in resources.get(rule, [])), rule

@@ -1,0 +1,74 @@
+"""Checks for cluster runs: refuse to submit while the SLURM profile has placeholders.
+
+The shipped profile (slurm/config.yaml) leaves the site-specific values
+(`slurm_account`, `slurm_partition`, optionally `gpu_model`) as ``FILL_IN_*``
+placeholders. Left in, sbatch fails late and cryptically ("invalid partition
+specified") or, on clusters without account enforcement, silently charges a
+wrong account. The Snakefile's onstart hook calls :func:`check_slurm_run`, which
+stops the run before the first submission with a message naming the file and key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+PLACEHOLDER_PREFIX = "FILL_IN"
+PROFILE_FILE = "slurm/config.yaml"
+SITE_KEYS = ("slurm_account", "slurm_partition", "gpu_model", "qos", "constraint")
+HINTS = {
+    "slurm_account": "your SLURM account (`sacctmgr -n -s list user $USER format=account`)",
+    "slurm_partition": "a partition of your cluster (`sinfo -s`; for GPU rules one with "
+    "GPUs, or delete the line to use the default partition)",
+    "gpu_model": "a GPU model of your cluster (`sinfo -o '%P %G'`), or delete the key",
+}
+
+
+class SlurmProfileError(Exception):
+    """A placeholder of the SLURM profile was left in."""
+
+
+def is_placeholder(value) -> bool:
+    return isinstance(value, str) and value.strip().upper().startswith(PLACEHOLDER_PREFIX)
+
+
+def find_placeholders(jobs: Iterable[tuple[str, Mapping]]) -> dict[tuple[str, str], list[str]]:
+    """(key, value) -> sorted rule names, for every site key still holding a placeholder.
+
+    `jobs` yields (rule name, resources mapping) per job to be submitted.
+    """
+    found: dict[tuple[str, str], set[str]] = {}
+    for rule, resources in jobs:
+        for key in SITE_KEYS:
+            value = resources.get(key)
+            if is_placeholder(value):
+                found.setdefault((key, str(value)), set()).add(rule)
+    return {k: sorted(v) for k, v in sorted(found.items())}
+
+
+def placeholder_message(found: Mapping[tuple[str, str], list[str]]) -> str:
+    lines = [
+        f"The SLURM profile still has placeholder values: fill them in in {PROFILE_FILE} "
+        "(see the README, section 'Running on a SLURM cluster'):"
+    ]
+    for (key, value), rules in found.items():
+        hint = HINTS.get(key, "a value for your site")
+        shown = ", ".join(rules[:5]) + (", ..." if len(rules) > 5 else "")
+        lines.append(
+            f"  {key}: {value}  ->  {hint}; set it under `default-resources:` "
+            f"(or `set-resources: <rule>:`) in {PROFILE_FILE} (jobs of rules: {shown})"
+        )
+    return "\n".join(lines)
+
+
+def check_slurm_run(workflow) -> None:
+    """Raise SlurmProfileError when the slurm executor would submit a placeholder value.
+
+    A no-op for any other executor, for dry runs and inside cluster jobs.
+    """
+    plugin = getattr(workflow, "executor_plugin", None)
+    if plugin is None or getattr(plugin, "name", None) != "slurm":
+        return
+    jobs = ((job.rule.name, job.resources) for job in workflow.dag.needrun_jobs())
+    found = find_placeholders(jobs)
+    if found:
+        raise SlurmProfileError(placeholder_message(found))
