@@ -26,6 +26,10 @@ pytestmark = pytest.mark.slow
 EVALUATE_STUB = '''# test stub: the fixture evaluation files
 def all_evaluation():
     return sorted(str(p) for p in Path("results/eval").rglob("*.json"))
+
+
+def all_intrinsic():
+    return []
 '''
 LAPT_STUB = '''# test stub: the fixture LAPT metrics files
 def all_lapt():

@@ -42,7 +42,8 @@ MARKER = "# written by embtransfer tests/test_slurm.py; removed when the test en
 ACCOUNT = "testaccount"
 # Everything up to the zero-shot table (SALT regression included); LAPT and lm-eval
 # are left out to keep the test within minutes on two cores.
-TARGET = "zeroshot_table"
+# The transfer part of the DAG and one LAPT run: both GPU-declared rules go through sbatch.
+TARGETS = ("zeroshot_table", "results/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
 GPU_RULES = ("salt_regression", "lapt", "evaluate", "evaluate_source")
 
 
@@ -215,6 +216,7 @@ def cluster_config() -> dict:
     config["models"]["gemma_mini"]["mix"] = {"ar_mini": 0.03}
     config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
     config["transfer"] = {"methods": ["salt", "focus", "random"]}
+    config["lapt"]["select"] = [{"methods": ["salt"]}]
     return config
 
 
@@ -327,8 +329,7 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
     local = copy_workflow(tmp_path / "local")
     cluster = copy_workflow(tmp_path / "cluster")
     for workdir in (local, cluster):
-        # Also as config/config.yaml: --configfile only extends it (nested keys merge),
-        # and the default's second target language must not come back.
+        # Also as config/config.yaml, so that no run can see the default's languages.
         for name in ("test_config.yaml", "config/config.yaml"):
             (workdir / name).write_text(yaml.safe_dump(config, allow_unicode=True))
     _test_profile(cluster)
@@ -338,7 +339,7 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]  # the helper passes os.environ on
     try:
-        proc = snakemake(cluster, "--profile", "slurm", TARGET, check=False)
+        proc = snakemake(cluster, "--profile", "slurm", *TARGETS, check=False)
     finally:
         if old is None:
             os.environ.pop("SLURM_CONF")
@@ -369,10 +370,10 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
                               capture_output=True, timeout=30, check=True).stdout
         assert f"Partition={PARTITION}" in info and f"Account={ACCOUNT}" in info, info
         assert "gpu" not in info.lower(), (rule, info)
-    assert "salt_regression" in rule_of.values()
+    assert {"salt_regression", "lapt"} <= set(rule_of.values())
 
     started = time.monotonic()
-    snakemake(local, "--cores", "2", TARGET)
+    snakemake(local, "--cores", "2", *TARGETS)
     local_s = time.monotonic() - started
     compared = _compare_runs(local, cluster, config)
     assert compared > 15
