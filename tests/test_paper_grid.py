@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_workflow import job_stats
 
 from embtransfer.evaluation.catalog import CATALOG
 
@@ -95,18 +96,6 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "all": 1,
     }
     return {rule: n for rule, n in jobs.items() if n}
-
-
-def job_stats(text: str) -> dict[str, int]:
-    table = text.split("Job stats:", 1)[1]
-    jobs = {}
-    for line in table.splitlines()[3:]:
-        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        if match.group(1) != "total":
-            jobs[match.group(1)] = int(match.group(2))
-    return jobs
 
 
 def job_resources(text: str) -> dict[str, list[str]]:

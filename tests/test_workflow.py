@@ -82,15 +82,10 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
-def planned_jobs(workdir: Path, target: str) -> dict[str, int]:
-    """Rule -> job count of a dry run (empty when nothing is to be done)."""
-    out = snakemake(workdir, "-n", target)
-    text = out.stdout + out.stderr
-    jobs: dict[str, int] = {}
-    if "Job stats:" not in text:
-        assert "Nothing to be done" in text, text[-2000:]
-        return jobs
+def job_stats(text: str) -> dict[str, int]:
+    """Rule -> job count from the "Job stats:" table of Snakemake's output."""
     table = text.split("Job stats:", 1)[1]
+    jobs: dict[str, int] = {}
     for line in table.splitlines()[3:]:
         match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
         if not match:
@@ -98,6 +93,16 @@ def planned_jobs(workdir: Path, target: str) -> dict[str, int]:
         if match.group(1) != "total":
             jobs[match.group(1)] = int(match.group(2))
     return jobs
+
+
+def planned_jobs(workdir: Path, target: str) -> dict[str, int]:
+    """Rule -> job count of a dry run (empty when nothing is to be done)."""
+    out = snakemake(workdir, "-n", target)
+    text = out.stdout + out.stderr
+    if "Job stats:" not in text:
+        assert "Nothing to be done" in text, text[-2000:]
+        return {}
+    return job_stats(text)
 
 
 @pytest.fixture(scope="module")
