@@ -57,9 +57,13 @@ def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[s
                  dpi: int = 120) -> Figure:
     """The figure (not saved): one panel per (lang, source), a line per method.
 
-    A method keeps its colour in every panel (its place in ``methods``).
+    A method keeps its colour and line style in every panel (its place in ``methods``);
+    ten colours times two styles tell twenty methods apart. The loss axis is
+    logarithmic: a method that starts far off (CLP on small PLMs) does not flatten
+    the others.
     """
     colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    styles = {m: ("-", "--")[(i // 10) % 2] for i, m in enumerate(methods)}
     panels = list(curves) or [("", "")]
     ncols = min(len(panels), 2)
     nrows = math.ceil(len(panels) / ncols)
@@ -72,7 +76,10 @@ def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[s
         lang, source = key
         panel = curves.get(key, {})
         for method, (steps, losses) in panel.items():
-            ax.plot(steps, losses, label=method, linewidth=1.2, color=colours.get(method))
+            ax.plot(steps, losses, label=method, linewidth=1.2, color=colours.get(method),
+                    linestyle=styles.get(method, "-"))
+        if panel and all(min(losses) > 0 for _, losses in panel.values()):
+            ax.set_yscale("log")
         ax.set_title(f"{lang}, {source}, target {targets.get(lang) or '?'}" if lang else "")
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("training loss")
