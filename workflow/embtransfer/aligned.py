@@ -165,8 +165,10 @@ def merge_params(name: str, defaults: dict[str, Any], params: dict[str, Any]) ->
     return {**defaults, **params}
 
 
-def check_aligned(inputs: TransferInputs, side: str, name: str) -> np.ndarray:
-    """The aligned vectors' shapes against the vocabularies; returns the source matrix."""
+def check_aligned(inputs: TransferInputs, side: str,
+                  name: str) -> tuple[np.ndarray, AlignedVectors]:
+    """The aligned vectors' shapes against the vocabularies; returns the source matrix
+    and the aligned vectors."""
     aligned = inputs.aligned
     if aligned is None:
         raise ValueError(f"{name} needs aligned vectors (inputs.aligned)")
@@ -181,7 +183,7 @@ def check_aligned(inputs: TransferInputs, side: str, name: str) -> np.ndarray:
             f"{name}: {aligned.source.shape[0]} aligned source vectors but only "
             f"{matrix.shape[0]} source embedding rows"
         )
-    return matrix
+    return matrix, aligned
 
 
 def weighted_rows(

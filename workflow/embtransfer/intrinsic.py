@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,24 +208,30 @@ def evaluate_text(
     }
 
 
-def fertility(tokenizer: Any, text_file: str | os.PathLike,
-              max_lines: int | None = None) -> dict[str, Any]:
-    """Tokens per whitespace-separated word (``add_special_tokens=False``).
-
-    ``tokenizer`` is a tokenizer or its directory; lines as in :func:`read_documents`.
-    """
-    if isinstance(tokenizer, str | os.PathLike | Path):
-        tokenizer = load_tokenizer(tokenizer)
-    docs = read_documents(text_file, max_lines)
-    words = sum(len(d.split()) for d in docs)
-    encoded = tokenizer(docs, add_special_tokens=False)["input_ids"] if docs else []
+def token_counts(tokenizer: Any, texts: Sequence[str]) -> dict[str, Any]:
+    """Tokens (``add_special_tokens=False``), whitespace words and UTF-8 bytes of ``texts``;
+    fertility = tokens per word, tokens per byte (NaN where there is nothing to divide by)."""
+    texts = list(texts)
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     tokens = sum(len(ids) for ids in encoded)
-    n_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    words = sum(len(t.split()) for t in texts)
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
     return {
         "fertility": tokens / words if words else float("nan"),
         "tokens": tokens,
         "words": words,
-        "lines": len(docs),
         "bytes": n_bytes,
         "tokens_per_byte": tokens / n_bytes if n_bytes else float("nan"),
     }
+
+
+def fertility(tokenizer: Any, text_file: str | os.PathLike,
+              max_lines: int | None = None) -> dict[str, Any]:
+    """:func:`token_counts` of the lines of ``text_file`` (as :func:`read_documents`).
+
+    ``tokenizer`` is a tokenizer or its directory.
+    """
+    if isinstance(tokenizer, str | os.PathLike | Path):
+        tokenizer = load_tokenizer(tokenizer)
+    docs = read_documents(text_file, max_lines)
+    return {**token_counts(tokenizer, docs), "lines": len(docs)}

@@ -54,7 +54,9 @@ import math
 import os
 import random
 import resource
+import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +65,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from . import lora as lora_mod
@@ -312,9 +315,6 @@ class _Ranks:
     """This process's place among the training processes (one when not distributed)."""
 
     def __init__(self) -> None:
-        import torch.distributed as dist
-
-        self.dist = dist
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -328,18 +328,18 @@ class _Ranks:
     def sum_(self, tensors: list[torch.Tensor]) -> None:
         if self.world > 1:
             for t in tensors:
-                self.dist.all_reduce(t)
+                dist.all_reduce(t)
 
     def any(self, flag: bool) -> bool:
         if self.world == 1:
             return flag
         t = torch.tensor([int(flag)], device=self.device)
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
     def barrier(self) -> None:
         if self.world > 1:
-            self.dist.barrier()
+            dist.barrier()
 
 
 def train_lapt(
@@ -608,8 +608,6 @@ def train_lapt(
             raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
         write_json(tmp / "lapt.json", summary)
     if ckpt.exists():
-        import shutil
-
         shutil.rmtree(ckpt)  # the final model supersedes it
     ranks.barrier()
     log(f"[lapt] done: {step} steps, final train loss {final['final_train_loss']:.4f}, "
@@ -626,8 +624,6 @@ def launch_command(spec_file: str | Path, processes: int, port: int = 29500) -> 
     ``--multi_gpu`` is accelerate's distributed launcher (it sets RANK, WORLD_SIZE,
     ...); without CUDA the ranks talk over gloo, which is how the tests run it.
     """
-    import sys
-
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
             "--num_processes", str(processes), "--num_machines", "1",
             "--main_process_port", str(port),
@@ -640,8 +636,6 @@ def main(argv: list[str] | None = None) -> None:
 
     The spec holds model_dir, train_file, valid_file, out_dir, cfg, seed, work_dir.
     """
-    import sys
-
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 1:
         raise SystemExit("usage: python -m embtransfer.lapt SPEC.json")
@@ -649,8 +643,6 @@ def main(argv: list[str] | None = None) -> None:
     train_lapt(spec["model_dir"], spec["train_file"], spec["valid_file"], spec["out_dir"],
                spec["cfg"], int(spec["seed"]), work_dir=spec.get("work_dir"),
                log=lambda msg: print(msg, flush=True))
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.destroy_process_group()
 

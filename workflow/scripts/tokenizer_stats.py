@@ -15,13 +15,14 @@ import tempfile  # noqa: E402
 from embtransfer.atomic import write_json  # noqa: E402
 from embtransfer.evaluation.catalog import TaskSpec  # noqa: E402
 from embtransfer.evaluation.runner import task_manager  # noqa: E402
-from embtransfer.evaluation.tokenizer_stats import load_task_texts, tokenizer_stats, valid_texts  # noqa: E402
+from embtransfer.evaluation.tokenizer_stats import load_task_texts, tokenizer_stats  # noqa: E402
+from embtransfer.intrinsic import read_documents  # noqa: E402
 from embtransfer.logs import job_logger  # noqa: E402
 
 log = job_logger(sm.log[0])
 specs = [TaskSpec(**{**s, "metrics": {k: tuple(v) for k, v in s["metrics"].items()}})
          for s in sm.params.specs]
-sets = {"valid": valid_texts(sm.input.valid, sm.params.max_lines)}
+sets = {"valid": read_documents(sm.input.valid, sm.params.max_lines)}
 info = {"valid": {"file": sm.input.valid}}
 if specs:
     with tempfile.TemporaryDirectory(prefix="embt-tok-") as tmp:

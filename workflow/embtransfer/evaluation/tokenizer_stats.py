@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embtransfer.intrinsic import read_documents
+from embtransfer.intrinsic import token_counts
 from embtransfer.models import load_tokenizer
 
 
@@ -62,15 +62,10 @@ def load_task_texts(names: Sequence[str], task_manager: Any,
 
 def count(tokenizer: Any, texts: Sequence[str]) -> dict[str, float | int]:
     """Tokens, words, bytes, fertility and tokens per byte of ``texts``."""
-    texts = list(texts)
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    tokens = sum(len(ids) for ids in encoded)
-    words = sum(len(t.split()) for t in texts)
-    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    if not words or not n_bytes:
+    counts = token_counts(tokenizer, texts)
+    if not counts["words"] or not counts["bytes"]:
         raise ValueError("no words to count tokens per word on")
-    return {"tokens": tokens, "words": words, "bytes": n_bytes,
-            "fertility": tokens / words, "tokens_per_byte": tokens / n_bytes}
+    return counts
 
 
 def tokenizer_stats(
@@ -115,6 +110,3 @@ def tokenizer_stats(
         }
     return out
 
-
-def valid_texts(path: str | os.PathLike, max_lines: int | None) -> list[str]:
-    return read_documents(path, max_lines)

@@ -107,9 +107,7 @@ def factorize(
 )
 def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     p = merge_params("ofa", DEFAULTS, params)
-    matrix = check_aligned(inputs, side, "ofa")
-    aligned = inputs.aligned
-    assert aligned is not None
+    matrix, aligned = check_aligned(inputs, side, "ofa")
     h = matrix.shape[1]
     rank = resolve_rank(p["rank"], float(p["rank_fraction"]), h)
     P, Q = factorize(matrix, rank)

@@ -56,9 +56,7 @@ def _summary(x: np.ndarray) -> float | None:
 )
 def wechsel(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     p = merge_params("wechsel", DEFAULTS, params)
-    matrix = check_aligned(inputs, side, "wechsel")
-    aligned = inputs.aligned
-    assert aligned is not None
+    matrix, aligned = check_aligned(inputs, side, "wechsel")
     rows, how = empty_result(inputs, side)
 
     shared_t, shared_s = inputs.shared()
