@@ -1,64 +1,139 @@
-"""SQuAD-style answer scoring (exact match and token F1), for the shipped XQuAD task.
+"""Extractive-QA answer scoring (exact match and token F1) of MLQA and XQuAD: one function,
+the rules of MLQA's official evaluation script (``mlqa_evaluation_v1.py``, facebookresearch/MLQA).
 
-Follows the SQuAD v1.1 evaluation script (which XQuAD uses): lower-case, drop punctuation,
-drop the English articles a/an/the, collapse whitespace; EM is equality of the normalised
-strings, F1 the harmonic mean of token precision and recall (bag of whitespace tokens);
-with several gold answers the maximum over them counts. Two deliberate differences, both
-neutral on English: punctuation is every Unicode punctuation character (category P*, so the
-Arabic comma and CJK full stops go too), and F1 of two empty normalised strings is 1
-(the v1.1 script divides by zero there; SQuAD v2 uses the same convention).
+Normalisation of an answer in answer language ``lang`` (the context's language), in order:
+
+1. lower-case;
+2. drop every punctuation character: Unicode category P* plus Python's
+   ``string.punctuation`` (so the ASCII symbols ``$ + < = > ^ ` | ~`` go too);
+3. replace the language's articles by a space: en ``a an the``; es ``un una unos unas el la
+   los las``; de ``ein eine einen einem eines einer der die das den dem des``; vi ``của là
+   cái chiếc những``; ar: *every* occurrence of ``ال``, also inside a word (the official
+   pattern ``\\sال^|ال``: its first branch can never match, so the second removes the
+   letters wherever they stand); hi and zh: none;
+4. split into tokens: whitespace, except zh, where every CJK character (U+4E00-U+9FA5)
+   is a token of its own; tokens are joined by single spaces.
+
+EM is equality of the normalised strings; F1 the harmonic mean of precision and recall of
+the two bags of tokens, 0 when they share none, so an empty normalised prediction or gold
+(e.g. the gold "the") gets F1 0 but EM 1 against an equally empty one, as in the official
+script. Several golds: the maximum over them. The prediction is the generation stripped of
+surrounding whitespace (as lm-eval's MLQA task does).
+
+Languages the official script does not know (XQuAD's el, ro, ru, th, tr) are scored with
+whitespace tokens and no article removal: an extension, documented in the README.
+
+``nfc=True`` (config ``evaluation.scoring.nfc``; off by default, as in the official script)
+first brings prediction and golds to Unicode NFC, so a decomposed Vietnamese diacritic
+(e.g. "của" typed as u + U+0309 + ...) matches its precomposed form.
 """
 
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_ASCII_PUNCT = frozenset(string.punctuation)
+ARTICLES: dict[str, re.Pattern[str] | None] = {
+    "en": re.compile(r"\b(a|an|the)\b"),
+    "es": re.compile(r"\b(un|una|unos|unas|el|la|los|las)\b"),
+    "hi": None,  # Hindi has no articles
+    "vi": re.compile(r"\b(của|là|cái|chiếc|những)\b"),
+    "de": re.compile(r"\b(ein|eine|einen|einem|eines|einer|der|die|das|den|dem|des)\b"),
+    "ar": re.compile(r"\sال^|ال"),  # the official pattern, verbatim: removes every ال
+    "zh": None,  # Chinese has no articles
+}
+OFFICIAL_LANGS = tuple(ARTICLES)
+# XQuAD languages outside MLQA: whitespace tokens, no articles (not the official script's).
+EXTENDED_LANGS = ("el", "ro", "ru", "th", "tr")
+_CJK = re.compile(r"[\u4e00-\u9fa5]")
 
 
-def _is_punct(ch: str) -> bool:
-    return unicodedata.category(ch).startswith("P")
+def is_punct(ch: str) -> bool:
+    """The official script's PUNCT: Unicode category P* or ASCII ``string.punctuation``."""
+    return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
 
 
-def normalize_answer(text: str) -> str:
-    text = text.lower()
-    text = "".join(ch for ch in text if not _is_punct(ch))
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+def _check_lang(lang: str) -> None:
+    if lang not in ARTICLES and lang not in EXTENDED_LANGS:
+        raise ValueError(
+            f"answer language {lang!r} has no MLQA/XQuAD normalisation "
+            f"(known: {', '.join(OFFICIAL_LANGS + EXTENDED_LANGS)})")
 
 
-def exact_match(prediction: str, gold: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(gold))
+def _mixed_segmentation(text: str) -> list[str]:
+    """zh: every CJK character (and punctuation) a token, whitespace splits the rest."""
+    tokens: list[str] = []
+    pending = ""
+    for ch in text:
+        if _CJK.match(ch) or is_punct(ch):
+            tokens.extend(pending.split())
+            pending = ""
+            tokens.append(ch)
+        else:
+            pending += ch
+    tokens.extend(pending.split())
+    return tokens
 
 
-def f1(prediction: str, gold: str) -> float:
-    pred = normalize_answer(prediction).split()
-    ref = normalize_answer(gold).split()
-    if not pred or not ref:
-        return float(pred == ref)
+def normalize_answer(text: str, lang: str, *, nfc: bool = False) -> str:
+    """``text`` normalised as the official MLQA script does for answer language ``lang``."""
+    _check_lang(lang)
+    if nfc:
+        text = unicodedata.normalize("NFC", text)
+    text = "".join(ch for ch in text.lower() if not is_punct(ch))
+    pattern = ARTICLES.get(lang)
+    if pattern is not None:
+        text = pattern.sub(" ", text)
+    tokens = _mixed_segmentation(text) if lang == "zh" else text.split()
+    return " ".join(t for t in tokens if t.strip())
+
+
+def exact_match(prediction: str, gold: str, lang: str, *, nfc: bool = False) -> float:
+    return float(normalize_answer(prediction, lang, nfc=nfc)
+                 == normalize_answer(gold, lang, nfc=nfc))
+
+
+def f1(prediction: str, gold: str, lang: str, *, nfc: bool = False) -> float:
+    pred = normalize_answer(prediction, lang, nfc=nfc).split()
+    ref = normalize_answer(gold, lang, nfc=nfc).split()
     same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
+    if same == 0:  # also when either side is empty (the official script's rule)
         return 0.0
     precision, recall = same / len(pred), same / len(ref)
     return 2 * precision * recall / (precision + recall)
 
 
-def best_over_golds(metric, prediction: str, golds: Iterable[str]) -> float:  # type: ignore[no-untyped-def]
+def score(prediction: str, golds: Iterable[str], lang: str, *, nfc: bool = False
+          ) -> dict[str, float]:
+    """``{"exact_match", "f1"}`` (0..1) of ``prediction``, each the maximum over ``golds``."""
     golds = list(golds)
     if not golds:
         raise ValueError("no gold answers to score against")
-    return max(metric(prediction, g) for g in golds)
+    prediction = prediction.strip()
+    return {"exact_match": max(exact_match(prediction, g, lang, nfc=nfc) for g in golds),
+            "f1": max(f1(prediction, g, lang, nfc=nfc) for g in golds)}
 
 
-def score(prediction: str, golds: Iterable[str]) -> dict[str, float]:
-    """``{"exact_match", "f1"}`` of ``prediction`` (0..1), each the max over ``golds``.
+def gold_answers(doc: dict[str, Any]) -> list[str]:
+    """The gold answer strings of an MLQA/XQuAD document: ``answers`` as the hub datasets
+    hold it (``{"text": [...], "answer_start": [...]}``) or as lm-eval's MLQA
+    ``process_docs`` leaves it (the list of texts)."""
+    answers = doc["answers"]
+    return list(answers["text"] if isinstance(answers, dict) else answers)
 
-    Only the first line of the generation counts (generation stops at a newline anyway).
-    """
-    prediction = prediction.strip().split("\n", 1)[0].strip()
-    golds = list(golds)
-    return {"exact_match": best_over_golds(exact_match, prediction, golds),
-            "f1": best_over_golds(f1, prediction, golds)}
+
+def process_results_for(lang: str, *, nfc: bool = False
+                        ) -> Callable[[dict[str, Any], list[str]], dict[str, float]]:
+    """An lm-eval ``process_results`` scoring answers in ``lang`` (the context's language)."""
+    _check_lang(lang)
+
+    def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+        return score(results[0], gold_answers(doc), lang, nfc=nfc)
+
+    process_results.__name__ = f"process_results_{lang}{'_nfc' if nfc else ''}"
+    return process_results
