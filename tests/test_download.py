@@ -169,32 +169,43 @@ def test_punkt_with_a_fake_downloader(tmp_path):
     assert not (tmp_path / "nltk2").exists()
 
 
-def test_lm_eval_datasets_are_cached_by_building_the_tasks(monkeypatch, tmp_path):
+def test_lm_eval_datasets_are_saved_by_building_the_tasks(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
     built = []
 
     class FakeManager:
         def __init__(self, include_path=None):
             self.include_path = include_path
 
+    def fake_task(name):
+        # A built task: its config and the raw splits lm-eval downloaded.
+        config = SimpleNamespace(dataset_path="org/data", dataset_name=name)
+        return SimpleNamespace(config=config, dataset={"test": [{"q": name, "n": 1}],
+                                                       "train": [{"q": "é", "n": 2}]})
+
     def get_task_dict(names, manager):
-        # lm-eval downloads a task's dataset while building it: the cache must be set then.
-        assert os.environ["HF_DATASETS_CACHE"] == str((tmp_path / "hf" / "datasets").resolve())
+        # lm-eval downloads a task's dataset while building it: into a temporary cache.
+        assert os.environ["HF_DATASETS_CACHE"] != "unset"
         if "broken_task" in names:
             raise ValueError("no such task")
         built.append((tuple(names), manager.include_path))
-        return {}
+        return {name: fake_task(name) for name in names}
 
-    for var in ("HF_DATASETS_CACHE", "HF_HUB_CACHE"):
-        monkeypatch.setenv(var, "unset")  # restored after the test
-    marker = tmp_path / "hf" / "tasks.json"
+    monkeypatch.setenv("HF_DATASETS_CACHE", "unset")  # restored after the test
+    root = tmp_path / "data"
+    marker = root / "tasks.json"
     done = download.fetch_lm_eval_datasets(
-        ["belebele_deu_Latn", "arc_de"], ["xquad_de_shipped"], tmp_path / "hf", marker,
+        ["belebele_deu_Latn", "arc_de"], ["xquad_de_shipped"], root, marker,
         shipped_dir="/shipped", get_task_dict=get_task_dict, task_manager=FakeManager)
     assert done == ["arc_de", "belebele_deu_Latn", "xquad_de_shipped"]
     assert built == [(("arc_de", "belebele_deu_Latn"), None), (("xquad_de_shipped",), "/shipped")]
     assert json.loads(marker.read_text())["tasks"] == done
+    lines = (root / "org" / "data" / "arc_de" / "train.jsonl").read_text(encoding="utf-8")
+    assert [json.loads(x) for x in lines.splitlines()] == [{"q": "é", "n": 2}]
+    assert (root / "org" / "data" / "xquad_de_shipped" / "test.jsonl").is_file()
     with pytest.raises(DownloadError, match="fetch_lm_eval_datasets"):
-        download.fetch_lm_eval_datasets(["broken_task"], [], tmp_path / "hf", tmp_path / "m.json",
+        download.fetch_lm_eval_datasets(["broken_task"], [], root, tmp_path / "m.json",
                                         get_task_dict=get_task_dict, task_manager=FakeManager)
     assert not (tmp_path / "m.json").exists()
 

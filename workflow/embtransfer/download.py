@@ -227,20 +227,10 @@ def _exactly(lines: Iterator[str], n: int, what: str) -> Iterator[str]:
 # ---------------------------------------------------------------- lm-eval datasets
 
 
-def lm_eval_cache_env(root: str | os.PathLike) -> dict[str, str]:
-    """Environment that points ``datasets``/``huggingface_hub`` at the pre-filled cache.
-
-    The download rule fills it; evaluation jobs set the same variables (before
-    importing ``datasets`` or ``lm_eval``) and, on compute nodes, HF_DATASETS_OFFLINE=1.
-    """
-    root = Path(root).resolve()
-    return {"HF_DATASETS_CACHE": str(root / "datasets"), "HF_HUB_CACHE": str(root / "hub")}
-
-
 def fetch_lm_eval_datasets(
     stock_tasks: Iterable[str],
     shipped_tasks: Iterable[str],
-    cache_root: str | os.PathLike,
+    root: str | os.PathLike,
     marker: str | os.PathLike,
     *,
     shipped_dir: str | os.PathLike | None = None,
@@ -248,37 +238,44 @@ def fetch_lm_eval_datasets(
     get_task_dict: Callable[..., dict] | None = None,
     task_manager: Callable[..., Any] | None = None,
 ) -> list[str]:
-    """Download the datasets of lm-eval tasks into ``cache_root`` by building the tasks.
+    """Download the datasets of lm-eval tasks and save them under ``root`` (the evaluation's
+    datasets directory, layout of :mod:`embtransfer.evaluation.datasets`).
 
-    Building an lm-eval task downloads its dataset (``Task.download``), with exactly
-    the arguments the evaluation will use, so the evaluation finds it in the cache
-    offline. ``marker`` (JSON: task names, cache paths) is written last, atomically.
+    Building an lm-eval task downloads its dataset (``Task.download``, into a temporary
+    ``datasets`` cache) with exactly the arguments the task config gives; every raw split
+    is then written as JSON lines. ``marker`` (JSON: task names) is written last,
+    atomically.
     """
     import json
+    import sys
+    import tempfile
+
+    from embtransfer.evaluation.datasets import export_task_dataset
 
     stock, shipped = sorted(set(stock_tasks)), sorted(set(shipped_tasks))
-    refuse_offline(f"the lm-eval dataset cache {cache_root}", "fetch_lm_eval_datasets", target)
-    env = lm_eval_cache_env(cache_root)
-    os.environ.update(env)
-    import sys
-
-    if "datasets" in sys.modules:  # imported already: its cache path was read at import
-        sys.modules["datasets"].config.HF_DATASETS_CACHE = Path(env["HF_DATASETS_CACHE"])
-    if get_task_dict is None or task_manager is None:
-        from lm_eval.tasks import TaskManager, get_task_dict
-        task_manager = TaskManager
-    for names, include in ((stock, None), (shipped, shipped_dir)):
-        if not names:
-            continue
-        try:
-            manager = task_manager(include_path=str(include)) if include else task_manager()
-            get_task_dict(names, manager)
-        except Exception as err:
-            raise DownloadError(
-                f"could not download the datasets of lm-eval tasks {names}: "
-                f"{type(err).__name__}: {err}. " + how_to_fetch("fetch_lm_eval_datasets", target)
-            ) from err
+    refuse_offline(f"the lm-eval datasets directory {root}", "fetch_lm_eval_datasets", target)
+    with tempfile.TemporaryDirectory(prefix="embt-hf-") as cache:
+        os.environ["HF_DATASETS_CACHE"] = cache
+        if "datasets" in sys.modules:  # imported already: its cache path was read at import
+            sys.modules["datasets"].config.HF_DATASETS_CACHE = Path(cache)
+        if get_task_dict is None or task_manager is None:
+            from lm_eval.tasks import TaskManager, get_task_dict
+            task_manager = TaskManager
+        for names, include in ((stock, None), (shipped, shipped_dir)):
+            if not names:
+                continue
+            try:
+                manager = task_manager(include_path=str(include)) if include else task_manager()
+                tasks = get_task_dict(names, manager)
+                for name in names:
+                    export_task_dataset(tasks[name], root)
+            except Exception as err:
+                raise DownloadError(
+                    f"could not download the datasets of lm-eval tasks {names}: "
+                    f"{type(err).__name__}: {err}. "
+                    + how_to_fetch("fetch_lm_eval_datasets", target)
+                ) from err
     done = stock + shipped
     with atomic_path(marker) as tmp:
-        tmp.write_text(json.dumps({"tasks": done, **env}, indent=2) + "\n")
+        tmp.write_text(json.dumps({"tasks": done}, indent=2) + "\n")
     return done

@@ -6,7 +6,6 @@
 # at once naming the rule to run. Logic: workflow/embtransfer/download.py.
 NLTK_DIR = "resources/nltk_data"
 MUSE_DIR = "resources/dictionaries/muse"
-HF_DATASETS_DIR = "resources/hf_datasets"
 LANGS = config["languages"]
 WIKIPEDIA_LANGS = sorted(l for l, s in LANGS.items() if s["corpus"]["type"] == "wikipedia")
 CRAWL_CODES = sorted(
@@ -96,9 +95,8 @@ rule fetch_muse_dictionary:
 
 
 # --- lm-eval datasets --------------------------------------------------------------------
-# The datasets of the config's stock (and shipped) lm-eval tasks, cached under
-# HF_DATASETS_DIR/{datasets,hub}. Evaluation jobs must point HF_DATASETS_CACHE and
-# HF_HUB_CACHE there (embtransfer.download.lm_eval_cache_env) to find them offline.
+# The datasets of the config's stock (and shipped) lm-eval tasks, saved as JSON lines under
+# evaluation.datasets_dir (embtransfer.evaluation.datasets), where evaluation jobs read them.
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, shipped_task_names, stock_task_names
 
 LM_EVAL_STOCK = stock_task_names(config)
@@ -108,7 +106,7 @@ LM_EVAL_SHIPPED = shipped_task_names(config)
 rule fetch_lm_eval_datasets:
     localrule: True
     output:
-        f"{HF_DATASETS_DIR}/tasks.json",
+        f"{config['evaluation']['datasets_dir']}/tasks.json",
     params:
         stock=LM_EVAL_STOCK,
         shipped=LM_EVAL_SHIPPED,

@@ -44,8 +44,8 @@ def eval_checkpoint(w):
 
 
 def hub_datasets(keys):
-    # Stock and shipped tasks read their datasets from the cache the local download rule
-    # fills (download.smk), so compute jobs run offline.
+    # Stock and shipped tasks read their datasets from evaluation.datasets_dir, which the
+    # local download rule fills (download.smk), so compute jobs run offline.
     if any(EVAL_CATALOG[k].source != "world" for k in keys):
         return {"datasets": rules.fetch_lm_eval_datasets.output[0]}
     return {}
@@ -71,6 +71,7 @@ def eval_specs(w):
 
 
 EVAL_OPTIONS = {k: EVAL[k] for k in ("device", "batch_size", "limit", "max_length")}
+EVAL_OPTIONS["nfc"] = EVAL["scoring"]["nfc"]
 EVAL_RESOURCES = {"mem_mb": 8000, "runtime": 120}
 if EVAL["device"] != "cpu":
     EVAL_RESOURCES["gpu"] = 1

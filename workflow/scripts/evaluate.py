@@ -3,18 +3,16 @@
 import os
 from pathlib import Path
 
-from embtransfer.download import lm_eval_cache_env
+import torch
+
+from embtransfer.evaluation.catalog import TaskSpec
+from embtransfer.evaluation.runner import evaluate_checkpoint
+from embtransfer.logs import job_logger
 
 sm = snakemake  # noqa: F821
-if sm.input.get("datasets"):
-    # Before anything imports huggingface_hub/datasets: they read these at import time.
-    os.environ.update(lm_eval_cache_env(Path(sm.input.datasets).parent))
-
-import torch  # noqa: E402
-
-from embtransfer.evaluation.catalog import TaskSpec  # noqa: E402
-from embtransfer.evaluation.runner import evaluate_checkpoint  # noqa: E402
-from embtransfer.logs import job_logger  # noqa: E402
+# Stock and shipped tasks read their data from the datasets directory (its tasks.json
+# marker is the input); nothing comes from the hub.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 log = job_logger(sm.log[0])
 torch.set_num_threads(sm.threads)
@@ -26,4 +24,6 @@ evaluate_checkpoint(
     world_dir=sm.input.get("benchmarks"), device=opts["device"],
     batch_size=opts["batch_size"], limit=opts["limit"], seed=sm.params.seed,
     max_length=opts["max_length"], trust_remote_code=sm.params.trust_remote_code,
+    datasets_dir=Path(sm.input.datasets).parent if sm.input.get("datasets") else None,
+    nfc=opts["nfc"],
 )

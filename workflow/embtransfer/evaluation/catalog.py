@@ -71,6 +71,9 @@ class Benchmark:
     num_fewshot: int = 0
     languages: tuple[str, ...] | None = None
     description: str = ""
+    # Extractive QA: the language the answers are in (the context's), as a template like
+    # ``template``; scored by embtransfer.evaluation.squad. None: not extractive QA.
+    answer_language: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def task_name(self, lang: str) -> str:
@@ -94,9 +97,11 @@ class Benchmark:
 
 def _b(key: str, source: str, kind: str, eval_language: str, note: str, template: str,
        metrics: dict[str, tuple[str, ...]], num_fewshot: int = 0,
-       languages: tuple[str, ...] | list[str] | None = None, description: str = "") -> Benchmark:
+       languages: tuple[str, ...] | list[str] | None = None, description: str = "",
+       answer_language: str | None = None) -> Benchmark:
     return Benchmark(key, source, kind, eval_language, note, template, metrics, num_fewshot,
-                     tuple(languages) if languages is not None else None, description)
+                     tuple(languages) if languages is not None else None, description,
+                     answer_language)
 
 
 ENGLISH = ("en",)
@@ -127,25 +132,29 @@ CATALOG: dict[str, Benchmark] = {b.key: b for b in [
        {"Belebele acc": ("acc",)}, RC_SHOTS, description="Belebele in English"),
     _b("mlqa", "stock", "mrc", "target", "eval_language=target", "mlqa_{lang}_{lang}",
        {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS, MLQA_LANGS,
-       description="MLQA, context and question in the target language"),
+       description="MLQA, context and question in the target language",
+       answer_language="{lang}"),
     _b("mlqa_en", "stock", "mrc", "english", "eval_language=english", "mlqa_en_en",
        {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS,
-       description="MLQA in English"),
+       description="MLQA in English", answer_language="en"),
     _b("xquad", "shipped", "mrc", "target", "eval_language=target", "embt_xquad_{lang}",
        {"XQuAD EM": ("exact_match",), "XQuAD F1": ("f1",)}, RC_SHOTS, XQUAD_LANGS,
-       description="XQuAD (task config shipped here, SQuAD-style EM/F1)"),
+       description="XQuAD (task config shipped here, EM/F1 as MLQA's official script)",
+       answer_language="{lang}"),
     _b("xquad_en", "shipped", "mrc", "english", "eval_language=english", "embt_xquad_en",
        {"XQuAD EM": ("exact_match",), "XQuAD F1": ("f1",)}, RC_SHOTS,
-       description="XQuAD in English"),
+       description="XQuAD in English", answer_language="en"),
     # --- cross-lingual MLQA (Table 3): lm-eval's mlqa_{context}_{question} ---------------
     _b("mlqa_ctx_en", "stock", "crosslingual", "target", "context=en,question=target",
        "mlqa_en_{lang}", {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS,
        [c for c in MLQA_LANGS if c != "en"],
-       description="MLQA, English context, target-language question"),
+       description="MLQA, English context, target-language question",
+       answer_language="en"),
     _b("mlqa_ctx_target", "stock", "crosslingual", "target", "context=target,question=en",
        "mlqa_{lang}_en", {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS,
        [c for c in MLQA_LANGS if c != "en"],
-       description="MLQA, target-language context, English question"),
+       description="MLQA, target-language context, English question",
+       answer_language="{lang}"),
     # --- the miniature world (local tasks built from the world JSON) --------------------
     _b("world_facts", "world", "knowledge", "target", "", "world_facts_{lang}",
        {"Facts acc": ("acc",)},
@@ -186,6 +195,7 @@ class TaskSpec:
     note: str
     metrics: dict[str, tuple[str, ...]]
     num_fewshot: int
+    answer_language: str | None = None  # extractive QA: the answers' language code
 
 
 def eval_language_code(config: dict[str, Any], lang: str) -> str:
@@ -198,8 +208,9 @@ def resolve(config: dict[str, Any], key: str, lang: str) -> TaskSpec:
     bench = CATALOG[key]
     code = lang if bench.source == "world" else eval_language_code(config, lang)
     shots = config.get("evaluation", {}).get("num_fewshot", {}).get(key, bench.num_fewshot)
+    answers = bench.answer_language.format(lang=code) if bench.answer_language else None
     return TaskSpec(key, bench.task_name(code), bench.source, bench.kind, bench.eval_language,
-                    bench.note, bench.metrics, int(shots))
+                    bench.note, bench.metrics, int(shots), answers)
 
 
 def evaluation_languages(config: dict[str, Any]) -> list[str]:

@@ -7,6 +7,12 @@ config's seed for every random choice (python, numpy, torch, few-shot sampling).
 Task lookup: world tasks come from the benchmark directory (relocated copies of its
 YAMLs, :func:`relocated_include_dir`), shipped tasks from ``workflow/lm_eval_tasks``, and
 lm-eval's own index is scanned only when a stock task is asked for.
+
+Stock and shipped tasks run with their own lm-eval config and two overrides
+(:func:`task_spec`): the dataset is read from the local datasets directory
+(:mod:`embtransfer.evaluation.datasets`), and extractive QA (MLQA, XQuAD) is scored by
+:mod:`embtransfer.evaluation.squad`, MLQA's official rules (lm-eval's own MLQA scoring
+removes the Arabic article only at the start of a word; the official script everywhere).
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from typing import Any
 
 from embtransfer.atomic import write_json
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec
+from embtransfer.evaluation.datasets import local_dataset_overrides, task_config
 from embtransfer.evaluation.record import make_record
+from embtransfer.evaluation.squad import process_results_for
 from embtransfer.evaluation.world_tasks import relocated_include_dir
 from embtransfer.models import load_tokenizer
 
@@ -59,6 +67,20 @@ def task_manager(specs: Sequence[TaskSpec], world_dir: str | Path | None, tmp: s
     return TaskManager(include_path=include or None, include_defaults=stock)
 
 
+def task_spec(spec: TaskSpec, manager: Any, datasets_dir: str | Path | None,
+              cache_dir: str | Path | None = None, nfc: bool = False) -> str | dict[str, Any]:
+    """What ``simple_evaluate`` is given for ``spec``: the task name (world tasks, or no
+    override needed), else the task's full lm-eval config with the overrides above."""
+    if spec.source == "world" or (datasets_dir is None and spec.answer_language is None):
+        return spec.lm_eval_task
+    cfg = task_config(manager, spec.lm_eval_task)
+    if datasets_dir is not None:
+        cfg.update(local_dataset_overrides(cfg, datasets_dir, cache_dir))
+    if spec.answer_language is not None:
+        cfg["process_results"] = process_results_for(spec.answer_language, nfc=nfc)
+    return cfg
+
+
 def evaluate_checkpoint(
     model_dir: str | Path,
     specs: Sequence[TaskSpec],
@@ -72,12 +94,15 @@ def evaluate_checkpoint(
     seed: int = 1234,
     max_length: int | None = None,
     trust_remote_code: bool = False,
+    datasets_dir: str | Path | None = None,
+    nfc: bool = False,
 ) -> list[dict[str, Any]]:
     """Evaluate ``model_dir`` on each task of ``specs`` and write ``outputs[i]`` for
     ``specs[i]`` (atomically, contract of :mod:`embtransfer.evaluation.record`).
 
     ``meta`` gives stage, lang, source, target and method (the last two None for the
-    source stage).
+    source stage). ``datasets_dir``: the local datasets of stock and shipped tasks (None:
+    lm-eval loads them itself). ``nfc``: NFC-normalise answers before scoring extractive QA.
     """
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -104,10 +129,13 @@ def evaluate_checkpoint(
     records = []
     with tempfile.TemporaryDirectory(prefix="embt-eval-") as tmp:
         manager = task_manager(specs, world_dir, tmp)
-        for spec, out in zip(specs, outputs, strict=True):
+        # Check every task's data before the first one spends compute.
+        task_specs = [task_spec(s, manager, datasets_dir, Path(tmp) / "datasets", nfc)
+                      for s in specs]
+        for spec, out, tspec in zip(specs, outputs, task_specs, strict=True):
             start = time.perf_counter()
             result = lm_eval.simple_evaluate(
-                model=lm, tasks=[spec.lm_eval_task], num_fewshot=spec.num_fewshot,
+                model=lm, tasks=[tspec], num_fewshot=spec.num_fewshot,
                 limit=limit, task_manager=manager, random_seed=seed,
                 numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
                 log_samples=False,
@@ -122,6 +150,9 @@ def evaluate_checkpoint(
                 lm_eval_version=version, model=str(model_dir), device=dev,
                 batch_size=batch_size, seed=seed, prefix_token_id=lm.prefix_token_id,
                 elapsed_s=round(time.perf_counter() - start, 3),
+                **({"scoring": {"normalisation": "mlqa_official",
+                                "answer_language": spec.answer_language, "nfc": nfc}}
+                   if spec.answer_language else {}),
             )
             write_json(out, record)
             log.info("%s (%s): %s on %d documents", spec.key, spec.lm_eval_task,

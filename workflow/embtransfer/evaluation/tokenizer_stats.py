@@ -51,12 +51,14 @@ def task_texts(task: Any, limit: int | None = None) -> list[str]:
     return texts
 
 
-def load_task_texts(names: Sequence[str], task_manager: Any,
+def load_task_texts(specs: Sequence[str | dict[str, Any]], task_manager: Any,
                     limit: int | None = None) -> dict[str, list[str]]:
-    """Task name -> texts, through lm-eval's task objects (datasets as lm-eval loads them)."""
+    """Task name -> texts, through lm-eval's task objects. ``specs``: task names, or full
+    task configs (embtransfer.evaluation.runner.task_spec: local datasets)."""
     from lm_eval.tasks import get_task_dict
 
-    tasks = get_task_dict(list(names), task_manager)
+    names = [s if isinstance(s, str) else s["task"] for s in specs]
+    tasks = get_task_dict(list(specs), task_manager)
     return {name: task_texts(tasks[name], limit) for name in names}
 
 
