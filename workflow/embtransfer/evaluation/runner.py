@@ -96,6 +96,7 @@ def evaluate_checkpoint(
     trust_remote_code: bool = False,
     datasets_dir: str | Path | None = None,
     nfc: bool = False,
+    manager: Any | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate ``model_dir`` on each task of ``specs`` and write ``outputs[i]`` for
     ``specs[i]`` (atomically, contract of :mod:`embtransfer.evaluation.record`).
@@ -103,6 +104,7 @@ def evaluate_checkpoint(
     ``meta`` gives stage, lang, source, target and method (the last two None for the
     source stage). ``datasets_dir``: the local datasets of stock and shipped tasks (None:
     lm-eval loads them itself). ``nfc``: NFC-normalise answers before scoring extractive QA.
+    ``manager``: an lm-eval TaskManager that knows the tasks (default: built here).
     """
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -128,7 +130,8 @@ def evaluate_checkpoint(
     version = lm_eval.__version__
     records = []
     with tempfile.TemporaryDirectory(prefix="embt-eval-") as tmp:
-        manager = task_manager(specs, world_dir, tmp)
+        if manager is None:
+            manager = task_manager(specs, world_dir, tmp)
         # Check every task's data before the first one spends compute.
         task_specs = [task_spec(s, manager, datasets_dir, Path(tmp) / "datasets", nfc)
                       for s in specs]
