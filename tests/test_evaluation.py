@@ -18,8 +18,6 @@ from embtransfer.evaluation import catalog, taskindex
 from embtransfer.evaluation.catalog import (
     CATALOG,
     PAPER_TASKS,
-    SHIPPED_TASK_DIR,
-    XQUAD_LANGS,
     evaluated_runs,
     evaluated_sources,
     resolve,

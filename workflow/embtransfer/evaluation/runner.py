@@ -35,6 +35,10 @@ from embtransfer.models import load_tokenizer
 log = logging.getLogger("embtransfer.evaluation")
 
 
+class TaskRunError(RuntimeError):
+    """An lm-eval task failed on its data (e.g. a column its config reads is missing)."""
+
+
 def resolve_device(device: str) -> str:
     import torch
 
@@ -137,12 +141,20 @@ def evaluate_checkpoint(
                       for s in specs]
         for spec, out, tspec in zip(specs, outputs, task_specs, strict=True):
             start = time.perf_counter()
-            result = lm_eval.simple_evaluate(
-                model=lm, tasks=[tspec], num_fewshot=spec.num_fewshot,
-                limit=limit, task_manager=manager, random_seed=seed,
-                numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                log_samples=False,
-            )
+            try:
+                result = lm_eval.simple_evaluate(
+                    model=lm, tasks=[tspec], num_fewshot=spec.num_fewshot,
+                    limit=limit, task_manager=manager, random_seed=seed,
+                    numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+                    log_samples=False,
+                )
+            except Exception as err:  # name the task and its data (a field lm-eval lacks)
+                data = (tspec.get("dataset_kwargs") or {}).get("data_files") \
+                    if isinstance(tspec, dict) else None
+                raise TaskRunError(
+                    f"task {spec.key!r} (lm-eval {spec.lm_eval_task!r}) failed"
+                    + (f" on {sorted(data.values())}" if data else "")
+                    + f": {type(err).__name__}: {err}") from err
             if result is None:  # non-zero ranks of a distributed run
                 continue
             task_results = result["results"][spec.lm_eval_task]
