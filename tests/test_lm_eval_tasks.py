@@ -162,3 +162,9 @@ def test_a_wrong_metric_name_fails(model_dir, manager, tmp_path):
     wrong = TaskSpec(**{**spec.__dict__, "metrics": {"TruthfulQA": ("mc1",)}})
     with pytest.raises(ScoreError, match="mc1"):
         run(model_dir, [wrong], tmp_path, manager)
+
+
+def test_nfc_option_reaches_the_scoring(model_dir, manager, tmp_path):
+    (record,), _ = run(model_dir, [_spec("xquad", "vi")], tmp_path, manager, nfc=True)
+    assert record["scoring"] == {"normalisation": "mlqa_official", "answer_language": "vi",
+                                 "nfc": True}

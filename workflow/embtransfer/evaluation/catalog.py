@@ -8,10 +8,12 @@ feeds), which lm-eval metrics become which paper-style score, and how many shots
 Three sources of tasks:
 
 * ``stock``: tasks of the installed lm-eval (Okapi ARC/HellaSwag/TruthfulQA, Belebele,
-  MLQA); their datasets are downloaded by ``datasets`` (:func:`stock_task_names` lists them
-  for a pre-cache rule).
-* ``shipped``: task configs this repository ships under ``workflow/lm_eval_tasks`` (XQuAD
-  with its own SQuAD-style EM/F1, :mod:`embtransfer.evaluation.squad`).
+  MLQA); :func:`stock_task_names` lists them for the download rule.
+* ``shipped``: task configs this repository ships under ``workflow/lm_eval_tasks`` (XQuAD,
+  EM/F1 by MLQA's official rules, :mod:`embtransfer.evaluation.squad`, as MLQA).
+
+Stock and shipped tasks read their datasets from ``evaluation.datasets_dir``
+(:mod:`embtransfer.evaluation.datasets`).
 * ``world``: the miniature world's benchmarks, written by the ``world_benchmarks`` rule as
   local JSONL + task YAML under ``results/benchmarks/{lang}/`` (no network).
 
