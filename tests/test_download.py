@@ -169,7 +169,21 @@ def test_punkt_with_a_fake_downloader(tmp_path):
     assert not (tmp_path / "nltk2").exists()
 
 
-def test_lm_eval_datasets_are_saved_by_building_the_tasks(monkeypatch, tmp_path):
+def _mlqa_zip(path: Path) -> None:
+    """MLQA_V1.zip's layout: SQuAD v1.1 JSON per (split, context, question language)."""
+    import zipfile
+
+    squad = {"version": "1.0", "data": [{"title": "Rhein", "paragraphs": [{
+        "context": "Der Rhein mündet in die Nordsee.",
+        "qas": [{"id": "q1", "question": "Where does the Rhine flow?",
+                 "answers": [{"answer_start": 18, "text": "in die Nordsee"}]}]}]}]}
+    with zipfile.ZipFile(path, "w") as archive:
+        for part in ("dev", "test"):
+            archive.writestr(f"MLQA_V1/{part}/{part}-context-de-question-en.json",
+                             json.dumps(squad, ensure_ascii=False))
+
+
+def test_lm_eval_datasets_are_saved_by_building_the_tasks(monkeypatch, tmp_path, server):
     from types import SimpleNamespace
 
     built = []
@@ -195,10 +209,20 @@ def test_lm_eval_datasets_are_saved_by_building_the_tasks(monkeypatch, tmp_path)
     monkeypatch.setenv("HF_DATASETS_CACHE", "unset")  # restored after the test
     root = tmp_path / "data"
     marker = root / "tasks.json"
+    base, www = server
+    _mlqa_zip(www / "MLQA_V1.zip")
     done = download.fetch_lm_eval_datasets(
-        ["belebele_deu_Latn", "arc_de"], ["xquad_de_shipped"], root, marker,
-        shipped_dir="/shipped", get_task_dict=get_task_dict, task_manager=FakeManager)
-    assert done == ["arc_de", "belebele_deu_Latn", "xquad_de_shipped"]
+        ["belebele_deu_Latn", "arc_de", "mlqa_de_en"], ["xquad_de_shipped"], root, marker,
+        shipped_dir="/shipped", get_task_dict=get_task_dict, task_manager=FakeManager,
+        mlqa_url=f"{base}/MLQA_V1.zip")
+    assert done == ["arc_de", "belebele_deu_Latn", "mlqa_de_en", "xquad_de_shipped"]
+    # MLQA (a loading script on the hub) comes from the official release, not lm-eval.
+    for split in ("validation", "test"):
+        text = (root / "facebook" / "mlqa" / "mlqa.de.en" / f"{split}.jsonl").read_text()
+        assert [json.loads(x) for x in text.splitlines()] == [{
+            "context": "Der Rhein mündet in die Nordsee.",
+            "question": "Where does the Rhine flow?",
+            "answers": {"answer_start": [18], "text": ["in die Nordsee"]}, "id": "q1"}]
     assert built == [(("arc_de", "belebele_deu_Latn"), None), (("xquad_de_shipped",), "/shipped")]
     assert json.loads(marker.read_text())["tasks"] == done
     lines = (root / "org" / "data" / "arc_de" / "train.jsonl").read_text(encoding="utf-8")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -24,6 +25,7 @@ from typing import Any
 from embtransfer.atomic import atomic_path
 
 DOWNLOAD_ALL = "snakemake --cores 1 download_all"
+MLQA_URL = "https://dl.fbaipublicfiles.com/MLQA/MLQA_V1.zip"
 FASTTEXT_CRAWL_URL = "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{code}.300.bin.gz"
 MUSE_URL = "https://dl.fbaipublicfiles.com/arrival/dictionaries/{source}-{target}.txt"
 # fastText's binary format starts with this int32 (FASTTEXT_FILEFORMAT_MAGIC_INT32).
@@ -227,6 +229,44 @@ def _exactly(lines: Iterator[str], n: int, what: str) -> Iterator[str]:
 # ---------------------------------------------------------------- lm-eval datasets
 
 
+_MLQA_TASK = re.compile(r"mlqa_([a-z]{2})_([a-z]{2})")
+
+
+def mlqa_rows(squad: dict) -> Iterator[dict]:
+    """The documents of one official MLQA file (SQuAD v1.1 JSON) in the hub dataset's
+    columns: context, question, answers {answer_start, text}, id."""
+    for article in squad["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                yield {"context": paragraph["context"], "question": qa["question"],
+                       "answers": {"answer_start": [a["answer_start"] for a in qa["answers"]],
+                                   "text": [a["text"] for a in qa["answers"]]},
+                       "id": qa["id"]}
+
+
+def save_mlqa(zip_file: str | os.PathLike, tasks: Iterable[str], root: str | os.PathLike
+              ) -> None:
+    """Write lm-eval's ``mlqa_{context}_{question}`` tasks' datasets (``facebook/mlqa``,
+    config ``mlqa.{c}.{q}``, splits validation = dev and test) from the official release
+    ``MLQA_V1.zip``: the hub dataset is a loading script, which ``datasets`` >= 4 refuses."""
+    import json
+    import zipfile
+
+    from embtransfer.evaluation.datasets import SUFFIX, dataset_dir
+
+    with zipfile.ZipFile(zip_file) as archive:
+        for task in tasks:
+            c, q = _MLQA_TASK.fullmatch(task).groups()  # type: ignore[union-attr]
+            directory = dataset_dir(root, "facebook/mlqa", f"mlqa.{c}.{q}")
+            for split, part in (("validation", "dev"), ("test", "test")):
+                member = f"MLQA_V1/{part}/{part}-context-{c}-question-{q}.json"
+                squad = json.loads(archive.read(member).decode("utf-8"))
+                with atomic_path(directory / f"{split}{SUFFIX}") as tmp, \
+                        open(tmp, "w", encoding="utf-8") as out:
+                    for row in mlqa_rows(squad):
+                        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def fetch_lm_eval_datasets(
     stock_tasks: Iterable[str],
     shipped_tasks: Iterable[str],
@@ -237,14 +277,16 @@ def fetch_lm_eval_datasets(
     target: str | None = None,
     get_task_dict: Callable[..., dict] | None = None,
     task_manager: Callable[..., Any] | None = None,
+    mlqa_url: str = MLQA_URL,
+    opener: Callable[..., Any] = urllib.request.urlopen,
 ) -> list[str]:
     """Download the datasets of lm-eval tasks and save them under ``root`` (the evaluation's
     datasets directory, layout of :mod:`embtransfer.evaluation.datasets`).
 
     Building an lm-eval task downloads its dataset (``Task.download``, into a temporary
     ``datasets`` cache) with exactly the arguments the task config gives; every raw split
-    is then written as JSON lines. ``marker`` (JSON: task names) is written last,
-    atomically.
+    is then written as JSON lines. MLQA comes from its official release instead
+    (:func:`save_mlqa`). ``marker`` (JSON: task names) is written last, atomically.
     """
     import json
     import sys
@@ -254,14 +296,24 @@ def fetch_lm_eval_datasets(
 
     stock, shipped = sorted(set(stock_tasks)), sorted(set(shipped_tasks))
     refuse_offline(f"the lm-eval datasets directory {root}", "fetch_lm_eval_datasets", target)
+    mlqa = [t for t in stock if _MLQA_TASK.fullmatch(t)]
+    built = [t for t in stock if t not in mlqa]
     with tempfile.TemporaryDirectory(prefix="embt-hf-") as cache:
+        if mlqa:
+            zip_file = download_url(mlqa_url, Path(cache) / "MLQA_V1.zip", opener=opener,
+                                    rule="fetch_lm_eval_datasets", target=target)
+            try:
+                save_mlqa(zip_file, mlqa, root)
+            except (KeyError, ValueError, OSError) as err:
+                raise DownloadError(f"could not read MLQA from {mlqa_url}: {err}. "
+                                    + how_to_fetch("fetch_lm_eval_datasets", target)) from err
         os.environ["HF_DATASETS_CACHE"] = cache
         if "datasets" in sys.modules:  # imported already: its cache path was read at import
             sys.modules["datasets"].config.HF_DATASETS_CACHE = Path(cache)
         if get_task_dict is None or task_manager is None:
             from lm_eval.tasks import TaskManager, get_task_dict
             task_manager = TaskManager
-        for names, include in ((stock, None), (shipped, shipped_dir)):
+        for names, include in ((built, None), (shipped, shipped_dir)):
             if not names:
                 continue
             try:
