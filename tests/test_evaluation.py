@@ -400,3 +400,26 @@ def test_catalog_is_consistent():
         elif bench.eval_language == "english":
             # English knowledge rows must not collide with the target rows in Table 1.
             assert all("(English)" in name for name in bench.metrics)
+
+
+# --- local datasets directory ----------------------------------------------------------------
+
+
+def test_local_dataset_overrides_point_at_every_split_file(tmp_path):
+    from embtransfer.evaluation.datasets import DatasetMissing, dataset_dir, local_dataset_overrides
+
+    fixtures = REPO / "tests" / "fixtures" / "lm_eval"
+    cfg = {"task": "arc_de", "dataset_path": "alexandrainst/m_arc", "dataset_name": "de",
+           "training_split": "train", "validation_split": "validation", "test_split": "test"}
+    over = local_dataset_overrides(cfg, fixtures, cache_dir=tmp_path)
+    files = over["dataset_kwargs"]["data_files"]
+    # The hub's split names (m_arc has val, not the validation lm-eval's config names).
+    assert sorted(files) == ["test", "train", "val"]
+    assert files["test"] == str(fixtures / "alexandrainst" / "m_arc" / "de" / "test.jsonl")
+    assert over["dataset_path"] == "json" and over["dataset_name"] is None
+    assert over["dataset_kwargs"]["cache_dir"] == str(tmp_path)
+    with pytest.raises(DatasetMissing, match=r"'test'.*found none.*fetch_lm_eval_datasets"):
+        local_dataset_overrides(cfg, tmp_path)
+    assert dataset_dir("root", "Rowan/hellaswag", None) == Path("root/Rowan/hellaswag/default")
+    with pytest.raises(ValueError, match="hub dataset id"):
+        dataset_dir("root", "../etc", "x")
