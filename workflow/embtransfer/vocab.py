@@ -21,6 +21,21 @@ Columns of the table (one row per id ``0 .. len(tokenizer) - 1``):
               fallback tokens, and byte-level BPE single bytes >= 0x80) | ``normal``
 ``role``      comma-joined roles of a special token in the fixed order of
               :data:`ROLES` (``"bos,eos,unk"`` for GPT-2's ``<|endoftext|>``), or None
+
+Which tokens are special: the tokenizer's role tokens (bos, eos, pad, unk,
+mask, sep, cls and its other special-token attributes such as Gemma 3's image
+tokens), every added token flagged ``special``, and every added token shaped as
+control markup (:data:`CONTROL_MARKUP`: ``<...>``, ``<|...|>``, ``[...]``,
+no whitespace inside). The flag alone is not enough: Gemma 3 flags 9 of its
+6,415 added tokens, leaving its 6,242 never-trained ``<unusedN>`` placeholders,
+``<mask>`` and ``[multimodal]`` looking like text, and Qwen 3 leaves ``<think>``,
+``<tool_call>`` and ``<|fim_prefix|>`` unflagged. The tokenizer files cannot
+tell a trained markup symbol from an untrained placeholder (Gemma's 70 HTML
+tags such as ``<h1>``/``</div>`` are added tokens exactly like ``<unused0>``),
+so every markup-shaped added token counts as special: it is never matched as
+text and its row stays out of every statistic over the source's embeddings,
+which errs on the safe side. Added tokens of other shapes (Gemma's newline and
+``▁`` runs, words added with ``add_tokens``) are text.
 """
 
 from __future__ import annotations
@@ -46,6 +61,8 @@ SCHEMES: tuple[str, ...] = ("byte_level", "sentencepiece", "wordpiece", "plain")
 
 SPIECE_MARK = "\u2581"  # ▁
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+#: Control markup: ``<...>``, ``<|...|>``, ``[...]`` without whitespace inside.
+CONTROL_MARKUP = re.compile(r"<[^\s<>]+>|\[[^\s\[\]]+\]")
 
 
 @lru_cache(maxsize=1)
@@ -129,9 +146,23 @@ def _roles_by_id(tokenizer: Any, backend: Any) -> dict[int, str]:
     return {tid: ",".join(roles) for tid, roles in found.items()}
 
 
+def is_control_added_token(content: str, special: bool) -> bool:
+    """Whether an added token is a control symbol rather than text (see the module docstring).
+
+    Flagged special, or shaped as markup (``<unused0>``, ``<start_of_turn>``,
+    ``<|fim_prefix|>``, ``[multimodal]``): the ``special`` flag alone misses
+    most of them (Gemma 3 flags 9 of its 6,415 added tokens).
+    """
+    return special or CONTROL_MARKUP.fullmatch(content) is not None
+
+
 def _special_ids(tokenizer: Any, backend: Any, role_ids: dict[int, str]) -> set[int]:
     ids = {int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
-    ids |= {int(i) for i, added in backend.get_added_tokens_decoder().items() if added.special}
+    ids |= {
+        int(i)
+        for i, added in backend.get_added_tokens_decoder().items()
+        if is_control_added_token(added.content, added.special)
+    }
     ids |= set(role_ids)
     return ids
 
