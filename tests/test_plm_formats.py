@@ -276,3 +276,19 @@ def test_fast_wrapper_of_a_plain_backend_is_untouched():
     backend = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
     tok = PreTrainedTokenizerFast(tokenizer_object=backend)
     assert is_fast(tok)
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_fasttext_corpus_and_fertility_take_every_format(plms, name, tmp_path):
+    """The FOCUS token corpus and the fertility count run on each format, slow PhoBERT too."""
+    from embtransfer.fasttext_vectors import tokenize_for_fasttext
+    from embtransfer.intrinsic import fertility
+
+    tok = load_tokenizer(plms[name])
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(SAMPLES[name]) + "\n")
+    tokenize_for_fasttext(tok, text, tmp_path / "tokens.txt")
+    lines = (tmp_path / "tokens.txt").read_text().splitlines()
+    assert [line.split() for line in lines] == [tok.tokenize(s) for s in SAMPLES[name]]
+    counts = fertility(plms[name], text)
+    assert counts["tokens"] == sum(len(tok.tokenize(s)) for s in SAMPLES[name])
