@@ -84,25 +84,28 @@ def learn_fairseq_bpe(lines: list[str], merges: int) -> tuple[list[tuple[str, st
 Counter = collections.Counter
 
 
+def write_phobert(pho: Path, lines: list[str], merges: int) -> Path:
+    """A PhoBERT-format tokenizer (``vocab.txt`` + ``bpe.codes``) learned on ``lines``."""
+    from transformers import PhobertTokenizer
+
+    pho.mkdir(parents=True, exist_ok=True)
+    learned, pieces = learn_fairseq_bpe(lines, merges)
+    # every single character (both forms) so that any input of these letters is covered
+    for ch in {ch for line in lines for ch in line if not ch.isspace()}:
+        pieces.setdefault(ch, 1)
+        pieces.setdefault(ch + "@@", 1)
+    (pho / "vocab.txt").write_text("".join(f"{p} {c}\n" for p, c in pieces.most_common()))
+    (pho / "bpe.codes").write_text("".join(f"{a} {b} 1\n" for a, b in learned))
+    PhobertTokenizer(str(pho / "vocab.txt"), str(pho / "bpe.codes")).save_pretrained(pho)
+    return pho
+
+
 @pytest.fixture(scope="module")
 def plms(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("plms")
     out = {}
     # PhoBERT: vocab.txt ("piece count", fairseq dictionary) + bpe.codes ("a b count")
-    pho = root / "phobert"
-    pho.mkdir()
-    merges, pieces = learn_fairseq_bpe(VI * 3, 120)
-    # every single character (both forms) so that any input of these letters is covered
-    chars = {ch for line in VI for ch in line if not ch.isspace()}
-    for ch in chars:
-        pieces.setdefault(ch, 1)
-        pieces.setdefault(ch + "@@", 1)
-    (pho / "vocab.txt").write_text("".join(f"{p} {c}\n" for p, c in pieces.most_common()))
-    (pho / "bpe.codes").write_text("".join(f"{a} {b} 1\n" for a, b in merges))
-    from transformers import PhobertTokenizer
-
-    PhobertTokenizer(str(pho / "vocab.txt"), str(pho / "bpe.codes")).save_pretrained(pho)
-    out["phobert"] = pho
+    out["phobert"] = write_phobert(root / "phobert", VI * 3, 120)
 
     # AraBERT v2: WordPiece vocab.txt with Farasa segment tokens kept whole (never_split)
     ara = root / "arabert"
@@ -292,3 +295,47 @@ def test_fasttext_corpus_and_fertility_take_every_format(plms, name, tmp_path):
     assert [line.split() for line in lines] == [tok.tokenize(s) for s in SAMPLES[name]]
     counts = fertility(plms[name], text)
     assert counts["tokens"] == sum(len(tok.tokenize(s)) for s in SAMPLES[name])
+
+
+@pytest.mark.slow
+def test_vietnamese_bert_column_runs_in_the_workflow(tmp_path):
+    """A PhoBERT-format target PLM (slow tokenizer, RoBERTa weights) through the workflow.
+
+    The paper grid's Vietnamese BERT column (vinai/phobert-base-v2) used to stop
+    at the vocab stage: load_tokenizer refused slow tokenizers.
+    """
+    import yaml
+    from test_workflow import copy_workflow, small_config, snakemake
+    from transformers import PhobertTokenizer, RobertaConfig, RobertaForMaskedLM
+
+    workdir = copy_workflow(tmp_path / "wf")
+    config = small_config()
+    config["sources"] = ["llama_mini"]
+    config["targets"] = {"vi_mini": ["t5_vi_mini"]}
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    snakemake(workdir, "--cores", "2", "results/corpus/vi_mini/train.txt")
+    lines = (workdir / "results/corpus/vi_mini/train.txt").read_text().splitlines()[:2000]
+    plm = write_phobert(tmp_path / "phobert_vi", lines, 300)
+    tok = PhobertTokenizer.from_pretrained(str(plm))
+    RobertaForMaskedLM(RobertaConfig(
+        vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=66, pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )).save_pretrained(plm)
+
+    config["models"]["phobert_vi"] = {"type": "local", "path": str(plm)}
+    config["targets"] = {"vi_mini": ["phobert_vi"]}
+    config["transfer"] = {"methods": ["salt", "focus"]}
+    config["lapt"]["select"] = [{"sources": ["llama_mini"], "targets": ["phobert_vi"],
+                                 "methods": ["salt"]}]
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    wanted = [f"results/transfer/vi_mini/llama_mini/phobert_vi/{m}" for m in ("salt", "focus")]
+    snakemake(workdir, "--cores", "2", *wanted,
+              "results/overlap/llama_mini/phobert_vi.coverage.json")
+    cov = json.loads((workdir / "results/overlap/llama_mini/phobert_vi.coverage.json").read_text())
+    print(f"llama_mini -> phobert_vi: {cov}")
+    assert cov["copied"] > 0
+    for path in wanted:
+        saved = AutoTokenizer.from_pretrained(str(workdir / path))
+        assert type(saved).__name__ == "PhobertTokenizer"
+        assert saved.tokenize(lines[0]) == tok.tokenize(lines[0])
