@@ -185,28 +185,15 @@ def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> 
 
     transformers builds a fast tokenizer from most vocabulary files itself
     (``vocab.txt`` of BERT, ``spiece.model`` of T5, ``vocab.json`` + ``merges.txt``
-    of GPT-2). Where it returns a slow one, conversion is tried
-    (``convert_slow_tokenizer``); a tokenizer no converter exists for (PhoBERT's
-    fairseq BPE, ``PhobertTokenizer``) is used slow: every stage accepts it
-    (:func:`is_fast` tells them apart).
+    of GPT-2). A tokenizer it has no fast version of (PhoBERT's fairseq BPE,
+    ``PhobertTokenizer``) is used slow: every stage accepts it (:func:`is_fast`
+    tells them apart).
     """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     if is_fast(tok):
         _keep_never_split(tok, Path(path))
-        return tok
-    from transformers.convert_slow_tokenizer import SLOW_TO_FAST_CONVERTERS, convert_slow_tokenizer
-
-    if type(tok).__name__ in SLOW_TO_FAST_CONVERTERS:
-        fast = PreTrainedTokenizerFast(
-            tokenizer_object=convert_slow_tokenizer(tok),
-            **{k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)},
-            model_max_length=tok.model_max_length,
-            padding_side=tok.padding_side,
-        )
-        fast.name_or_path = tok.name_or_path
-        return fast
     return tok
 
 
