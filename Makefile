@@ -41,6 +41,10 @@ bench: setup
 	$(BIN)/python benchmarks/bench_lapt.py
 	$(BIN)/python benchmarks/bench_workflow.py
 
+# Real vocabularies at real scale (Gemma 3 tokenizer, wordfreq-sampled targets)
+bench-real: setup fixtures
+	nice $(BIN)/python benchmarks/bench_real.py
+
 lint: setup
 	$(BIN)/ruff check workflow tests benchmarks
 
