@@ -14,13 +14,15 @@ asserts nothing. Stages, each in a fresh process:
 4. ``source``: a Gemma 3 text model with the real vocabulary and hidden size
    (262,208 rows x 1,152, Gemma 3 1B's width; one layer, random weights,
    bf16), built from a config and saved.
-5. ``transfer``: Mean, Multivariate, Heuristics and random-copy rows for the
+5. ``neighbors``: FOCUS's inputs for the German byte-level target: the text
+   tokenized, token-level fastText (dim 300, 5 epochs), token vectors, neighbours.
+6. ``transfer``: FOCUS, Mean, Random-copy, Heuristics and Multivariate rows for the
    German byte-level target from the source's real-size embedding matrix
    (statistics over the text-token rows only), then the transferred checkpoint.
-6. ``zeroshot``: held-out loss of the transferred checkpoint on 200 lines.
+7. ``zeroshot``: held-out loss of the transferred checkpoint on 200 lines.
 
-Not covered yet (issue 11 item 4): fastText, token vectors, neighbours, SALT
-regression, FOCUS/OFA transfer and LAPT steps at this scale.
+Not covered yet (issue 11 item 4): word-level fastText, SALT regression (it
+needs target PLMs), OFA and the LAPT steps at this scale.
 
     nice python benchmarks/bench_real.py [--work DIR] [--lines 20000] [--stages vocab,...]
 """
@@ -136,6 +138,37 @@ def stage_overlap(work: Path, args: argparse.Namespace) -> str:
     return "; ".join(out)
 
 
+def stage_neighbors(work: Path, args: argparse.Namespace) -> str:
+    """FOCUS's inputs for the German byte-level target: token-level fastText, neighbours."""
+    from embtransfer.fasttext_vectors import token_vectors, tokenize_for_fasttext, train_fasttext
+    from embtransfer.models import load_tokenizer
+    from embtransfer.neighbors import compute_neighbors, write_neighbors
+    from embtransfer.overlap import compute_overlap
+    from embtransfer.vocab import read_vocab
+
+    out = []
+    start = time.perf_counter()
+    tok = load_tokenizer(work / "de_bytelevel_bpe")
+    tokenize_for_fasttext(tok, work / "de.txt", work / "de_tokens.txt")
+    params = {"model": "cbow", "dim": 300, "epoch": 5, "min_count": 3, "minn": 3, "maxn": 6,
+              "neg": 10, "ws": 5, "lr": 0.05}
+    train_fasttext(work / "de_tokens.txt", work / "de_tokens.bin", params, 0, 2)
+    out.append(f"fastText (dim 300) {time.perf_counter() - start:.1f} s")
+    import fasttext
+
+    start = time.perf_counter()
+    target = read_vocab(work / "de_bytelevel_bpe.parquet")
+    vectors, missing = token_vectors(fasttext.load_model(str(work / "de_tokens.bin")),
+                                     target, "token")
+    pairs = compute_overlap(read_vocab(work / "gemma3.parquet"), target)
+    table, stats = compute_neighbors(vectors, missing, pairs["target_id"].to_numpy(),
+                                     pairs["source_id"].to_numpy(), threads=2)
+    write_neighbors(table, stats, work / "de_neighbors.parquet")
+    out.append(f"token vectors + neighbours {time.perf_counter() - start:.1f} s "
+               f"({int(missing.sum())} tokens without a vector)")
+    return ", ".join(out)
+
+
 def stage_source(work: Path, args: argparse.Namespace) -> str:
     import torch
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
@@ -155,8 +188,9 @@ def stage_transfer(work: Path, args: argparse.Namespace) -> str:
     import numpy as np
 
     from embtransfer.checkpoint import write_transferred_checkpoint
-    from embtransfer.methods.base import TransferInputs, get_method
+    from embtransfer.methods.base import Neighbors, TransferInputs, get_method
     from embtransfer.models import load_embeddings
+    from embtransfer.neighbors import read_neighbors
     from embtransfer.overlap import compute_overlap
     from embtransfer.vocab import read_vocab
 
@@ -165,9 +199,11 @@ def stage_transfer(work: Path, args: argparse.Namespace) -> str:
     target = read_vocab(work / "de_bytelevel_bpe.parquet")
     inputs = TransferInputs(emb.input, emb.output, source, target,
                             compute_overlap(source, target), seed=0)
+    inputs.neighbors["token"] = Neighbors.from_table(
+        read_neighbors(work / "de_neighbors.parquet")[0])
     out = []
     rows = None
-    for name in ("mean", "random_copy", "heuristics", "multivariate"):
+    for name in ("focus", "mean", "random_copy", "heuristics", "multivariate"):
         spec = get_method(name)
         start = time.perf_counter()
         rows = spec.fn(inputs, spec.defaults, "input").rows
@@ -188,7 +224,8 @@ def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
 
 
 STAGES = {"vocab": stage_vocab, "targets": stage_targets, "overlap": stage_overlap,
-          "source": stage_source, "transfer": stage_transfer, "zeroshot": stage_zeroshot}
+          "source": stage_source, "neighbors": stage_neighbors, "transfer": stage_transfer,
+          "zeroshot": stage_zeroshot}
 
 
 def _child(name: str, work: str, args: argparse.Namespace, queue: mp.Queue) -> None:
