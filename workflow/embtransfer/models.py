@@ -181,13 +181,46 @@ def fetch_hub_snapshot(
 
 
 def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> Any:
-    """A fast (Rust) tokenizer; slow-only tokenizers are refused, later stages need offsets."""
+    """The tokenizer at ``path``: fast (Rust) where possible, else the slow one.
+
+    transformers builds a fast tokenizer from most vocabulary files itself
+    (``vocab.txt`` of BERT, ``spiece.model`` of T5, ``vocab.json`` + ``merges.txt``
+    of GPT-2). A tokenizer it has no fast version of (PhoBERT's fairseq BPE,
+    ``PhobertTokenizer``) is used slow: every stage accepts it (:func:`is_fast`
+    tells them apart).
+    """
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-    if not getattr(tok, "is_fast", False):
-        raise ValueError(f"{path}: no fast tokenizer (tokenizer.json) could be loaded")
+    if is_fast(tok):
+        _keep_never_split(tok, Path(path))
     return tok
+
+
+def _keep_never_split(tokenizer: Any, path: Path) -> None:
+    """Honour a BERT ``never_split`` list, which transformers' fast BertTokenizer ignores.
+
+    AraBERT v2 lists its Farasa segment tokens (``ال+``, ``+ها``) there: its
+    input comes segmented (``و+ ال+ كتاب +ها``) and the slow tokenizer keeps
+    each mark on its segment, where the fast one would split ``ال`` from ``+``.
+    Each listed token of the vocabulary becomes a whole-word added token (same
+    id), so the fast tokenizer tokenizes as the PLM was trained.
+    """
+    from tokenizers import AddedToken
+
+    config = path / "tokenizer_config.json"
+    if not config.is_file():
+        return
+    never_split = json.loads(config.read_text(encoding="utf-8")).get("never_split") or []
+    vocab = tokenizer.get_vocab()
+    keep = [t for t in never_split if isinstance(t, str) and t in vocab]
+    if keep:
+        tokenizer.add_tokens([AddedToken(t, single_word=True, normalized=False) for t in keep])
+
+
+def is_fast(tokenizer: Any) -> bool:
+    """Whether a tokenizer has a Rust backend (``backend_tokenizer``)."""
+    return bool(getattr(tokenizer, "is_fast", False)) and hasattr(tokenizer, "backend_tokenizer")
 
 
 # ---------------------------------------------------------------- embeddings

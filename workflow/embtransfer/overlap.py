@@ -214,18 +214,26 @@ def count_tokens(
     """Occurrences of every token id when encoding ``text_file`` line by line.
 
     Special tokens the tokenizer would add (bos/eos) are not counted: coverage
-    is about the text. Uses the Rust backend's batched encoding.
+    is about the text. Uses the Rust backend's batched encoding (a slow
+    tokenizer, PhoBERT's, encodes in Python).
     """
-    backend = tokenizer.backend_tokenizer
-    size = max(len(tokenizer), backend.get_vocab_size(with_added_tokens=True))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    size = len(tokenizer)
+    if backend is not None:
+        size = max(size, backend.get_vocab_size(with_added_tokens=True))
+    size = max(size, max(tokenizer.get_vocab().values(), default=-1) + 1)
     counts = np.zeros(size, dtype=np.int64)
     batch: list[str] = []
+
+    def encode(lines: list[str]) -> list[list[int]]:
+        if backend is not None:
+            return [e.ids for e in backend.encode_batch(lines, add_special_tokens=False)]
+        return tokenizer(lines, add_special_tokens=False)["input_ids"]
 
     def flush() -> None:
         if not batch:
             return
-        encs = backend.encode_batch(batch, add_special_tokens=False)
-        ids = np.fromiter((i for e in encs for i in e.ids), dtype=np.int64)
+        ids = np.fromiter((i for e in encode(batch) for i in e), dtype=np.int64)
         counts[:] += np.bincount(ids, minlength=size)[:size]
         batch.clear()
 

@@ -1,11 +1,26 @@
 """Canonical token forms: every token as (its real bytes, start-of-word flag).
 
 Tokenizers mark word starts differently (byte-level BPE ``Ġ``, SentencePiece
-``▁``, WordPiece ``##`` on continuations) and byte-level BPE hides raw bytes
-behind the GPT-2 byte-to-unicode table. :func:`vocab_table` undoes all of that,
-so vocabularies of different families can be compared byte for byte
-(:mod:`embtransfer.overlap`). Decoded strings are never compared: a byte-level
-piece holding half of an Arabic letter has no string form, only bytes.
+``▁``, WordPiece ``##`` on continuations, fairseq BPE ``@@`` on non-final
+pieces) and byte-level BPE hides raw bytes behind the GPT-2 byte-to-unicode
+table. Two PLM conventions get canonical forms of their own:
+
+* fairseq BPE (PhoBERT, scheme ``fairseq_bpe``, a slow tokenizer): ``xin@@``
+  is the piece ``xin`` of a word that continues; the piece itself carries no
+  word-start mark, so every piece counts as a word start (``▁xin``; with the
+  default fuzzy match the flag does not matter). PhoBERT reads word-segmented
+  text whose multi-syllable words join their syllables with ``_``
+  (``sinh_viên``): a ``_`` between two other characters stands for the space
+  between syllables (canonical ``▁sinh viên``); a lone ``_`` stays ``_``.
+* Farasa segment marks (AraBERT v2, a WordPiece vocabulary with at least
+  :data:`FARASA_MIN_TOKENS` tokens of the form ``letters+`` or ``+letters``):
+  ``ال+`` is the prefix ``ال`` that begins a word (``▁ال``), ``+ها`` the suffix
+  ``ها`` that continues one (``ها``, start False). A lone ``+`` stays ``+``.
+
+:func:`vocab_table` undoes all of that, so vocabularies of different families
+can be compared byte for byte (:mod:`embtransfer.overlap`). Decoded strings
+are never compared: a byte-level piece holding half of an Arabic letter has no
+string form, only bytes.
 
 Columns of the table (one row per id ``0 .. len(tokenizer) - 1``):
 
@@ -21,6 +36,21 @@ Columns of the table (one row per id ``0 .. len(tokenizer) - 1``):
               fallback tokens, and byte-level BPE single bytes >= 0x80) | ``normal``
 ``role``      comma-joined roles of a special token in the fixed order of
               :data:`ROLES` (``"bos,eos,unk"`` for GPT-2's ``<|endoftext|>``), or None
+
+Which tokens are special: the tokenizer's role tokens (bos, eos, pad, unk,
+mask, sep, cls and its other special-token attributes such as Gemma 3's image
+tokens), every added token flagged ``special``, and every added token shaped as
+control markup (:data:`CONTROL_MARKUP`: ``<...>``, ``<|...|>``, ``[...]``,
+no whitespace inside). The flag alone is not enough: Gemma 3 flags 9 of its
+6,415 added tokens, leaving its 6,242 never-trained ``<unusedN>`` placeholders,
+``<mask>`` and ``[multimodal]`` looking like text, and Qwen 3 leaves ``<think>``,
+``<tool_call>`` and ``<|fim_prefix|>`` unflagged. The tokenizer files cannot
+tell a trained markup symbol from an untrained placeholder (Gemma's 70 HTML
+tags such as ``<h1>``/``</div>`` are added tokens exactly like ``<unused0>``),
+so every markup-shaped added token counts as special: it is never matched as
+text and its row stays out of every statistic over the source's embeddings,
+which errs on the safe side. Added tokens of other shapes (Gemma's newline and
+``▁`` runs, words added with ``add_tokens``) are text.
 """
 
 from __future__ import annotations
@@ -42,10 +72,18 @@ from embtransfer.atomic import read_parquet_metadata, write_parquet
 ROLES: tuple[str, ...] = ("bos", "eos", "pad", "unk", "mask", "sep", "cls")
 KINDS: tuple[str, ...] = ("special", "byte", "normal")
 COLUMNS: tuple[str, ...] = ("id", "token", "bytes", "canonical", "start", "kind", "role")
-SCHEMES: tuple[str, ...] = ("byte_level", "sentencepiece", "wordpiece", "plain")
+SCHEMES: tuple[str, ...] = ("byte_level", "sentencepiece", "wordpiece", "fairseq_bpe", "plain")
 
 SPIECE_MARK = "\u2581"  # ▁
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+#: Control markup: ``<...>``, ``<|...|>``, ``[...]`` without whitespace inside.
+CONTROL_MARKUP = re.compile(r"<[^\s<>]+>|\[[^\s\[\]]+\]")
+#: Farasa segment marks (AraBERT v2): a prefix ``ال+`` or a suffix ``+ها`` of letters.
+FARASA_PREFIX = re.compile(r"([^\W\d_]+)\+")
+FARASA_SUFFIX = re.compile(r"\+([^\W\d_]+)")
+#: A WordPiece vocabulary with at least this many Farasa-marked tokens is Farasa-segmented.
+FARASA_MIN_TOKENS = 10
+FAIRSEQ_SUFFIX = "@@"
 
 
 @lru_cache(maxsize=1)
@@ -86,6 +124,11 @@ def detect_scheme(tokenizer: Any) -> tuple[str, dict[str, Any]]:
     model type. ``plain`` (no word-start convention recognised) takes each
     token's UTF-8 as its bytes, with start False.
     """
+    if not hasattr(tokenizer, "backend_tokenizer"):  # a slow (Python) tokenizer
+        vocab = tokenizer.get_vocab()
+        if hasattr(tokenizer, "bpe_ranks") and any(t.endswith(FAIRSEQ_SUFFIX) for t in vocab):
+            return "fairseq_bpe", {"model_type": "fairseq BPE", "suffix": FAIRSEQ_SUFFIX}
+        return "plain", {"model_type": type(tokenizer).__name__}
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     model = spec.get("model") or {}
     mtype = model.get("type", "")
@@ -111,27 +154,44 @@ def detect_scheme(tokenizer: Any) -> tuple[str, dict[str, Any]]:
         return "sentencepiece", info
     if mtype == "WordPiece":
         info["prefix"] = model.get("continuing_subword_prefix") or "##"
+        marked = sum(
+            1 for t in model.get("vocab", {})
+            if FARASA_PREFIX.fullmatch(t) or FARASA_SUFFIX.fullmatch(t)
+        )
+        info["farasa"] = marked >= FARASA_MIN_TOKENS
         return "wordpiece", info
     return "plain", info
 
 
-def _roles_by_id(tokenizer: Any, backend: Any) -> dict[int, str]:
+def _roles_by_id(tokenizer: Any, vocab: dict[str, int]) -> dict[int, str]:
     found: dict[int, list[str]] = {}
     for role in ROLES:
         tok = getattr(tokenizer, f"{role}_token", None)
         if tok is None:
             continue
-        # token_to_id on the backend: a role token missing from the vocabulary
-        # must not silently become the unk id.
-        tid = backend.token_to_id(str(tok))
+        # a lookup, not convert_tokens_to_ids: a role token missing from the
+        # vocabulary must not silently become the unk id.
+        tid = vocab.get(str(tok))
         if tid is not None:
             found.setdefault(int(tid), []).append(role)
     return {tid: ",".join(roles) for tid, roles in found.items()}
 
 
-def _special_ids(tokenizer: Any, backend: Any, role_ids: dict[int, str]) -> set[int]:
+def is_control_added_token(content: str, special: bool) -> bool:
+    """Whether an added token is a control symbol rather than text (see the module docstring).
+
+    Flagged special, or shaped as markup (``<unused0>``, ``<start_of_turn>``,
+    ``<|fim_prefix|>``, ``[multimodal]``): the ``special`` flag alone misses
+    most of them (Gemma 3 flags 9 of its 6,415 added tokens).
+    """
+    return special or CONTROL_MARKUP.fullmatch(content) is not None
+
+
+def _special_ids(tokenizer: Any, added: dict[int, Any], role_ids: dict[int, str]) -> set[int]:
     ids = {int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
-    ids |= {int(i) for i, added in backend.get_added_tokens_decoder().items() if added.special}
+    ids |= {
+        int(i) for i, tok in added.items() if is_control_added_token(tok.content, tok.special)
+    }
     ids |= set(role_ids)
     return ids
 
@@ -161,7 +221,18 @@ def _decode(token: str, scheme: str, info: dict[str, Any]) -> tuple[bytes, bool,
         prefix = info["prefix"]
         cont = len(token) > len(prefix) and token.startswith(prefix)
         text = token[len(prefix) :] if cont else token
+        if info.get("farasa") and not cont:
+            if m := FARASA_PREFIX.fullmatch(text):  # "ال+": a prefix, begins its word
+                return m.group(1).encode("utf-8"), True, False
+            if m := FARASA_SUFFIX.fullmatch(text):  # "+ها": a suffix, continues its word
+                return m.group(1).encode("utf-8"), False, False
         return text.encode("utf-8"), not cont, False
+    if scheme == "fairseq_bpe":
+        # "xin@@": a non-final piece; "_" joins the syllables of a segmented word
+        text = token.removesuffix(FAIRSEQ_SUFFIX) if len(token) > 2 else token
+        if len(text) > 1:
+            text = re.sub(r"(?<=[^_])_(?=[^_])", " ", text)
+        return text.encode("utf-8"), True, False
     return token.encode("utf-8"), False, False
 
 
@@ -179,21 +250,29 @@ def canonical_form(raw: bytes, start: bool) -> str:
 def vocab_table(tokenizer: Any) -> pd.DataFrame:
     """One row per token id with its canonical form; see the module docstring.
 
-    ``tokenizer`` is a fast (``tokenizers``-backed) ``PreTrainedTokenizerBase``.
-    The table's ``attrs`` carry ``scheme``, ``vocab_size`` and ``tokenizer``
-    (name or path) for :func:`write_vocab`.
+    ``tokenizer`` is a ``PreTrainedTokenizerBase``, fast (``tokenizers``-backed)
+    or slow (PhoBERT's ``PhobertTokenizer``). The table's ``attrs`` carry
+    ``scheme``, ``vocab_size`` and ``tokenizer`` (name or path) for
+    :func:`write_vocab`.
     """
-    backend = tokenizer.backend_tokenizer
     scheme, info = detect_scheme(tokenizer)
-    model_vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
-    id_to_tok: dict[int, str] = {i: t for t, i in backend.get_vocab(with_added_tokens=True).items()}
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        model_vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
+        full_vocab: dict[str, int] = backend.get_vocab(with_added_tokens=True)
+        added: dict[int, Any] = dict(backend.get_added_tokens_decoder())
+    else:  # slow: the model vocabulary is what the added-token table does not hold
+        full_vocab = tokenizer.get_vocab()
+        added = {int(i): tok for i, tok in tokenizer.added_tokens_decoder.items()}
+        model_vocab = {t: i for t, i in full_vocab.items() if i not in added}
+    id_to_tok: dict[int, str] = {i: t for t, i in full_vocab.items()}
     # also cover ids only the transformers side knows (should not happen with v5)
-    for i, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
-        id_to_tok.setdefault(int(i), str(added))
+    for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items():
+        id_to_tok.setdefault(int(i), str(tok))
     n = max(len(tokenizer), max(id_to_tok, default=-1) + 1)
 
-    role_ids = _roles_by_id(tokenizer, backend)
-    special = _special_ids(tokenizer, backend, role_ids)
+    role_ids = _roles_by_id(tokenizer, full_vocab)
+    special = _special_ids(tokenizer, added, role_ids)
 
     tokens: list[str] = []
     raws: list[bytes] = []

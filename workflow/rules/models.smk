@@ -3,6 +3,26 @@
 MINI_MODELS = models_of_type(config, "mini")
 HUB_MODELS = models_of_type(config, "hub")
 
+from embtransfer.pinning import fetch_params, pin_config_file
+
+
+def pin_revisions(log):
+    # Write the commits the downloads recorded back into the --configfile files
+    # (embtransfer/pinning.py), so the grid is frozen from its first download on.
+    if not HUB_MODELS:
+        return
+    for path in workflow.config_settings.configfiles:
+        for line in pin_config_file(path, "resources/models"):
+            print(f"{path}: {line}", file=sys.stderr)
+
+
+onsuccess:
+    pin_revisions(log)
+
+
+onerror:
+    pin_revisions(log)
+
 
 def tokenizer_spec(model):
     # Only what shapes the tokenizer: a change of architecture or training
@@ -61,7 +81,8 @@ rule fetch_model:
     wildcard_constraints:
         model=wildcard_alternatives(HUB_MODELS),
     params:
-        spec=lambda w: MODELS[w.model],
+        # pinning the config to the downloaded commit must not re-download it
+        spec=lambda w: fetch_params(MODELS[w.model], w.model, "resources/models"),
         code=script_hash("fetch_model.py"),
     conda:
         CONDA_ENV

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +106,24 @@ class TransferInputs:
     projected: dict[str, np.ndarray] | None = None  # SALT regression: target_ids, input, output
     aligned: AlignedVectors | None = None
     source_tokenizer: Any | None = None
+
+    def statistic_ids(self) -> np.ndarray:
+        """Source ids whose rows enter statistics over the source's embeddings (ascending).
+
+        Text tokens only: special tokens (roles, added control tokens such as
+        Gemma 3's 6,242 never-trained ``<unusedN>`` placeholders, see
+        :mod:`embtransfer.vocab`) and padding rows beyond the source
+        tokenizer's ids are left out. Every mean, std or covariance of source
+        rows (Mean, Multivariate, Heuristics, N(mean, std) draws) uses these.
+        """
+        vocab = self.source_vocab
+        ids = vocab["id"].to_numpy(np.int64)
+        if "kind" in vocab.columns:  # a table without kinds (hand-made in tests) is all text
+            ids = ids[(vocab["kind"] != "special").to_numpy()]
+        ids = np.unique(ids[(ids >= 0) & (ids < self.source_input.shape[0])])
+        if ids.size == 0:
+            raise ValueError("the source vocabulary has no text tokens to take statistics over")
+        return ids
 
     def source_matrix(self, side: str) -> np.ndarray:
         if side == "output":
@@ -203,33 +221,48 @@ def copy_shared(inputs: TransferInputs, side: str, rows: np.ndarray, how: np.nda
     how[target_ids] = "copied"
 
 
+def row_blocks(
+    matrix: np.ndarray, ids: np.ndarray | None = None, block_rows: int = 8192
+) -> Iterator[np.ndarray]:
+    """float64 blocks of ``matrix``'s rows (all, or ``ids``): no full-size temporary."""
+    n = matrix.shape[0] if ids is None else ids.size
+    for s in range(0, n, block_rows):
+        part = matrix[s : s + block_rows] if ids is None else matrix[ids[s : s + block_rows]]
+        yield part.astype(np.float64)
+
+
 def column_moments(
-    matrix: np.ndarray, ddof: int = 0, block_rows: int = 8192
+    matrix: np.ndarray, ddof: int = 0, ids: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-dimension mean and std in float64, in row blocks (no full-size temporary)."""
-    n = matrix.shape[0]
+    """Per-dimension mean and std in float64 of ``matrix``'s rows (all, or ``ids``)."""
+    n = matrix.shape[0] if ids is None else ids.size
     if n <= ddof:
         raise ValueError(f"need more than {ddof} rows for a standard deviation, got {n}")
-    mean = matrix.mean(axis=0, dtype=np.float64)
-    sq = np.zeros(matrix.shape[1])
-    for s in range(0, n, block_rows):
-        sq += np.square(matrix[s : s + block_rows].astype(np.float64) - mean).sum(axis=0)
+    mean = sum(b.sum(axis=0) for b in row_blocks(matrix, ids)) / n
+    sq = sum(np.square(b - mean).sum(axis=0) for b in row_blocks(matrix, ids))
     return mean, np.sqrt(sq / (n - ddof))
 
 
 def diagonal_normal(
-    matrix: np.ndarray, rng: np.random.Generator, n: int, ddof: int = 0
+    matrix: np.ndarray, rng: np.random.Generator, n: int, ddof: int = 0,
+    ids: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``n`` rows from N(mean, std) of ``matrix``'s rows, per dimension (float32)."""
-    mean, std = column_moments(matrix, ddof)
+    """``n`` rows from N(mean, std) of ``matrix``'s rows (all, or ``ids``), per dimension."""
+    mean, std = column_moments(matrix, ddof, ids)
     return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
+
+
+def source_mean(inputs: TransferInputs, side: str) -> np.ndarray:
+    """The mean source row over :meth:`TransferInputs.statistic_ids` (float64)."""
+    ids = inputs.statistic_ids()
+    return sum(b.sum(axis=0) for b in row_blocks(inputs.source_matrix(side), ids)) / ids.size
 
 
 def source_normal(
     inputs: TransferInputs, side: str, rng: np.random.Generator, n: int
 ) -> np.ndarray:
-    """``n`` rows drawn from N(mean, std) of the source rows (per dimension)."""
-    return diagonal_normal(inputs.source_matrix(side), rng, n)
+    """``n`` rows drawn from N(mean, std) of the source's text-token rows (per dimension)."""
+    return diagonal_normal(inputs.source_matrix(side), rng, n, ids=inputs.statistic_ids())
 
 
 def empty_result(inputs: TransferInputs, side: str) -> tuple[np.ndarray, np.ndarray]:

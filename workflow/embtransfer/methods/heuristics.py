@@ -12,7 +12,9 @@ position), as in the reference (github.com/cmdowney88/EmbeddingStructure,
   as UTF-8, incomplete edge bytes dropped), by character count, ties to the
   script seen first; see :func:`char_script`. Special tokens form the group
   ``SPECIAL``, lone-byte tokens ``BYTE``, tokens with no classifiable text
-  ``NONE``.
+  ``NONE``. Source special rows (and padding rows) are in no pool
+  (``TransferInputs.statistic_ids``), so a target special token backs off to
+  all of the source's text-token rows.
 * Position: the vocabulary's ``start`` flag (word-initial vs continuation), as
   the reference's ``_initial`` / ``_medial`` split on ``▁``.
 
@@ -132,6 +134,8 @@ def heuristics(inputs: TransferInputs, params: dict[str, Any], side: str) -> Sid
     todo = nonshared_ids(inputs)
 
     src = _groups(inputs.source_vocab, matrix.shape[0])
+    trained = inputs.statistic_ids()
+    src = src[src["id"].isin(trained)]  # no special / placeholder rows in any pool
     by_group = {key: g["id"].to_numpy() for key, g in src.groupby(["script", "start"])}
     by_script = {key: g["id"].to_numpy() for key, g in src.groupby("script")}
     tgt = _groups(inputs.target_vocab, inputs.n_target).set_index("id").loc[todo]
@@ -148,10 +152,10 @@ def heuristics(inputs: TransferInputs, params: dict[str, Any], side: str) -> Sid
             pool, label = by_script.get(script, np.zeros(0, np.int64)), "script"
         if pool.size < min_rows:
             label = "all"
-        sample = matrix if label == "all" else matrix[pool]
-        rows[ids] = diagonal_normal(sample, rng, ids.size, ddof=1)
+        pool = trained if label == "all" else pool
+        rows[ids] = diagonal_normal(matrix, rng, ids.size, ddof=1, ids=pool)
         how[ids] = label
         used[f"{script}/{'start' if start else 'cont'}"] = {
-            "tokens": int(ids.size), "source_rows": int(sample.shape[0]), "from": label,
+            "tokens": int(ids.size), "source_rows": int(pool.size), "from": label,
         }
     return SideResult(rows, how, {"counts": count_labels(how), "groups": used})

@@ -1,7 +1,9 @@
 """Mean baselines (DESIGN §4.4): ``mean`` and ``subword_mean``.
 
 ``mean``          shared tokens copy their source row (``copied``); every other
-                  row is the mean source row (``mean``).
+                  row is the mean source row (``mean``) over the source's text
+                  tokens (special and padding rows left out, see
+                  ``TransferInputs.statistic_ids``).
 ``subword_mean``  shared tokens copy; every other token's text is tokenised by
                   the source tokenizer and the row is the plain mean of the
                   resulting tokens' source rows (``subword_mean``).
@@ -32,6 +34,7 @@ from embtransfer.methods.base import (
     copy_shared,
     empty_result,
     register,
+    source_mean,
     source_normal,
 )
 from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine
@@ -74,7 +77,7 @@ def mean(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResul
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)
     todo = nonshared_ids(inputs)
-    rows[todo] = inputs.source_matrix(side).mean(axis=0, dtype=np.float64).astype(np.float32)
+    rows[todo] = source_mean(inputs, side).astype(np.float32)
     how[todo] = "mean"
     return SideResult(rows, how, {"counts": count_labels(how)})
 

@@ -4,7 +4,8 @@ for pretrained language models"; DESIGN §4.4).
 Shared tokens copy their source row (label ``copied``); every other row is drawn
 from N(mu, scale * Sigma) with mu the mean source row and Sigma the full
 covariance of the source rows, normalised by n as in Hewitt's code (label
-``random``).
+``random``). Source rows here are the text tokens' rows
+(``TransferInputs.statistic_ids``: no special, placeholder or padding rows).
 
 ``scale`` defaults to 1 (the design: the source covariance itself). Hewitt's
 post uses ``1e-5 * Sigma`` to keep new words' LM-head logits small; set
@@ -30,6 +31,7 @@ from embtransfer.methods.base import (
     copy_shared,
     empty_result,
     register,
+    row_blocks,
 )
 from embtransfer.methods.common import count_labels, nonshared_ids
 
@@ -38,17 +40,21 @@ _BLOCK_ROWS = 8192
 
 
 def covariance_cholesky(
-    matrix: np.ndarray, scale: float = 1.0, jitter: float = 1e-6
+    matrix: np.ndarray, scale: float = 1.0, jitter: float = 1e-6, ids: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(mean, Cholesky factor of scale * covariance, relative jitter used), float64."""
+    """(mean, Cholesky factor of scale * covariance, relative jitter used), float64.
+
+    Over ``matrix``'s rows, or only the rows ``ids``.
+    """
     x = np.asarray(matrix)
-    mean = x.mean(axis=0, dtype=np.float64)
-    cov = np.zeros((x.shape[1], x.shape[1]))
+    n = x.shape[0] if ids is None else ids.size
     # blocks of rows: a float64 copy of a 250k x 4096 source matrix would be 8 GB
-    for s in range(0, x.shape[0], _BLOCK_ROWS):
-        centred = x[s : s + _BLOCK_ROWS].astype(np.float64) - mean
+    mean = sum(b.sum(axis=0) for b in row_blocks(x, ids, _BLOCK_ROWS)) / n
+    cov = np.zeros((x.shape[1], x.shape[1]))
+    for block in row_blocks(x, ids, _BLOCK_ROWS):
+        centred = block - mean
         cov += centred.T @ centred
-    cov *= scale / x.shape[0]
+    cov *= scale / n
     level = float(np.mean(np.diag(cov))) or 1.0
     used = 0.0
     for attempt in range(_MAX_ATTEMPTS + 1):
@@ -74,7 +80,9 @@ def multivariate(inputs: TransferInputs, params: dict[str, Any], side: str) -> S
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)
     todo = nonshared_ids(inputs)
-    mean, chol, used = covariance_cholesky(inputs.source_matrix(side), scale, jitter)
+    mean, chol, used = covariance_cholesky(
+        inputs.source_matrix(side), scale, jitter, inputs.statistic_ids()
+    )
     rng = inputs.rng("multivariate", side)
     # in blocks (the stream is the same as one big draw) to bound the float64 temporaries
     for s in range(0, todo.size, _BLOCK_ROWS):

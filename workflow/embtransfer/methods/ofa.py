@@ -130,7 +130,8 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     coords[targets] = weighted_rows(P, src_ids, weights, p["chunk_rows"])
     how[targets] = "weighted"
     rng = inputs.rng("ofa", side)
-    mean, std = P.mean(axis=0), P.std(axis=0)
+    text_rows = P[inputs.statistic_ids()]  # no special / placeholder rows
+    mean, std = text_rows.mean(axis=0), text_rows.std(axis=0)
     coords[lost] = mean + std * rng.standard_normal((lost.size, P.shape[1]))
     how[lost] = "missing_vector"
 
