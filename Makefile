@@ -1,6 +1,6 @@
 # Set-up and the two everyday commands. Everything runs inside .venv.
 #   make run    set up, then run the default workflow (the miniature world) end to end
-#   make test   set up, then run the test suite
+#   make test   set up (and the reference packages' .venv-ref), then run the test suite
 #   make bench  print the benchmark figures
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,7 +10,11 @@ CORES ?= all
 # several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run test bench lint clean
+# The published packages the reference tests compare with (tests/test_reference_packages.py)
+# pin old dependencies: they get their own environment.
+REF_VENV := .venv-ref
+
+.PHONY: setup reference-env run test bench lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +27,19 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 
 setup: $(VENV)/.installed
 
+$(REF_VENV)/.installed: tests/reference-requirements.txt
+	rm -rf $(REF_VENV)
+	$(PYTHON) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
+	$(REF_VENV)/bin/pip install --quiet -r tests/reference-requirements.txt
+	touch $@
+
+reference-env: $(REF_VENV)/.installed
+
 run: setup
 	$(BIN)/snakemake --cores $(CORES)
 
-test: setup
+test: setup reference-env
 	$(BIN)/ruff check workflow tests benchmarks
 	$(BIN)/pytest -q
 
