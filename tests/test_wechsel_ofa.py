@@ -267,7 +267,7 @@ def test_ofa_default_rank_and_factorize() -> None:
     np.testing.assert_allclose(P @ Q, low, atol=1e-4)
 
 
-# --------------------------------------------------------------------------- wechsel package options
+# ------------------------------------------------------------------ wechsel package options
 
 
 class WordModel:
