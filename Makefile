@@ -11,7 +11,8 @@ CORES ?= all
 TORCH_SPEC ?= torch==2.13.0
 
 # The published packages the reference tests compare with (tests/test_reference_packages.py)
-# pin old dependencies: they get their own environment.
+# bring their own dependencies (numba, fastdist, gensim, scikit-learn, ...), pinned in
+# tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
 .PHONY: setup reference-env run test bench lint clean

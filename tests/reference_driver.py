@@ -1,7 +1,7 @@
 """Runs a published package on inputs written by tests/test_reference_packages.py.
 
 Executed by the reference environment's interpreter (``make reference-env``:
-``deepfocus`` 1.0.1, ``wechsel`` 0.0.4 and their old dependencies), never imported
+``deepfocus`` 1.0.1, ``wechsel`` 0.0.4 and their dependencies), never imported
 by the test suite. Usage: ``python reference_driver.py {focus|wechsel} WORK_DIR``.
 Reads WORK_DIR/inputs.json, writes WORK_DIR/reference.npz.
 """
