@@ -1,7 +1,8 @@
 """FOCUS and WECHSEL against their published packages, on identical inputs built here.
 
 ``deepfocus`` 1.0.1 and ``wechsel`` 0.0.4 bring their own dependencies (numba,
-fastdist, gensim, scikit-learn), so they live in their own environment (``make reference-env``, which ``make test`` builds) and run through
+fastdist, gensim, scikit-learn), so they live in their own environment (``make
+reference-env``, which ``make test`` builds) and run through
 ``tests/reference_driver.py`` in a subprocess. Inputs: two made-up languages, real
 byte-level BPE tokenizers trained with ``tokenizers``, fastText models trained with
 the ``fasttext`` package, random source embeddings. Every row is compared (≤ 1e-4
