@@ -1,6 +1,6 @@
 # Set-up and the two everyday commands. Everything runs inside .venv.
 #   make run    set up, then run the default workflow (the miniature world) end to end
-#   make test   set up, fetch the test fixtures, then run the test suite
+#   make test   set up (also the reference packages' .venv-ref), fetch the test fixtures, then run the test suite
 #   make bench  print the benchmark figures
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,7 +10,12 @@ CORES ?= all
 # several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run test bench bench-real lint clean fixtures
+# The published packages the reference tests compare with (tests/test_reference_packages.py)
+# bring their own dependencies (numba, fastdist, gensim, scikit-learn, ...), pinned in
+# tests/reference-requirements.txt: they get their own environment.
+REF_VENV := .venv-ref
+
+.PHONY: setup reference-env run test bench bench-real lint clean fixtures
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +28,15 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 
 setup: $(VENV)/.installed
 
+$(REF_VENV)/.installed: tests/reference-requirements.txt
+	rm -rf $(REF_VENV)
+	$(PYTHON) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
+	$(REF_VENV)/bin/pip install --quiet -r tests/reference-requirements.txt
+	touch $@
+
+reference-env: $(REF_VENV)/.installed
+
 run: setup
 	$(BIN)/snakemake --cores $(CORES)
 
@@ -30,7 +44,7 @@ run: setup
 fixtures: setup
 	$(BIN)/python tests/fixtures/tokenizers/fetch.py
 
-test: setup fixtures
+test: setup reference-env fixtures
 	$(BIN)/ruff check workflow tests benchmarks
 	$(BIN)/pytest -q
 

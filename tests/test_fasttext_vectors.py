@@ -148,6 +148,9 @@ class FakeModel:
             return np.zeros(4, np.float32)
         return np.full(4, float(len(text)), np.float32)
 
+    def get_word_id(self, text: str) -> int:
+        return 0  # every string is a word of this model
+
 
 def _vocab() -> pd.DataFrame:
     rows = [
@@ -206,6 +209,32 @@ def test_token_vectors_with_real_model(model_bin: Path, tmp_path: Path) -> None:
     assert np.array_equal(v2, vectors) and np.array_equal(m2, missing) and m2.dtype == bool
     with pytest.raises(ValueError, match="shapes"):
         save_token_vectors(tmp_path / "x.npy", tmp_path / "y.npy", vectors, missing[:-1])
+
+
+def test_token_mode_needs_an_in_vocabulary_token(model_bin: Path) -> None:
+    # deepfocus's "very rare" rule: in token mode a token below minCount (not a word of
+    # the model) has no vector, although fastText builds one from its n-grams
+    model = load_fasttext(model_bin)
+    assert model.get_word_id("haus") != -1 and model.get_word_id("hausstraße") == -1
+    assert np.linalg.norm(model.get_word_vector("hausstraße")) > 0  # n-grams give one
+    vocab = pd.DataFrame(
+        {
+            "id": np.arange(3, dtype=np.int64),
+            "token": ["haus", "hausstraße", "straße"],
+            "bytes": [b"haus", "hausstraße".encode(), "straße".encode()],
+            "canonical": ["haus", "hausstraße", "straße"],
+            "start": [False] * 3,
+            "kind": ["normal"] * 3,
+            "role": [None] * 3,
+        }
+    )
+    vectors, missing = token_vectors(model, vocab, mode="token")
+    assert missing.tolist() == [False, True, False]
+    assert (vectors[1] == 0).all()
+    assert np.allclose(vectors[0], model.get_word_vector("haus"))
+    # word mode (SALT's step 1) keeps the n-gram vector
+    _, word_missing = token_vectors(model, vocab, mode="word")
+    assert word_missing.tolist() == [False, False, False]
 
 
 def test_tokenize_for_fasttext(tmp_path: Path) -> None:

@@ -265,3 +265,64 @@ def test_ofa_default_rank_and_factorize() -> None:
     P, Q = ofa_module.factorize(low, 10)
     assert P.shape == (300, 3) and Q.shape == (3, 20)
     np.testing.assert_allclose(P @ Q, low, atol=1e-4)
+
+
+# ------------------------------------------------------------------ wechsel package options
+
+
+class WordModel:
+    """A fastText stand-in: a fixed vocabulary; every string's vector from its characters."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words, self.seen = words, []
+
+    def get_dimension(self) -> int:
+        return 4
+
+    def get_word_id(self, word: str) -> int:
+        return self.words.index(word) if word in self.words else -1
+
+    def get_word_vector(self, word: str) -> np.ndarray:
+        self.seen.append(word)
+        codes = [ord(c) for c in word] or [0]
+        return np.array([len(word), sum(codes) % 7, codes[0] % 5, 1.0], np.float32) * bool(word)
+
+
+def test_duplicate_variants_count_as_the_package_does() -> None:
+    from embtransfer.aligned import align_from_dictionary
+
+    src, tgt = WordModel(["haus", "Haus"]), WordModel(["house", "House"])
+    _, once = align_from_dictionary(src, tgt, [("haus", "house")])
+    _, twice = align_from_dictionary(src, tgt, [("haus", "house")], duplicate_variants=True)
+    # variants (word, lower, title): 2 distinct each side, 3 with the repeated lower case
+    assert once["correspondences"] == 4 and twice["correspondences"] == 9
+
+
+def test_decode_strings_look_up_special_tokens_and_partial_pieces() -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from embtransfer.aligned import token_vectors_aligned
+    from embtransfer.vocab import vocab_table
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["schön über straße"] * 20, trainers.BpeTrainer(
+        vocab_size=60, special_tokens=["<|endoftext|>"], show_progress=False))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    vocab = vocab_table(fast)
+    W = np.eye(4, dtype=np.float32)
+    text = token_vectors_aligned(WordModel([]), WordModel([]), W, vocab, vocab)
+    src, tgt = WordModel([]), WordModel([])
+    decode = token_vectors_aligned(src, tgt, W, vocab, vocab, token_strings="decode",
+                                   tokenizers=(fast, fast))
+    assert "<|endoftext|>" in src.seen and "\ufffd" in src.seen
+    eot = fast.convert_tokens_to_ids("<|endoftext|>")
+    assert text.source_missing[eot] and not decode.source_missing[eot]
+    pieces = [i for i in range(len(vocab)) if fast.decode(i).strip() == "\ufffd"]
+    assert pieces and text.target_missing[pieces].all() and not decode.target_missing[pieces].any()
+    with pytest.raises(ValueError, match="tokenizers"):
+        token_vectors_aligned(src, tgt, W, vocab, vocab, token_strings="decode")
+    with pytest.raises(ValueError, match="token_strings"):
+        token_vectors_aligned(src, tgt, W, vocab, vocab, token_strings="bytes")

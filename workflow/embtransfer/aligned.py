@@ -10,15 +10,20 @@ Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
 * Dictionary lookup: every pair is tried with the case variants (as given,
   lower, title) of both words; a variant counts only when it is an
   in-vocabulary word of its fastText model (``get_word_id != -1``), not a
-  vector built from n-grams. Every combination found is one correspondence
-  (we drop duplicate variants, which the reference counts twice when a word is
-  already lower case).
+  vector built from n-grams. Every combination found is one correspondence.
+  By default a variant equal to another (``haus`` is its own lower case) is
+  used once; ``duplicate_variants=True`` counts it again, as the reference does
+  (config ``aligned.duplicate_variants``).
 * No row normalisation before Procrustes in the reference (only the token
   vectors are unit-normalised afterwards, for cosine similarity). ``normalize``
   offers it, off by default.
-* Token vectors: fastText's vector of the token's text, stripped
-  (``tokenizer.decode(i).strip()`` there, :func:`fasttext_vectors.token_vectors`
-  ``mode="word"`` here); zero vectors are "not found" and fall back to random rows.
+* Token vectors (config ``aligned.token_strings``): ``text`` (default) looks up
+  the token's UTF-8 text, stripped (:func:`fasttext_vectors.token_vectors`
+  ``mode="word"``): special tokens and pieces of a character have no vector.
+  ``decode`` is the reference's ``tokenizer.decode(i).strip()`` for every id:
+  special tokens (``<|endoftext|>``) and partial-UTF-8 pieces (decoded as
+  U+FFFD) get n-gram vectors and can be neighbours. Either way zero vectors are
+  "not found" and fall back to random rows.
 
 :func:`topk_cosine` / :func:`softmax_neighbors` are the chunked neighbour search
 both methods share; :func:`merge_params`, :func:`check_aligned` and
@@ -200,9 +205,10 @@ def weighted_rows(
 # --------------------------------------------------------------------------- alignment
 
 
-def _variants(word: str) -> list[str]:
-    # as WECHSEL: the word, lower case, title case; duplicates dropped
-    return list(dict.fromkeys((word, word.lower(), word.title())))
+def _variants(word: str, duplicates: bool = False) -> list[str]:
+    # as WECHSEL: the word, lower case, title case; equal variants once unless `duplicates`
+    variants = [word, word.lower(), word.title()]
+    return variants if duplicates else list(dict.fromkeys(variants))
 
 
 def _lookup(model: Any, word: str, vocab_only: bool, cache: dict[str, np.ndarray | None]) -> bool:
@@ -223,13 +229,15 @@ def align_from_dictionary(
     pairs: Iterable[tuple[str, str]],
     normalize: bool = False,
     in_vocab_only: bool = True,
+    duplicate_variants: bool = False,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Fit the orthogonal map source -> target on a bilingual dictionary.
 
     ``pairs`` are (source word, target word). A pair is used when some case
     variant of each word has a vector (``in_vocab_only``: is a word of its
     model, as WECHSEL); all variant combinations found are correspondences.
-    Other pairs are skipped and counted.
+    Other pairs are skipped and counted. ``duplicate_variants`` counts a case
+    variant equal to another once more (WECHSEL 0.0.4 does).
 
     Stats: ``pairs``, ``pairs_used``, ``pairs_skipped``, ``correspondences``,
     ``precision_at_1`` (train precision: for each distinct source word of the
@@ -251,8 +259,10 @@ def align_from_dictionary(
     n_pairs = used = 0
     for src_word, tgt_word in pairs:
         n_pairs += 1
-        found_s = [w for w in _variants(src_word) if _lookup(source_ft, w, vocab_only, s_cache)]
-        found_t = [w for w in _variants(tgt_word) if _lookup(target_ft, w, vocab_only, t_cache)]
+        found_s = [w for w in _variants(src_word, duplicate_variants)
+                   if _lookup(source_ft, w, vocab_only, s_cache)]
+        found_t = [w for w in _variants(tgt_word, duplicate_variants)
+                   if _lookup(target_ft, w, vocab_only, t_cache)]
         if not found_s or not found_t:
             continue
         used += 1
@@ -280,6 +290,7 @@ def align_from_dictionary(
         "dim": d_s,
         "normalize": bool(normalize),
         "in_vocab_only": bool(in_vocab_only),
+        "duplicate_variants": bool(duplicate_variants),
         "pairs": n_pairs,
         "pairs_used": used,
         "pairs_skipped": n_pairs - used,
@@ -291,19 +302,48 @@ def align_from_dictionary(
     return W.astype(np.float32), stats
 
 
+TOKEN_STRINGS = ("text", "decode")
+
+
+def decoded_vectors(model: Any, tokenizer: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """fastText vectors of ``tokenizer.decode(i).strip()`` for ids ``0..n-1`` (WECHSEL 0.0.4).
+
+    Returns ``(vectors float32 [n, dim], missing bool [n])``; missing = a zero vector.
+    """
+    vectors = np.zeros((n, int(model.get_dimension())), np.float32)
+    for i in range(n):
+        vectors[i] = model.get_word_vector(tokenizer.decode(i).strip())
+    if not np.isfinite(vectors).all():
+        raise ValueError("fastText returned non-finite vectors")
+    return vectors, ~vectors.any(axis=1)
+
+
 def token_vectors_aligned(
     source_ft: Any,
     target_ft: Any,
     W: np.ndarray,
     source_vocab: pd.DataFrame,
     target_vocab: pd.DataFrame,
+    token_strings: str = "text",
+    tokenizers: tuple[Any, Any] | None = None,
 ) -> AlignedVectors:
-    """Word-mode fastText vectors of both vocabularies, the source side mapped by ``W``.
+    """fastText vectors of both vocabularies, the source side mapped by ``W``.
 
-    Missing tokens (see :mod:`embtransfer.fasttext_vectors`) keep zero rows.
+    ``token_strings="text"``: word-mode vectors (:mod:`embtransfer.fasttext_vectors`);
+    ``"decode"``: :func:`decoded_vectors` with ``tokenizers`` = (source, target), as
+    WECHSEL 0.0.4. Missing tokens keep zero rows.
     """
-    src, src_missing = token_vectors(source_ft, source_vocab, mode="word")
-    tgt, tgt_missing = token_vectors(target_ft, target_vocab, mode="word")
+    if token_strings == "text":
+        src, src_missing = token_vectors(source_ft, source_vocab, mode="word")
+        tgt, tgt_missing = token_vectors(target_ft, target_vocab, mode="word")
+    elif token_strings == "decode":
+        if tokenizers is None:
+            raise ValueError("token_strings='decode' needs the source and target tokenizers")
+        n_s, n_t = (int(v["id"].max()) + 1 for v in (source_vocab, target_vocab))
+        src, src_missing = decoded_vectors(source_ft, tokenizers[0], n_s)
+        tgt, tgt_missing = decoded_vectors(target_ft, tokenizers[1], n_t)
+    else:
+        raise ValueError(f"token_strings must be one of {TOKEN_STRINGS}, got {token_strings!r}")
     W = np.asarray(W, dtype=np.float32)
     if W.shape != (src.shape[1], tgt.shape[1]):
         raise ValueError(f"W has shape {W.shape}, expected {(src.shape[1], tgt.shape[1])}")

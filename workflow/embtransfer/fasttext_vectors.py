@@ -13,7 +13,11 @@ A token is *missing* (zero vector, flagged) when it is a special token, when
 its lookup string is empty (word mode: also whitespace-only, or nothing left
 after dropping partial UTF-8), or when fastText's vector has a norm below
 ``min_norm`` (fastText returns exact zeros for a string without a known word or
-n-gram). Later stages initialise missing tokens from N(mean, std).
+n-gram). In token mode a token must also be a word of the model (seen at least
+``minCount`` times): deepfocus's "very rare" rule (``token not in model``), so a
+rare token does not get a vector built from its n-grams alone. Word mode keeps
+n-gram vectors for unseen strings (SALT's step 1, WECHSEL). Later stages
+initialise missing tokens from N(mean, std).
 """
 
 from __future__ import annotations
@@ -342,7 +346,8 @@ def token_vectors(
 
     ``mode="token"`` looks up the raw ``token`` string, ``mode="word"`` the
     token's text (:func:`token_text` of ``bytes``, surrounding whitespace
-    stripped). Returns ``(vectors float32 [V, dim], missing bool [V])`` with
+    stripped). Token mode counts only words of the model (``get_word_id != -1``).
+    Returns ``(vectors float32 [V, dim], missing bool [V])`` with
     ``V = max(id) + 1``; missing rows (see the module docstring, and ids absent
     from ``vocab``) are zero.
     """
@@ -358,7 +363,7 @@ def token_vectors(
     missing = np.ones(n, dtype=bool)
     cache: dict[str, np.ndarray] = {}
     for token_id, text in zip(ids, _lookup_strings(vocab, mode), strict=True):
-        if text is None:
+        if text is None or (mode == "token" and model.get_word_id(text) == -1):
             continue
         vec = cache.get(text)
         if vec is None:

@@ -63,11 +63,18 @@ rule aligned_vectors:
         source_vocab=f"{RESULTS}/vocab/{{source}}.parquet",
         target_vocab=f"{RESULTS}/vocab/{{target}}.parquet",
         dictionary=lambda w: dictionary_input(w.lang),
+        # the tokenizers only for aligned.token_strings: decode
+        tokenizers=lambda w: (
+            [tokenizer_dir(w.source), tokenizer_dir(w.target)]
+            if config["aligned"]["token_strings"] == "decode" else []
+        ),
     output:
         f"{RESULTS}/aligned/{{lang}}/{{source}}/{{target}}.safetensors",
     params:
         dictionary=lambda w: config["languages"][w.lang].get("dictionary", {"type": "world"}),
         source_language=config.get("source_language"),
+        aligned=config["aligned"],
+        trust_remote_code=config["trust_remote_code"],
         code=script_hash("aligned_vectors.py"),
     conda:
         CONDA_ENV

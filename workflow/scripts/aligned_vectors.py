@@ -6,6 +6,7 @@ from embtransfer.aligned import align_from_dictionary, token_vectors_aligned, wr
 from embtransfer.atomic import read_json
 from embtransfer.fasttext_vectors import load_fasttext
 from embtransfer.logs import job_logger
+from embtransfer.models import load_tokenizer
 from embtransfer.vocab import read_vocab
 
 sm = snakemake  # noqa: F821
@@ -20,12 +21,23 @@ else:
         for line in Path(sm.input.dictionary).read_text(encoding="utf-8").splitlines()
         if len(line.split()) >= 2
     ]
+options = sm.params.aligned
 source_ft = load_fasttext(sm.input.source_fasttext)
 target_ft = load_fasttext(sm.input.target_fasttext)
-W, stats = align_from_dictionary(source_ft, target_ft, pairs)
-aligned = token_vectors_aligned(
-    source_ft, target_ft, W, read_vocab(sm.input.source_vocab), read_vocab(sm.input.target_vocab)
+W, stats = align_from_dictionary(
+    source_ft, target_ft, pairs, duplicate_variants=options["duplicate_variants"]
 )
+tokenizers = None
+if options["token_strings"] == "decode":
+    tokenizers = tuple(
+        load_tokenizer(path, trust_remote_code=sm.params.trust_remote_code)
+        for path in sm.input.tokenizers
+    )
+aligned = token_vectors_aligned(
+    source_ft, target_ft, W, read_vocab(sm.input.source_vocab), read_vocab(sm.input.target_vocab),
+    token_strings=options["token_strings"], tokenizers=tokenizers,
+)
+stats["token_strings"] = options["token_strings"]
 write_aligned(sm.output[0], aligned, W, stats)
 log.info("aligned %s -> %s with %d dictionary pairs: %s",
          sm.params.source_language, sm.wildcards.lang, len(pairs), stats)

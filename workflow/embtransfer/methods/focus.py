@@ -10,8 +10,15 @@ with w_t = sparsemax(cos(f_t, f_shared)) as stored in the neighbour table (rows
 sum to 1; rows truncated at ``neighbors.max_neighbors`` carry renormalised
 weights, see :mod:`embtransfer.neighbors`). Tokens without a fastText vector
 (``missing`` rows) are drawn from N(mean, std) of the source rows
-(``missing_vector``), as the published implementation does for its "very rare"
-tokens.
+(``missing_vector``), as the published implementation (``deepfocus``) does for
+its "very rare" tokens. In token mode "without a vector" is deepfocus's rule:
+not a word of the token-level fastText model (seen fewer than ``minCount``
+times) or a zero vector (:func:`embtransfer.fasttext_vectors.token_vectors`);
+such shared tokens are no neighbour candidates either
+(:func:`embtransfer.neighbors.compute_neighbors`). Word mode keeps n-gram
+vectors of unseen strings (SALT's step 1). Checked against ``deepfocus`` 1.0.1
+row by row in ``tests/test_reference_packages.py``; the random rows use numpy's
+generator and the population std, deepfocus ``torch.normal`` and the sample std.
 
 Parameter ``vectors``: which neighbour table, ``token`` (FOCUS's own token-level
 fastText trained on the target corpus, the paper's default) or ``word``

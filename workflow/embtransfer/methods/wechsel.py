@@ -14,10 +14,18 @@ row = ``Σ w · E_s[source]``. As the reference:
 * tokens without a vector get a row from N(mean, std) of the source rows
   (label ``missing_vector``).
 
-One difference: the reference ranks all source tokens, those with a zero
-vector at similarity 0; here only source tokens with a vector are candidates.
-The untied output side reuses the same neighbours and weights on the source
-LM head's rows.
+The token strings and the dictionary alignment come from the aligned stage
+(:mod:`embtransfer.aligned`): by default special tokens and partial-UTF-8
+pieces have no vector, so they are never neighbours; config
+``aligned: {token_strings: decode, duplicate_variants: true}`` reproduces the
+``wechsel`` 0.0.4 package, which ``tests/test_reference_packages.py`` checks
+row by row. Remaining differences: the reference ranks all source tokens,
+those with a zero vector at similarity 0, here only source tokens with a
+vector are candidates (it matters only when fewer than ``k`` sources have a
+positive cosine); exact ties at the k-th place are broken by another order;
+random rows come from another generator (numpy ``default_rng`` per seed, the
+reference ``RandomState(1234)``). The untied output side reuses the same
+neighbours and weights on the source LM head's rows.
 """
 
 from __future__ import annotations
