@@ -2,6 +2,8 @@
 #   make run    set up, then run the default workflow (the miniature world) end to end
 #   make test   set up, then run the test suite
 #   make bench  print the benchmark figures
+#   make jobs   print the number of jobs each shipped config plans (the README's figures)
+#   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +12,7 @@ CORES ?= all
 # several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup run test bench jobs slurm lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +28,37 @@ setup: $(VENV)/.installed
 run: setup
 	$(BIN)/snakemake --cores $(CORES)
 
-test: setup
+test: setup slurm
 	$(BIN)/ruff check workflow tests benchmarks
 	$(BIN)/pytest -q
+
+# The SLURM client and daemons for the real-cluster test (tests/test_slurm.py starts a
+# private one-node cluster). Needs root and apt-get; elsewhere it says so and the test
+# skips naming this target.
+SLURM_BINS := sinfo sbatch squeue scontrol slurmctld slurmd munged
+SLURM_APT := apt-get install -y -q --no-install-recommends slurm-wlm munge
+slurm:
+	@export PATH="$$PATH:/usr/sbin:/sbin" DEBIAN_FRONTEND=noninteractive; \
+	if [ "$$(for b in $(SLURM_BINS); do command -v $$b; done | wc -l)" -eq $(words $(SLURM_BINS)) ]; then \
+	  echo "slurm: installed"; \
+	elif [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "slurm: not installed, and installing needs root and apt-get:" \
+	       "run 'sudo make slurm', else tests/test_slurm.py skips"; \
+	elif $(SLURM_APT) >/dev/null 2>&1 || \
+	     { apt-get update -q >/dev/null 2>&1 && $(SLURM_APT) >/dev/null 2>&1; }; then \
+	  echo "slurm: installed slurm-wlm and munge"; \
+	else \
+	  echo "slurm: '$(SLURM_APT)' failed; tests/test_slurm.py skips"; \
+	fi
+
+# Planned jobs of a fresh run of each shipped config (a dry run, offline, nothing built).
+JOB_CONFIGS := config/config.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml
+jobs: setup
+	@for c in $(JOB_CONFIGS); do \
+	  n=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	       $(BIN)/snakemake -n --forceall --configfile $$c 2>&1 | awk '$$1 == "total" {print $$2}'); \
+	  echo "$$c: $${n:-?} jobs"; \
+	done
 
 bench: setup
 	$(BIN)/python benchmarks/bench_neighbors.py

@@ -62,6 +62,12 @@ def load_schema() -> dict[str, Any]:
     for section, name in (("lapt", "lapt"), ("evaluation", "evaluation"), ("report", "report")):
         sub = yaml.safe_load((SCHEMA_DIR / f"{name}.schema.yaml").read_text())
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
+    # Option values are typed in the method catalog, the one place that lists options.
+    from embtransfer.method_catalog import options_schema
+
+    schema["properties"]["transfer"]["properties"]["options"]["properties"] = (
+        options_schema()["properties"]
+    )
     return schema
 
 

@@ -16,6 +16,7 @@ import time
 from importlib import metadata
 from typing import Any
 
+from embtransfer.logs import without_run_values
 from embtransfer.methods.base import Neighbors, TransferInputs
 from embtransfer.models import check_tokenizer_model_agreement, load_embeddings, load_tokenizer
 from embtransfer.overlap import read_overlap
@@ -105,9 +106,12 @@ def run_transfer_job(
     )
     report["seconds"] = dict(report["seconds"], load=round(load_seconds, 4))
     write_start = time.perf_counter()
+    # transfer.json holds no timings (they are returned for the job's log): reruns are
+    # byte-identical.
     write_transferred_checkpoint(
         paths["source"], paths["target_tokenizer"], result.input_rows, result.output_rows,
-        out_dir, mode=mode, trust_remote_code=trust_remote_code, metadata=report,
+        out_dir, mode=mode, trust_remote_code=trust_remote_code,
+        metadata=without_run_values(report),
         **({"new_target_ids": result.token_ids} if mode == "extend" else {}),
     )
     report["seconds"]["write"] = round(time.perf_counter() - write_start, 4)

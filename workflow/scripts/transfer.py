@@ -15,4 +15,4 @@ report = run_transfer_job(
     trust_remote_code=sm.params.trust_remote_code,
     context={k: v for k, v in sm.wildcards.items()},
 )
-log.info("transfer %s: %s", sm.wildcards.method, report["counts"])
+log.info("transfer %s: %s; seconds %s", sm.wildcards.method, report["counts"], report["seconds"])

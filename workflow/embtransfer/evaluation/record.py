@@ -14,7 +14,7 @@ lapt) and ``results/eval/source/{lang}/{source}/{task}.json`` hold::
      "n_samples": documents scored, "lm_eval_version": str,
      ... extra keys: "metrics_used" (score name -> lm-eval "metric,filter"),
      "lm_eval_results" (lm-eval's raw numbers for the task, non-finite ones as null),
-     "model", "device", "batch_size", "seed", "elapsed_s"}
+     "model", "device", "batch_size", "seed"; timings go to the job's log}
 
 Scores are lm-eval's aggregated values (fractions) times 100, never filled in: a metric
 the task does not report, or a non-finite value, is an error and no file is written.
