@@ -331,8 +331,9 @@ def _load_embeddings(model_dir: Path, trust_remote_code: bool, allow_pickle: boo
         raise ValueError(
             f"{model_dir} holds its weights only as pickle files ({', '.join(pickles)}), and "
             "unpickling can run code. Convert the checkpoint to safetensors (load it once with "
-            "transformers, which uses torch.load(weights_only=True), and save_pretrained it) "
-            "or use a revision that has model.safetensors."
+            "transformers, which uses torch.load(weights_only=True), and save_pretrained it), "
+            "use a revision that has model.safetensors, or set `allow_pickle: true` in the "
+            "config to load it with torch.load(weights_only=True)."
         )
     if names:
         inp_name = _find(names, INPUT_NAMES.get(model_type, ()), INPUT_SUFFIXES)
