@@ -56,7 +56,7 @@ JOB_CONFIGS := config/config.yaml config/paper_salt.yaml config/paper_cva.yaml c
 jobs: setup
 	@for c in $(JOB_CONFIGS); do \
 	  n=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
-	       $(BIN)/snakemake -n --forceall --configfile $$c 2>&1 | awk '$$1 == "total" {print $$2}'); \
+	       $(BIN)/snakemake -n --forceall --configfile $$c 2>&1 | awk '$$1 == "total" {print $$2; exit}'); \
 	  echo "$$c: $${n:-?} jobs"; \
 	done
 
