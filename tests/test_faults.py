@@ -306,6 +306,7 @@ def test_kill_9_during_a_write_leaves_nothing_a_rerun_would_trust(tmp_path, kind
 LANG, SOURCE, TARGET = "ar_mini", "gemma_mini", "gpt2_ar_mini"
 METHODS = ["salt", "random"]  # a projection and a seeded draw; word-level neighbours only
 TRANSFERS = [f"results/transfer/{LANG}/{SOURCE}/{TARGET}/{m}" for m in METHODS]
+LOCAL_TRANSFER = f"results/transfer/{LANG}/{SOURCE}/plm_local/salt"
 
 
 def one_target_config() -> dict:
@@ -382,7 +383,7 @@ def test_nan_in_a_target_plm_stops_the_workflow_naming_it(one_target_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_bad_option_value_and_empty_corpus_stop_before_any_job(tmp_path):
+def test_bad_option_value_missing_model_and_empty_corpus_stop_before_compute(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     config = one_target_config()
     config["transfer"]["options"] = {"salt": {"vectors": "tokn"}}
@@ -391,6 +392,16 @@ def test_bad_option_value_and_empty_corpus_stop_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "config key transfer.options.salt.vectors: 'tokn'" in proc.stdout + proc.stderr
     assert not (workdir / "results").exists()
+
+    config = one_target_config()
+    config["models"]["plm_local"] = {"type": "local", "path": str(tmp_path / "nowhere")}
+    config["targets"] = {LANG: ["plm_local"]}
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    proc = snakemake(workdir, "--cores", "1", LOCAL_TRANSFER, check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "MissingInputException" in text and str(tmp_path / "nowhere") in text, text[-3000:]
+    assert not (workdir / "results").exists()  # stopped while planning: no job ran
 
     (tmp_path / "empty.txt").write_text("\n")
     (tmp_path / "valid.txt").write_text("ein satz\n")
