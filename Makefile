@@ -2,6 +2,8 @@
 #   make run    set up, then run the default workflow (the miniature world) end to end
 #   make test   set up (also the reference packages' .venv-ref), fetch the test fixtures, then run the test suite
 #   make bench  print the benchmark figures
+#   make jobs   print the number of jobs each shipped config plans (the README's figures)
+#   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -15,7 +17,7 @@ TORCH_SPEC ?= torch==2.13.0
 # tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
-.PHONY: setup reference-env run test bench bench-real lint clean fixtures
+.PHONY: setup reference-env fixtures run test bench bench-real jobs slurm lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +46,37 @@ run: setup
 fixtures: setup
 	$(BIN)/python tests/fixtures/tokenizers/fetch.py
 
-test: setup reference-env fixtures
+test: setup slurm reference-env fixtures
 	$(BIN)/ruff check workflow tests benchmarks
 	$(BIN)/pytest -q
+
+# The SLURM client and daemons for the real-cluster test (tests/test_slurm.py starts a
+# private one-node cluster). Needs root and apt-get; elsewhere it says so and the test
+# skips naming this target.
+SLURM_BINS := sinfo sbatch squeue scontrol slurmctld slurmd munged
+SLURM_APT := apt-get install -y -q --no-install-recommends slurm-wlm munge
+slurm:
+	@export PATH="$$PATH:/usr/sbin:/sbin" DEBIAN_FRONTEND=noninteractive; \
+	if [ "$$(for b in $(SLURM_BINS); do command -v $$b; done | wc -l)" -eq $(words $(SLURM_BINS)) ]; then \
+	  echo "slurm: installed"; \
+	elif [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "slurm: not installed, and installing needs root and apt-get:" \
+	       "run 'sudo make slurm', else tests/test_slurm.py skips"; \
+	elif $(SLURM_APT) >/dev/null 2>&1 || \
+	     { apt-get update -q >/dev/null 2>&1 && $(SLURM_APT) >/dev/null 2>&1; }; then \
+	  echo "slurm: installed slurm-wlm and munge"; \
+	else \
+	  echo "slurm: '$(SLURM_APT)' failed; tests/test_slurm.py skips"; \
+	fi
+
+# Planned jobs of a fresh run of each shipped config (a dry run, offline, nothing built).
+JOB_CONFIGS := config/config.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml
+jobs: setup
+	@for c in $(JOB_CONFIGS); do \
+	  n=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	       $(BIN)/snakemake -n --forceall --configfile $$c 2>&1 | awk '$$1 == "total" {print $$2; exit}'); \
+	  echo "$$c: $${n:-?} jobs"; \
+	done
 
 bench: setup
 	$(BIN)/python benchmarks/bench_neighbors.py

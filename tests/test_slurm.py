@@ -53,14 +53,18 @@ def _which(name: str) -> str | None:
     )
 
 
+SETUP = "`sudo make slurm` (apt-get install slurm-wlm munge), which `make test` runs as root"
+
+
 def _install_slurm() -> str | None:
-    """Install slurm-wlm and munge when missing; the reason to skip, or None."""
+    """Install slurm-wlm and munge when missing (as `make slurm` does); the reason to skip,
+    naming the command that sets SLURM up, or None."""
     if all(_which(d) for d in DAEMONS):
         return None
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return "SLURM is not installed and installing it needs root"
+        return f"SLURM is not installed and installing it needs root: run {SETUP}"
     if shutil.which("apt-get") is None:
-        return "SLURM is not installed and there is no apt-get"
+        return f"SLURM is not installed and there is no apt-get: install it ({SETUP})"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "slurm-wlm", "munge"]
     try:
@@ -70,9 +74,10 @@ def _install_slurm() -> str | None:
                            timeout=600)
             proc = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
-        return "apt-get install slurm-wlm munge timed out"
+        return f"apt-get install slurm-wlm munge timed out; retry with {SETUP}"
     if proc.returncode != 0:
-        return f"apt-get install slurm-wlm munge failed: {proc.stderr.strip()[-500:]}"
+        return (f"apt-get install slurm-wlm munge failed: {proc.stderr.strip()[-500:]}; "
+                f"retry with {SETUP}")
     missing = [d for d in DAEMONS if not _which(d)]
     return f"after installing slurm-wlm and munge, {missing} are missing" if missing else None
 
@@ -251,8 +256,9 @@ def test_profile_placeholders_stop_the_run(tmp_path):
     workdir = copy_workflow(tmp_path)
     shutil.copytree(REPO / "slurm", workdir / "slurm")
     (workdir / "test_config.yaml").write_text(yaml.safe_dump(cluster_config()))
-    if shutil.which("sinfo") is None:
-        pytest.skip("the slurm executor plugin needs the SLURM client commands")
+    reason = _install_slurm()  # the slurm executor plugin needs the SLURM client commands
+    if reason:
+        pytest.skip(reason)
     proc = snakemake(workdir, "--profile", "slurm", "world", check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0

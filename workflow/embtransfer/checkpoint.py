@@ -297,11 +297,13 @@ def extend_tokenizer(
 # ---------------------------------------------------------------- writing
 
 
-def _load_source(source_dir: Path, trust_remote_code: bool) -> tuple[Any, bool]:
+def _load_source(source_dir: Path, trust_remote_code: bool, allow_pickle: bool = False
+                 ) -> tuple[Any, bool]:
     """The source causal LM with its tie decided from the checkpoint's tensors."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    tied = load_embeddings(source_dir, trust_remote_code=trust_remote_code).tied
+    tied = load_embeddings(source_dir, trust_remote_code=trust_remote_code,
+                           allow_pickle=allow_pickle).tied
     config = AutoConfig.from_pretrained(source_dir, trust_remote_code=trust_remote_code)
     for cfg in _configs(config):
         cfg.tie_word_embeddings = tied
@@ -329,6 +331,7 @@ def write_transferred_checkpoint(
     *,
     mode: str = "replace",
     trust_remote_code: bool = False,
+    allow_pickle: bool = False,
     metadata: dict | None = None,
     new_target_ids: Sequence[int] | None = None,
     source_tokenizer_dir: str | os.PathLike | None = None,
@@ -373,7 +376,7 @@ def write_transferred_checkpoint(
     if output_rows is not None:
         _check_rows("output_rows", _as_rows("output_rows", output_rows, len(ids)), ids,
                     tokenizer)
-    model, tied = _load_source(source_dir, trust_remote_code)
+    model, tied = _load_source(source_dir, trust_remote_code, allow_pickle)
     emb = model.get_input_embeddings()
     width = int(emb.weight.shape[1])
     rows_in = _as_rows("input_rows", input_rows, len(ids), width)

@@ -93,13 +93,25 @@ def module_closure(*modules: str) -> list[str]:
     return sorted(seen)
 
 
+@cache
+def _read_stamped(path: Path, mtime_ns: int, size: int) -> bytes:
+    return path.read_bytes()
+
+
+def _source_bytes(path: Path) -> bytes:
+    """A file's bytes, read once per version (the Snakefile hashes the same modules for
+    a hundred rules; an edited file has a new stamp and is read again)."""
+    stat = path.stat()
+    return _read_stamped(path, stat.st_mtime_ns, stat.st_size)
+
+
 def code_hash(*modules: str) -> str:
     """A short hex digest of the source of ``modules`` and their package imports."""
     digest = hashlib.sha256()
     for mod in module_closure(*modules):
         digest.update(mod.encode())
         digest.update(b"\0")
-        digest.update(module_path(mod).read_bytes())
+        digest.update(_source_bytes(module_path(mod)))
         digest.update(b"\0")
     return digest.hexdigest()[:16]
 

@@ -51,17 +51,28 @@ def _embed(root: dict[str, Any], sub: dict[str, Any], prefix: str) -> dict[str, 
     return rewrite(sub)
 
 
+def _read_yaml(path: Path) -> Any:
+    # libyaml's loader when PyYAML has it: the schemas are read on every Snakefile parse.
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def load_schema() -> dict[str, Any]:
     """The config schema, with the world and model sub-schemas put in place."""
-    schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
-    world = yaml.safe_load((SCHEMA_DIR / "world.schema.yaml").read_text())
-    model = yaml.safe_load((SCHEMA_DIR / "model.schema.yaml").read_text())
+    schema = _read_yaml(SCHEMA_DIR / "config.schema.yaml")
+    world = _read_yaml(SCHEMA_DIR / "world.schema.yaml")
+    model = _read_yaml(SCHEMA_DIR / "model.schema.yaml")
     schema["properties"]["world"] = _embed(schema, world, "world_")
     schema["properties"]["models"]["additionalProperties"] = _embed(schema, model, "model_")
     # Stages with their own schema file, each a top-level section of the config.
     for section, name in (("lapt", "lapt"), ("evaluation", "evaluation"), ("report", "report")):
-        sub = yaml.safe_load((SCHEMA_DIR / f"{name}.schema.yaml").read_text())
+        sub = _read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
+    # Option values are typed in the method catalog, the one place that lists options.
+    from embtransfer.method_catalog import options_schema
+
+    schema["properties"]["transfer"]["properties"]["options"]["properties"] = (
+        options_schema()["properties"]
+    )
     return schema
 
 

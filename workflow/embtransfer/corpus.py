@@ -49,21 +49,25 @@ def _clean(lines: Iterable[str]) -> Iterator[str]:
             yield line
 
 
-def local_corpus(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Read ``spec['train']`` (and ``spec['valid']`` or a sequential split of train)."""
-    train_path = Path(spec["train"])
-    if not train_path.is_file():
-        raise FileNotFoundError(
-            f"corpus file {train_path} does not exist (languages.*.corpus.train in the config)"
+def _read_lines(path: Path, key: str) -> list[str]:
+    """The non-blank lines of a corpus file; a missing or empty file is refused, naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {path} does not exist (config key {key})")
+    lines = list(_clean(path.read_text(encoding="utf-8").splitlines()))
+    if not lines:
+        raise ValueError(
+            f"corpus file {path} is empty (no non-blank line; config key {key}): "
+            "give a file with one sentence per line"
         )
-    train = list(_clean(train_path.read_text(encoding="utf-8").splitlines()))
+    return lines
+
+
+def local_corpus(spec: dict[str, Any], lang: str = "*") -> tuple[list[str], list[str]]:
+    """Read ``spec['train']`` (and ``spec['valid']`` or a sequential split of train)."""
+    key = f"languages.{lang}.corpus"
+    train = _read_lines(Path(spec["train"]), f"{key}.train")
     if spec.get("valid"):
-        valid_path = Path(spec["valid"])
-        if not valid_path.is_file():
-            raise FileNotFoundError(
-                f"corpus file {valid_path} does not exist (languages.*.corpus.valid in the config)"
-            )
-        return train, list(_clean(valid_path.read_text(encoding="utf-8").splitlines()))
+        return train, _read_lines(Path(spec["valid"]), f"{key}.valid")
     return split_sequential(train, spec.get("valid_fraction", 0.1))
 
 

@@ -7,6 +7,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 
 def job_logger(log_file: str | Path | None, name: str = "embtransfer") -> logging.Logger:
@@ -47,3 +48,17 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.start
+
+
+#: Keys of run-to-run values (wall-clock times, throughput, thread counts). Jobs log them;
+#: artifacts never hold them, so the same config gives byte-identical files.
+RUN_VALUES = frozenset({"seconds", "elapsed_s", "tokens_per_second", "threads"})
+
+
+def without_run_values(stats: Any) -> Any:
+    """``stats`` (nested dicts and lists) without the :data:`RUN_VALUES` keys, at any depth."""
+    if isinstance(stats, dict):
+        return {k: without_run_values(v) for k, v in stats.items() if k not in RUN_VALUES}
+    if isinstance(stats, list | tuple):
+        return [without_run_values(v) for v in stats]
+    return stats

@@ -47,6 +47,7 @@ OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
     "roberta": ("lm_head.decoder.weight",),
 }
 DEFAULT_OUTPUT_NAMES = ("lm_head.weight",)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 # Generic suffixes for model types not listed above.
 INPUT_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
 OUTPUT_SUFFIXES = ("lm_head.weight", "embed_out.weight", "predictions.decoder.weight")
@@ -230,8 +231,13 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"{model_dir}: no config.json (is this a model checkpoint?)")
-    config = json.loads(path.read_text())
-    return config
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err}); the checkpoint is damaged: download or "
+            "copy it again"
+        ) from err
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -276,15 +282,76 @@ def _find(names: dict[str, Path], candidates: Sequence[str], suffixes: Sequence[
     return None
 
 
-def load_embeddings(model_dir: str | os.PathLike, trust_remote_code: bool = False) -> Embeddings:
+class NonFiniteEmbeddingsError(ValueError):
+    """An embedding matrix holds NaN or Inf; the message names the file, rows and tokens."""
+
+
+def nonfinite_rows(matrix: np.ndarray, block_rows: int = 65536) -> np.ndarray:
+    """Ids of the rows of ``matrix`` that hold NaN or Inf (in blocks: no full-size mask)."""
+    bad = [s + np.flatnonzero(~np.isfinite(matrix[s : s + block_rows]).all(axis=1))
+           for s in range(0, matrix.shape[0], block_rows)]
+    return np.concatenate(bad) if bad else np.zeros(0, np.int64)
+
+
+def name_rows(ids: np.ndarray, tokens: Sequence[str] | None, limit: int = 10) -> str:
+    """``3 'ab', 7 'c' (and 5 more)``: the first ``limit`` ids with their tokens."""
+    shown = [int(i) for i in ids[:limit]]
+    named = ", ".join(
+        f"{i} {tokens[i]!r}" if tokens is not None and i < len(tokens) else str(i)
+        for i in shown
+    )
+    return named + (f" (and {ids.size - limit} more)" if ids.size > limit else "")
+
+
+def _tokens_in(model_dir: Path) -> list[str] | None:
+    """The checkpoint's tokens by id (for error messages), or None without a tokenizer."""
+    try:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        return [tok.id_to_token(i) or "" for i in range(tok.get_vocab_size(True))]
+    except Exception:  # only an error message needs them
+        return None
+
+
+def _check_finite_embeddings(model_dir: Path, emb: Embeddings) -> Embeddings:
+    for name, matrix in ((emb.input_name, emb.input), (emb.output_name, emb.output)):
+        if matrix is None:
+            continue
+        bad = nonfinite_rows(matrix)
+        if bad.size:
+            raise NonFiniteEmbeddingsError(
+                f"{model_dir}: the embedding matrix {name} holds NaN/Inf in {bad.size} of "
+                f"{matrix.shape[0]} rows: token ids and tokens "
+                f"{name_rows(bad, _tokens_in(model_dir))}. The checkpoint is damaged (or was "
+                "saved after a diverged run): download, copy or train it again."
+            )
+    return emb
+
+
+def load_embeddings(
+    model_dir: str | os.PathLike, trust_remote_code: bool = False, allow_pickle: bool = False
+) -> Embeddings:
     """Input and output embeddings of a checkpoint, as float32 numpy arrays.
 
     Tying is read from the checkpoint itself: a stored head equal to the input
     rows is tied, a different one untied, a missing one tied when the config
     says so. (transformers 5 reports ``tie_word_embeddings=True`` for every T5,
-    v1.1 included, so the config alone cannot be trusted.)
+    v1.1 included, so the config alone cannot be trusted.) Rows holding NaN or
+    Inf are refused (:class:`NonFiniteEmbeddingsError`), naming them; so is a checkpoint
+    whose weights are pickles only, unless ``allow_pickle``.
     """
     model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(
+            f"model directory {model_dir} does not exist (check the model's path in the "
+            "config, or run its download rule)"
+        )
+    emb = _load_embeddings(model_dir, trust_remote_code, allow_pickle)
+    return _check_finite_embeddings(model_dir, emb)
+
+
+def _load_embeddings(model_dir: Path, trust_remote_code: bool, allow_pickle: bool) -> Embeddings:
     config = _read_config(model_dir)
     text = _text_config(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
@@ -292,6 +359,15 @@ def load_embeddings(model_dir: str | os.PathLike, trust_remote_code: bool = Fals
         names = _safetensors_index(model_dir)
     except Exception:  # unreadable or missing safetensors: build the model instead
         names = {}
+    pickles = sorted(p.name for p in model_dir.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if not names and pickles and not allow_pickle:
+        raise ValueError(
+            f"{model_dir} holds its weights only as pickle files ({', '.join(pickles)}), and "
+            "unpickling can run code. Convert the checkpoint to safetensors (load it once with "
+            "transformers, which uses torch.load(weights_only=True), and save_pretrained it), "
+            "use a revision that has model.safetensors, or set `allow_pickle: true` in the "
+            "config to load it with torch.load(weights_only=True)."
+        )
     if names:
         inp_name = _find(names, INPUT_NAMES.get(model_type, ()), INPUT_SUFFIXES)
         if inp_name is not None:

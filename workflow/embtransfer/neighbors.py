@@ -48,6 +48,7 @@ import pyarrow as pa
 import torch
 
 from embtransfer.atomic import read_parquet_metadata, write_parquet
+from embtransfer.logs import without_run_values
 from embtransfer.sparsemax import FALLBACK_BUDGET_BYTES, Workspace, sparsemax_block
 
 #: Vectors with a smaller norm have no direction; they count as missing.
@@ -247,8 +248,12 @@ def compute_neighbors(
 
 
 def write_neighbors(table: pa.Table, stats: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write the neighbour table as parquet (atomically) with ``stats`` in its metadata."""
-    write_parquet(path, table, metadata=stats)
+    """Write the neighbour table as parquet (atomically) with ``stats`` in its metadata.
+
+    Timings and thread counts are left out (they belong in the job's log): the same
+    inputs give the same bytes.
+    """
+    write_parquet(path, table, metadata=without_run_values(stats))
 
 
 def read_neighbors(path: str | os.PathLike) -> tuple[pa.Table, dict[str, Any]]:

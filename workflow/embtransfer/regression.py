@@ -63,6 +63,7 @@ import numpy as np
 import torch
 
 from embtransfer.atomic import atomic_path, check_finite, write_json
+from embtransfer.logs import without_run_values
 from embtransfer.methods.base import SIDES, Neighbors
 
 #: Relative singular-value cut-off (numpy.linalg.pinv semantics); see the module docstring.
@@ -414,4 +415,6 @@ def write_projection(result: dict[str, Any], tensors_path: str | Any, meta_path:
             arrays[side] = np.ascontiguousarray(result[side], np.float32)
     with atomic_path(tensors_path) as tmp:
         save_file(arrays, str(tmp))
-    write_json(meta_path, {"status_codes": list(STATUSES), "stats": result["stats"]})
+    # Timings go to the job's log, not into the artifact (byte-identical reruns).
+    write_json(meta_path, {"status_codes": list(STATUSES),
+                           "stats": without_run_values(result["stats"])})

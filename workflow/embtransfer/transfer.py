@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from embtransfer.methods.base import SideResult, TransferInputs, get_method
+from embtransfer.models import name_rows, nonfinite_rows
 
 
 class NonFiniteRowsError(ValueError):
@@ -31,15 +32,34 @@ class TransferOutput:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def _tokens(vocab: Any) -> Any:
+    return vocab["token"].to_numpy() if "token" in vocab else None
+
+
+def check_inputs(inputs: TransferInputs) -> None:
+    """Refuse NaN/Inf in the matrices a method reads, naming the bad rows, before compute."""
+    matrices = [("source input embeddings", inputs.source_input, inputs.source_vocab),
+                ("source output embeddings", inputs.source_output, inputs.source_vocab),
+                ("target PLM input embeddings", inputs.plm_input, inputs.target_vocab)]
+    for name, matrix, vocab in matrices:
+        if matrix is None:
+            continue
+        bad = nonfinite_rows(matrix)
+        if bad.size:
+            raise NonFiniteRowsError(
+                f"refusing to transfer: the {name} hold NaN/Inf in {bad.size} rows, ids and "
+                f"tokens {name_rows(bad, _tokens(vocab))}; that checkpoint is damaged: "
+                "download, copy or train it again"
+            )
+
+
 def check_rows(name: str, rows: np.ndarray, inputs: TransferInputs) -> None:
     """Raise :class:`NonFiniteRowsError` naming the first target tokens with bad rows."""
-    bad = np.nonzero(~np.isfinite(rows).all(axis=1))[0]
+    bad = nonfinite_rows(rows)
     if bad.size:
-        tokens = inputs.target_vocab["token"].to_numpy()
-        named = ", ".join(f"{int(i)} {tokens[i]!r}" for i in bad[:10])
         raise NonFiniteRowsError(
             f"refusing to write: {name} has non-finite values in {bad.size} rows, "
-            f"for target tokens {named}{' ...' if bad.size > 10 else ''}"
+            f"for target tokens {name_rows(bad, _tokens(inputs.target_vocab))}"
         )
 
 
@@ -62,6 +82,7 @@ def run_method(
 ) -> TransferOutput:
     spec = get_method(method)
     params = resolve_params(method, options)
+    check_inputs(inputs)
     sides = ["input"] + (["output"] if inputs.source_output is not None else [])
     results: dict[str, SideResult] = {}
     seconds: dict[str, float] = {}

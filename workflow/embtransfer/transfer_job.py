@@ -16,6 +16,7 @@ import time
 from importlib import metadata
 from typing import Any
 
+from embtransfer.logs import without_run_values
 from embtransfer.methods.base import Neighbors, TransferInputs
 from embtransfer.models import check_tokenizer_model_agreement, load_embeddings, load_tokenizer
 from embtransfer.overlap import read_overlap
@@ -39,14 +40,15 @@ def config_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = False
-                ) -> tuple[TransferInputs, dict[str, Any]]:
+def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = False,
+                allow_pickle: bool = False) -> tuple[TransferInputs, dict[str, Any]]:
     """Build :class:`TransferInputs` from the rule's input paths; also neighbour statistics."""
     from embtransfer.neighbors import read_neighbors
 
     # Refuse a source whose tokenizer has ids beyond its embedding rows before any compute.
     check_tokenizer_model_agreement(paths["source"], paths["source"])
-    source = load_embeddings(paths["source"], trust_remote_code=trust_remote_code)
+    source = load_embeddings(paths["source"], trust_remote_code=trust_remote_code,
+                             allow_pickle=allow_pickle)
     inputs = TransferInputs(
         source_input=source.input,
         source_output=source.output,
@@ -65,7 +67,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
             }
     if "plm" in paths:
         check_tokenizer_model_agreement(paths["plm"], paths["plm"])
-        inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code).input
+        inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
+                                           allow_pickle=allow_pickle).input
     if "projected" in paths:
         from safetensors.numpy import load_file
 
@@ -84,11 +87,12 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
 def run_transfer_job(
     method: str, paths: dict[str, str], out_dir: str, options: dict[str, Any], mode: str,
     seed: int, trust_remote_code: bool = False, context: dict[str, Any] | None = None,
+    allow_pickle: bool = False,
 ) -> dict[str, Any]:
     from embtransfer.checkpoint import write_transferred_checkpoint
 
     start = time.perf_counter()
-    inputs, neighbor_stats = load_inputs(paths, seed, trust_remote_code)
+    inputs, neighbor_stats = load_inputs(paths, seed, trust_remote_code, allow_pickle)
     load_seconds = time.perf_counter() - start
     result = run_method(method, inputs, options, mode)
     report = dict(result.report)
@@ -105,9 +109,12 @@ def run_transfer_job(
     )
     report["seconds"] = dict(report["seconds"], load=round(load_seconds, 4))
     write_start = time.perf_counter()
+    # transfer.json holds no timings (they are returned for the job's log): reruns are
+    # byte-identical.
     write_transferred_checkpoint(
         paths["source"], paths["target_tokenizer"], result.input_rows, result.output_rows,
-        out_dir, mode=mode, trust_remote_code=trust_remote_code, metadata=report,
+        out_dir, mode=mode, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+        metadata=without_run_values(report),
         **({"new_target_ids": result.token_ids} if mode == "extend" else {}),
     )
     report["seconds"]["write"] = round(time.perf_counter() - write_start, 4)

@@ -12,6 +12,7 @@ rule regression_inputs:
         meta=f"{RESULTS}/regression/{{lang}}/{{source}}/{{target}}/inputs.json",
     params:
         trust_remote_code=config["trust_remote_code"],
+        allow_pickle=config["allow_pickle"],
         code=script_hash("regression_inputs.py"),
     resources:
         mem_mb=8000,

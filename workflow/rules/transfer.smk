@@ -37,6 +37,7 @@ rule salt_regression:
         options=method_options("salt"),
         device=TRANSFER["device"],
         trust_remote_code=config["trust_remote_code"],
+        allow_pickle=config["allow_pickle"],
         code=script_hash("salt_regression.py"),
     threads: config["threads"]
     resources:
@@ -119,6 +120,7 @@ rule transfer:
         mode=TRANSFER["vocab_mode"],
         seed=config["seed"],
         trust_remote_code=config["trust_remote_code"],
+        allow_pickle=config["allow_pickle"],
         code=transfer_code,
     resources:
         mem_mb=8000,

@@ -10,7 +10,7 @@ spec = sm.params.spec
 if spec["type"] == "mini":
     train, valid = mini_corpus(read_json(sm.input.world), sm.wildcards.lang, sm.params.seed)
 elif spec["type"] == "local":
-    train, valid = local_corpus(spec)
+    train, valid = local_corpus(spec, sm.wildcards.lang)
 else:
     train, valid = wikipedia_corpus(spec, sm.input.sentences)
 write_text_lines(sm.output.train, train)

@@ -11,13 +11,13 @@ from embtransfer.regression_inputs import (
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-trust = sm.params.trust_remote_code
+trust, allow_pickle = sm.params.trust_remote_code, sm.params.allow_pickle
 # Refuse mismatched tokenizer/model pairs before reading any weights.
 for name in ("source", "target"):
     check_tokenizer_model_agreement(sm.input[name], sm.input[name])
 pairs = read_overlap(sm.input.overlap)
-source = load_embeddings(sm.input.source, trust_remote_code=trust)
-target = load_embeddings(sm.input.target, trust_remote_code=trust)
+source = load_embeddings(sm.input.source, trust_remote_code=trust, allow_pickle=allow_pickle)
+target = load_embeddings(sm.input.target, trust_remote_code=trust, allow_pickle=allow_pickle)
 arrays = build_regression_inputs(pairs, target.input, source.input, source.output)
 meta = describe(arrays, source.tied)
 meta.update(

@@ -8,12 +8,12 @@ from embtransfer.regression import salt_project, write_projection
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-trust = sm.params.trust_remote_code
+trust, allow_pickle = sm.params.trust_remote_code, sm.params.allow_pickle
 for name in ("source", "target"):
     check_tokenizer_model_agreement(sm.input[name], sm.input[name])
 table, neighbor_stats = read_neighbors(sm.input.neighbors)
-source = load_embeddings(sm.input.source, trust_remote_code=trust)
-plm = load_embeddings(sm.input.target, trust_remote_code=trust)
+source = load_embeddings(sm.input.source, trust_remote_code=trust, allow_pickle=allow_pickle)
+plm = load_embeddings(sm.input.target, trust_remote_code=trust, allow_pickle=allow_pickle)
 matrices = {"input": source.input}
 if source.output is not None:
     matrices["output"] = source.output

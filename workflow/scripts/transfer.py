@@ -13,6 +13,7 @@ report = run_transfer_job(
     mode=sm.params.mode,
     seed=sm.params.seed,
     trust_remote_code=sm.params.trust_remote_code,
+    allow_pickle=sm.params.allow_pickle,
     context={k: v for k, v in sm.wildcards.items()},
 )
-log.info("transfer %s: %s", sm.wildcards.method, report["counts"])
+log.info("transfer %s: %s; seconds %s", sm.wildcards.method, report["counts"], report["seconds"])

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from embtransfer.atomic import atomic_path
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
 from embtransfer.report.tables import Grid
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Curves = dict[tuple[str, str], dict[str, tuple[list[int], list[float]]]]
 
@@ -67,6 +67,11 @@ def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[s
     panels = list(curves) or [("", "")]
     ncols = min(len(panels), 2)
     nrows = math.ceil(len(panels) / ncols)
+    # matplotlib is imported here, not at module level: the Snakefile imports this module
+    # (through report.build) and a dry run should not pay for matplotlib.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6 * ncols, 4 * nrows), dpi=dpi)
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False)

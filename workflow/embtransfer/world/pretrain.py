@@ -22,6 +22,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_path, write_json
+from ..logs import without_run_values
 
 MODEL_FAMILIES = ("llama", "gemma", "gpt2", "xglm", "bert", "t5")
 DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")
@@ -482,7 +483,8 @@ def save_checkpoint(
         tokenizer.save_pretrained(tmp)
         if not any(tmp.glob("*.safetensors")):
             raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
-        record = {**metrics, "versions": {"torch": torch.__version__,
+        # Timings and throughput go to the job's log, not into the checkpoint.
+        record = {**without_run_values(metrics), "versions": {"torch": torch.__version__,
                                           "transformers": transformers.__version__}}
         write_json(tmp / "pretrain.json", record)
     return Path(out_dir)
