@@ -553,3 +553,35 @@ def test_settings_defaults_match_the_schema():
     assert {"max_length", "lr", "loss_chunk_rows", "checkpoint_minutes"} <= shared
     for key in shared - {"replay", "lora"}:
         assert schema[key]["default"] == DEFAULT_LAPT[key], key
+
+
+def test_activation_checkpointing_keeps_the_trajectory(world, straight, tmp_path):
+    out = tmp_path / "out"
+    _run(world, out, {"max_steps": 10, "activation_checkpointing": True})
+    for ra, rb in zip(_trajectory(out), _trajectory(straight), strict=True):
+        assert ra.keys() == rb.keys()
+        for key in ("train_loss", "eval_loss"):
+            if key in ra:
+                assert math.isclose(ra[key], rb[key], rel_tol=1e-5), (key, ra, rb)
+
+
+def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(world, straight, tmp_path,
+                                                             monkeypatch):
+    import embtransfer.lapt as lapt_mod
+
+    real, calls = lapt_mod._LossModule.forward, {"n": 0}
+
+    def forward(self, ids):  # NaN in step 5 (2 micro batches a step)
+        calls["n"] += self.training
+        loss = real(self, ids)
+        return loss * float("nan") if self.training and calls["n"] == 9 else loss
+
+    monkeypatch.setattr(lapt_mod._LossModule, "forward", forward)
+    out = tmp_path / "out"
+    with pytest.raises(FloatingPointError, match=r"at step 5; the last checkpoint in .* is kept"):
+        _run(world, out, {"max_steps": 10})
+    monkeypatch.setattr(lapt_mod._LossModule, "forward", real)
+    logs: list[str] = []
+    _run(world, out, {"max_steps": 10}, log=logs.append)
+    assert any("resuming" in m and "at step 4/10" in m for m in logs), logs
+    _assert_same_weights(straight, out)

@@ -605,7 +605,11 @@ def _setup_model(model_dir: str | Path, s: LaptSettings, seed: int, device: torc
         saved_dtype = getattr(torch, saved_dtype)
     model.config.use_cache = False
     if s.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}  # keeps the RNG of dropout: same trajectory
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     embeddings = lora_mod.embedding_params(model)
     if lora is not None:
         torch.manual_seed(seed)  # the adapters' initialisation comes from the seed
