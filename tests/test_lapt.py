@@ -412,11 +412,20 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
 def test_slurm_time_limit_checkpoints_early(world, tmp_path, monkeypatch):
     from embtransfer.lapt import Preempted
 
-    # The job "ends" 1000 s from now; stop_before_end_s 1000 stops at once.
-    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 1000))
+    # The job "ends" 1 s from now: it stops after half of that, at the first chance.
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(time.time() + 1))
     out = tmp_path / "out"
+    logs: list[str] = []
+
+    def slow_log(msg: str) -> None:  # 0.2 s a step: the stop comes before step 6
+        logs.append(msg)
+        time.sleep(0.2)
+
     with pytest.raises(Preempted):
-        _run(world, out, {"max_steps": 6, "stop_before_end_s": 1000})
+        _run(world, out, {"max_steps": 6, "stop_before_end_s": 1000, "log_every": 1},
+             log=slow_log)
+    assert any("SLURM time limit" in m for m in logs), logs
+    assert any("the SLURM time limit is near" in m and "checkpoint saved" in m for m in logs)
     assert (tmp_path / "out.work" / "checkpoint" / "state.json").is_file()
 
 

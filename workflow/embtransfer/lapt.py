@@ -431,7 +431,8 @@ class _StopRequest:
         self._timer = None
         left = _slurm_seconds_left()
         if left is not None and stop_before_end_s > 0:
-            delay = max(0.0, left - stop_before_end_s)
+            # A limit shorter than the margin still leaves the first half for training.
+            delay = max(left - stop_before_end_s, left / 2, 0.0)
             self._timer = threading.Timer(delay, self._set, args=("the SLURM time limit is near",))
             self._timer.daemon = True
             self._timer.start()
