@@ -546,7 +546,7 @@ def _train_step(run: Any, idx: np.ndarray, embedding_only: bool,
     ranks, micro, accum = run.ranks, run.micro, run.accum
     run.optimizer.zero_grad(set_to_none=True)
     mine = list(range(ranks.rank, accum, ranks.world))  # this rank's micro batches
-    step_loss = 0.0
+    step_loss = torch.zeros((), dtype=torch.float64, device=run.device)  # no sync per micro
     try:
         for n, k in enumerate(mine):
             if n > 0 and ranks.any(stop.is_set()):
@@ -561,7 +561,7 @@ def _train_step(run: Any, idx: np.ndarray, embedding_only: bool,
                 # Equal-length rows: the mean of the micro batches' means is exact. DDP
                 # averages over ranks, hence x world: the sum = the one-process gradient.
                 (loss * (ranks.world / accum)).backward()
-            step_loss += float(loss.detach()) / accum
+            step_loss += loss.detach().double() / accum
     except (torch.OutOfMemoryError, RuntimeError) as exc:
         if not _is_oom(exc):
             raise
@@ -570,9 +570,9 @@ def _train_step(run: Any, idx: np.ndarray, embedding_only: bool,
             f"smaller micro_batch_size (global_batch_size {run.glob} stays, reached by "
             f"gradient accumulation), or lapt.activation_checkpointing: true"
         ) from exc
-    step_loss = ranks.total(step_loss)
-    if not math.isfinite(step_loss):
-        raise FloatingPointError(f"non-finite train loss {step_loss}")
+    total_loss = ranks.total(float(step_loss))
+    if not math.isfinite(total_loss):
+        raise FloatingPointError(f"non-finite train loss {total_loss}")
     if embedding_only:  # AdamW skips grad-less parameters: the rest stays bit-identical
         for p in run.params:
             if id(p) not in run.embedding_ids:
@@ -582,7 +582,7 @@ def _train_step(run: Any, idx: np.ndarray, embedding_only: bool,
     )
     run.optimizer.step()
     run.scheduler.step()
-    return step_loss
+    return total_loss
 
 
 class _nullcontext:
@@ -727,7 +727,9 @@ def _train(model_dir: str | Path, train_file: str | Path, valid_file: str | Path
     identity = json.loads(json.dumps({
         "start_checkpoint_sha256": starting_hash(model_dir),
         "blocks": {k: _blocks_identity(m) for k, m in metas.items()},
-        "settings": {k: v for k, v in cfg.items() if k not in _RESUME_FREE},
+        # The replay text is identified by its blocks' hashes, not by its path.
+        "settings": {k: ({"ratio": v["ratio"]} if k == "replay" and v else v)
+                     for k, v in cfg.items() if k not in _RESUME_FREE},
         "seed": seed, "total_steps": total,
     }))
 

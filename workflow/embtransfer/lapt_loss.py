@@ -31,11 +31,11 @@ def _chunk_logits(h: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     acc = _acc(w.dtype)
     z = (h.to(w.dtype) @ w.T).to(acc)
     if bias is not None:
-        z = z + bias.to(acc)
+        z += bias.to(acc)  # in place: one chunk of logits alive, not two
     if cap is None:
         return z, None
-    t = torch.tanh(z / cap)
-    return cap * t, t
+    t = torch.tanh(z.div_(cap))
+    return torch.mul(t, cap, out=z), t
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -92,12 +92,12 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             y = labels[sl]
             keep = (y != IGNORE).to(acc)
             # d(lse - z_y)/dz = softmax(z) - onehot(y), zero for ignored rows.
-            dz = torch.exp(z - lse[sl].unsqueeze(1))
+            dz = z.sub_(lse[sl].unsqueeze(1)).exp_()  # softmax, in the logits' memory
+            del z
             dz[torch.arange(len(y), device=y.device), y.clamp(min=0)] -= 1.0
             dz *= (keep * grad_out).unsqueeze(1)
-            del z
             if t is not None:  # through cap * tanh(z / cap)
-                dz *= 1.0 - t * t
+                dz *= 1.0 - t.square_()
             if need_b:
                 grad_b += dz.sum(0)
             dzc = dz.to(dtype)
