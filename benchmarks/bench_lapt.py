@@ -25,6 +25,7 @@ Prints one line per case; no assertions. Usage::
 
     python benchmarks/bench_lapt.py [--steps 10] [--threads 2]   # CPU: loss memory, tiny models
     python benchmarks/bench_lapt.py --loss-memory [--chunks 64,256]   # loss memory only
+    python benchmarks/bench_lapt.py --tiny [--steps 10]              # tiny models only
     python benchmarks/bench_lapt.py --gemma-2b [--micro 4] [--steps 12] [--peak-tflops 989]
         [--activation-checkpointing] [--compile] [--chunk 1024]
 """
@@ -236,6 +237,7 @@ def main() -> None:
     ap.add_argument("--activation-checkpointing", action="store_true")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--loss-memory", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="only the tiny-model CPU cases")
     ap.add_argument("--chunks", default="64,256", help="--loss-memory: chunk sizes")
     ap.add_argument("--case-json", help=argparse.SUPPRESS)
     ap.add_argument("--loss-case", type=int, help=argparse.SUPPRESS)
@@ -250,6 +252,8 @@ def main() -> None:
                  args.activation_checkpointing, args.compile)
     elif args.loss_memory:
         loss_memory(chunks, args.threads)
+    elif args.tiny:
+        cpu_cases(args.steps, args.threads)
     else:
         loss_memory(chunks, args.threads)
         cpu_cases(args.steps, args.threads)

@@ -4,27 +4,34 @@
 target-language text (DESIGN.md §5) and writes the result, atomically, as a
 checkpoint directory (safetensors + tokenizer + ``lapt.json``).
 
-Defaults (:data:`DEFAULT_LAPT`) follow the SALT paper: max length 1024, lr 1e-5,
-linear warmup (5%) then cosine to 0, a global batch of 512 sequences reached by
-gradient accumulation, one epoch, bf16 autocast where the device supports it
-(float32 on CPU). Weight decay is 0.0 (the Hugging Face Trainer default; the
-paper names none), AdamW betas (0.9, 0.999), gradient clipping at 1.0.
+Settings: :class:`LaptSettings` (defaults in one place, :data:`DEFAULT_LAPT` is its
+dict), following the SALT paper: max length 1024, lr 1e-5, linear warmup (5%) then
+cosine to 0, a global batch of 512 sequences reached by gradient accumulation, one
+epoch, bf16 autocast over fp32 master weights where the device supports it (fp32 on
+CPU). Weight decay 0.0 (the Hugging Face Trainer default; the paper names none),
+AdamW betas (0.9, 0.999), gradient clipping at 1.0.
+
+Memory and speed: SDPA attention; the loss over the vocabulary in chunks
+(:mod:`embtransfer.lapt_loss`, never the whole logits); optional activation
+checkpointing and ``torch.compile``. Data: packed blocks tokenised once
+(:mod:`embtransfer.lapt_blocks`), memory-mapped.
 
 Variants:
 
 * ``embedding_only_steps > 0``: the first optimizer steps update only the input
   and output embeddings (TransInner, Gosal et al.); then all weights train. One
   LR schedule spans both stages.
-* ``replay = {"file": english.txt, "ratio": r}``: a bilingual mix in which a
+* ``replay = {"file": english.txt or .npy, "ratio": r}``: a bilingual mix in which a
   fraction ``r`` of the sequences of every epoch are English replay blocks,
   spread evenly through the epoch (see :func:`epoch_order`).
 * ``lora = {...}`` (see :mod:`embtransfer.lora`): LoRA adapters on every linear
   layer with trainable embeddings, merged into a plain checkpoint at the end.
 
-Several processes (``accelerate launch`` / ``torchrun`` set ``WORLD_SIZE``): each
-rank runs its share of every global batch's micro batches, the gradients are
-summed across ranks before the optimizer step, and rank 0 alone writes metrics,
-checkpoints and the output, so N processes follow the same trajectory as one.
+Several processes (``accelerate launch`` / ``torchrun`` set ``WORLD_SIZE``): the
+loss module is wrapped in PyTorch DDP; each rank runs its share of every global
+batch's micro batches (gradient sync only on its last), the loss is scaled so DDP's
+average is the one-process gradient, and rank 0 alone writes metrics, checkpoints
+and the output, so N processes follow the same trajectory as one.
 
 Work directory (``work_dir``, default ``out_dir + ".work"``):
 
@@ -33,18 +40,27 @@ Work directory (``work_dir``, default ``out_dir + ".work"``):
   ``eta_s``), one per evaluation
   (``{"step", "eval_loss", "fraction"}`` at ``eval_fractions`` of the steps) and a
   final line (``final_train_loss``, ``peak_memory_bytes``, ...).
-* ``checkpoint/``: written atomically every ``checkpoint_every`` steps: weights
-  (safetensors), optimizer, scheduler and RNG states (``torch.save`` of plain
-  tensors/containers, loaded with ``weights_only=True``) and ``state.json`` (step,
-  data position, losses and metrics lines so far). A restarted call continues from
-  it; the metrics file is rewound to the checkpoint, so the trajectory of a resumed
-  run equals that of an uninterrupted one. The checkpoint is removed once the
+* ``checkpoint/``: written atomically every ``checkpoint_every`` steps (and every
+  ``checkpoint_minutes``): weights (safetensors), optimizer, scheduler and RNG
+  states (``torch.save`` of plain tensors/containers, loaded with
+  ``weights_only=True``) and ``state.json`` (step, data position, losses, metrics
+  lines so far, and the run's identity: starting checkpoint hash, blocks hashes,
+  trajectory settings, seed). A restarted call continues from it only when the
+  identity matches (else the work directory is set aside as
+  ``<work>.stale-<time>-<pid>`` and the run starts fresh, saying why); the metrics
+  file is rewound to the checkpoint, so the trajectory of a resumed run equals that
+  of an uninterrupted one. An interrupted checkpoint swap is recovered
+  (:func:`embtransfer.atomic.recover_directory`). The checkpoint is removed once the
   final model is written.
+* ``blocks/``: the packed blocks of text inputs (not of ``.npy`` ones).
 
-Preemption: SIGTERM (SLURM) sets a flag; after the current optimizer step the loop
-saves a checkpoint, logs it and raises :class:`Preempted` (the job exits non-zero;
-a requeued job resumes). ``stop_after_steps`` instead stops *without* saving,
-like a hard kill, and returns ``{"status": "stopped", ...}``: tests use it.
+Preemption: SIGUSR1 or SIGTERM, or a timer ``stop_before_end_s`` before SLURM's
+time limit, sets a flag; between two micro batches the loop drops the unfinished
+step, saves a checkpoint of the state before it (with the RNG state of the step's
+start, so the resumed run redoes it identically), logs it and raises
+:class:`Preempted` (the job exits non-zero; a requeued job resumes).
+``stop_after_steps`` instead stops *without* saving, like a hard kill, and returns
+``{"status": "stopped", ...}``: tests use it.
 """
 
 from __future__ import annotations

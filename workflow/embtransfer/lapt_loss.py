@@ -65,8 +65,10 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             z, _ = _chunk_logits(hidden[sl], w, bias, cap)
             y = labels[sl]
             keep = y != IGNORE
-            lse[sl] = torch.logsumexp(z, dim=-1)
             picked = z.gather(1, y.clamp(min=0).unsqueeze(1)).squeeze(1)
+            # log-sum-exp in the logits' own memory (torch.logsumexp would copy them)
+            top = z.amax(dim=1, keepdim=True)
+            lse[sl] = (top + z.sub_(top).exp_().sum(dim=1, keepdim=True).log_()).squeeze(1)
             total += ((lse[sl] - picked) * keep).sum()
             del z
         del w
