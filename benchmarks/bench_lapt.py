@@ -99,7 +99,7 @@ def _loss_case(chunk: int, threads: int) -> dict:
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     grads = (weight.grad.numel() + hidden.grad.numel()) * 4
-    return {"chunk": chunk, "loss": float(loss), "wall_s": wall, "peak_rss": peak,
+    return {"chunk": chunk, "loss": float(loss.detach()), "wall_s": wall, "peak_rss": peak,
             "inputs": before, "working": peak - before - grads}
 
 
