@@ -40,3 +40,52 @@ def test_nan_is_refused_with_its_location(tmp_path):
     with pytest.raises(NonFiniteError, match=r"rows \[2\]"):
         save_npy(tmp_path / "x.npy", arr)
     assert list(tmp_path.iterdir()) == []
+
+
+def _killed_between_renames(target, tmp_path) -> None:
+    """A real kill -9 of a writer between the two renames of a directory swap."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys\n"
+        "from embtransfer import atomic\n"
+        "calls = []\n"
+        "real = os.replace\n"
+        "def replace(a, b):\n"
+        "    calls.append(1)\n"
+        "    real(a, b)\n"
+        "    if len(calls) == 1:\n"
+        "        os.kill(os.getpid(), 9)\n"
+        "atomic.os.replace = replace\n"
+        f"with atomic.atomic_path({str(target)!r}, directory=True) as tmp:\n"
+        "    (tmp / 'new').write_text('2')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+
+
+def test_interrupted_directory_swap_is_recovered(tmp_path):
+    from embtransfer.atomic import recover_directory
+
+    target = tmp_path / "ckpt"
+    with atomic_path(target, directory=True) as tmp:
+        (tmp / "old").write_text("1")
+    _killed_between_renames(target, tmp_path)
+    assert not target.exists() and list(tmp_path.glob(".ckpt.old-*"))
+    note = recover_directory(target)
+    assert note is not None and "recovered" in note
+    assert (target / "old").read_text() == "1"  # the complete previous copy, not lost
+    assert not list(tmp_path.glob(".ckpt.old-*"))
+    assert recover_directory(target) is None
+
+
+def test_next_directory_write_recovers_first(tmp_path):
+    target = tmp_path / "ckpt"
+    with atomic_path(target, directory=True) as tmp:
+        (tmp / "old").write_text("1")
+    _killed_between_renames(target, tmp_path)
+    with atomic_path(target, directory=True) as tmp:
+        (tmp / "newer").write_text("3")
+    assert sorted(p.name for p in target.iterdir()) == ["newer"]
+    assert not list(tmp_path.glob(".ckpt.old-*"))

@@ -66,8 +66,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _run(world: dict[str, Path], out: Path, cfg: dict | None = None, family: str = "gpt2",
          **kw) -> dict:
+    kw.setdefault("log", lambda s: None)
     return train_lapt(world[family], world["train"], world["valid"], out, {**CFG, **(cfg or {})},
-                      seed=3, log=lambda s: None, **kw)
+                      seed=3, **kw)
 
 
 def _trajectory(out: Path) -> list[dict]:
@@ -217,11 +218,16 @@ def test_corrupt_checkpoint_is_named(world, tmp_path):
     assert not out.exists()
 
 
-def test_checkpoint_of_another_config_is_refused(world, tmp_path):
+def test_checkpoint_of_another_config_is_set_aside(world, tmp_path):
     out = tmp_path / "out"
     _run(world, out, {"max_steps": 6}, stop_after_steps=3)
-    with pytest.raises(CheckpointError, match="another config"):
-        _run(world, out, {"max_steps": 6, "lr": 2e-3})
+    logs: list[str] = []
+    assert _run(world, out, {"max_steps": 6, "lr": 2e-3}, log=logs.append)["status"] == "done"
+    (aside,) = tmp_path.glob("out.work.stale-*")
+    assert (aside / "checkpoint" / "state.json").is_file()  # kept, not deleted
+    assert "settings.lr" in (aside / "SET_ASIDE.txt").read_text()
+    assert any("settings.lr" in m and "starting fresh" in m for m in logs), logs
+    assert not any("resuming" in m for m in logs)
 
 
 def test_too_small_corpus(world, tmp_path):
@@ -235,7 +241,7 @@ def test_oom_suggests_smaller_micro_batch(world, tmp_path, monkeypatch):
     def boom(self, *a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(transformers.GPT2LMHeadModel, "forward", boom)
+    monkeypatch.setattr(transformers.GPT2Model, "forward", boom)  # the chunked loss's body
     with pytest.raises(MicroBatchOOMError, match="smaller micro_batch_size"):
         _run(world, tmp_path / "out", {"max_steps": 2})
 
@@ -300,3 +306,291 @@ def test_settings_from_the_config_section():
     section["variant"] = "full"
     full = settings_from_config(section, 2, "en.txt")
     assert full["lora"] is None and full["lr"] == section["lr"]
+
+
+# ---------------------------------------------------------------- what a checkpoint continues
+
+
+def _copy_model(src: Path, dst: Path, noise: float) -> Path:
+    """Another starting checkpoint of the same shapes (as another transfer would give)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    shutil.copytree(src, dst)
+    weights = load_file(src / "model.safetensors")
+    gen = torch.Generator().manual_seed(7)
+    weights = {k: v + noise * torch.randn(v.shape, generator=gen) for k, v in weights.items()}
+    save_file(weights, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+def test_checkpoint_of_another_starting_model_is_set_aside(world, tmp_path):
+    # Fails on the old trainer: it continued the old run's weights silently.
+    other = _copy_model(world["gpt2"], tmp_path / "other_transfer", 0.01)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    _run(world, out, {"max_steps": 6}, stop_after_steps=4)
+    logs: list[str] = []
+    train_lapt(other, world["train"], world["valid"], out, {**CFG, "max_steps": 6}, seed=3,
+               log=logs.append)
+    assert any("start_checkpoint_sha256" in m and "starting fresh" in m for m in logs), logs
+    assert len(list(tmp_path.glob("out.work.stale-*"))) == 1
+    train_lapt(other, world["train"], world["valid"], fresh, {**CFG, "max_steps": 6}, seed=3,
+               log=lambda m: None)
+    _assert_same_weights(fresh, out)
+
+
+def test_checkpoint_of_another_corpus_is_set_aside(world, tmp_path):
+    out = tmp_path / "out"
+    _run(world, out, {"max_steps": 6}, stop_after_steps=4)
+    edited = tmp_path / "train.txt"
+    edited.write_text(world["train"].read_text().replace("ka", "lo"))  # same size, new text
+    logs: list[str] = []
+    train_lapt(world["gpt2"], edited, world["valid"], out, {**CFG, "max_steps": 6}, seed=3,
+               log=logs.append)
+    assert any("blocks.train.corpus_sha256" in m for m in logs), logs
+    assert len(list(tmp_path.glob("out.work.stale-*"))) == 1
+
+
+def test_interrupted_checkpoint_swap_is_recovered(world, straight, tmp_path):
+    # A kill between the renames of the checkpoint swap leaves only .checkpoint.old-<pid>.
+    # Fails on the old trainer: it found no checkpoint and started again from step 0.
+    out = tmp_path / "out"
+    _run(world, out, {"max_steps": 10}, stop_after_steps=5)
+    work = tmp_path / "out.work"
+    (work / "checkpoint").rename(work / ".checkpoint.old-12345")
+    logs: list[str] = []
+    assert _run(world, out, {"max_steps": 10}, log=logs.append)["status"] == "done"
+    assert any("recovered" in m for m in logs), logs
+    assert any("resuming" in m and "at step 4/10" in m for m in logs), logs
+    _assert_same_weights(straight, out)
+    assert _trajectory(out) == _trajectory(straight)
+    assert not list(work.glob(".checkpoint.old-*"))
+
+
+# ---------------------------------------------------------------- preemption
+
+
+@pytest.fixture(scope="module")
+def straight_micro2(world: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("straight2") / "out"
+    _run(world, out, {"max_steps": 6, "micro_batch_size": 2})
+    return out
+
+
+def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micro2, tmp_path,
+                                                            monkeypatch):
+    import os
+
+    import embtransfer.lapt as lapt_mod
+    from embtransfer.lapt import Preempted
+
+    # 4 micro batches per step; SIGUSR1 arrives during the 2nd micro batch of step 5.
+    real, calls = lapt_mod._LossModule.forward, {"n": 0}
+
+    def forward(self, ids):
+        calls["n"] += self.training  # evaluation passes do not count
+        if self.training and calls["n"] == 4 * 4 + 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real(self, ids)
+
+    monkeypatch.setattr(lapt_mod._LossModule, "forward", forward)
+    out = tmp_path / "out"
+    logs: list[str] = []
+    with pytest.raises(Preempted) as info:
+        _run(world, out, {"max_steps": 6, "micro_batch_size": 2}, log=logs.append)
+    assert info.value.step == 4
+    assert any("between micro batches of step 5" in m for m in logs), logs
+    state = json.loads((tmp_path / "out.work" / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 4
+    monkeypatch.setattr(lapt_mod._LossModule, "forward", real)
+    _run(world, out, {"max_steps": 6, "micro_batch_size": 2})
+    _assert_same_weights(straight_micro2, out)
+    assert _trajectory(out) == _trajectory(straight_micro2)
+
+
+def test_slurm_time_limit_checkpoints_early(world, tmp_path, monkeypatch):
+    from embtransfer.lapt import Preempted
+
+    # The job "ends" 1 s from now: it stops after half of that, at the first chance.
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(time.time() + 1))
+    out = tmp_path / "out"
+    logs: list[str] = []
+
+    def slow_log(msg: str) -> None:  # 0.2 s a step: the stop comes before step 6
+        logs.append(msg)
+        time.sleep(0.2)
+
+    with pytest.raises(Preempted):
+        _run(world, out, {"max_steps": 6, "stop_before_end_s": 1000, "log_every": 1},
+             log=slow_log)
+    assert any("SLURM time limit" in m for m in logs), logs
+    assert any("the SLURM time limit is near" in m and "checkpoint saved" in m for m in logs)
+    assert (tmp_path / "out.work" / "checkpoint" / "state.json").is_file()
+
+
+# ---------------------------------------------------------------- the vocabulary loss
+
+
+def _full_loss(hidden, weight, bias, labels, cap=None):
+    logits = hidden @ weight.T + (0 if bias is None else bias)
+    if cap is not None:
+        logits = cap * torch.tanh(logits / cap)
+    return torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100)
+
+
+@pytest.mark.parametrize("bias,cap,chunk", [(False, None, 7), (True, None, 64), (False, 5.0, 5)])
+def test_chunked_loss_equals_full_logits(bias, cap, chunk):
+    from embtransfer.lapt_loss import chunked_cross_entropy
+
+    gen = torch.Generator().manual_seed(0)
+    n, h, v = 37, 16, 101
+    hidden = torch.randn(n, h, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(v, h, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(v, generator=gen, dtype=torch.float64, requires_grad=True) if bias else None
+    labels = torch.randint(0, v, (n,), generator=gen)
+    labels[[3, 20]] = -100
+    args = [t for t in (hidden, weight, b) if t is not None]
+    ours = chunked_cross_entropy(hidden, weight, b, labels, chunk_rows=chunk, cap=cap)
+    ref = _full_loss(hidden, weight, b, labels, cap)
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    g_ours = torch.autograd.grad(ours, args)
+    g_ref = torch.autograd.grad(ref, args)
+    for a, r in zip(g_ours, g_ref, strict=True):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma"])
+def test_chunked_loss_equals_the_models_own_loss(family):
+    from embtransfer.lapt_loss import causal_lm_loss
+
+    model = build_model(family, 300, {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
+                                      "max_position_embeddings": 32, "dropout": 0.0},
+                        None, {}, 0)
+    model.train()
+    ids = torch.randint(0, 300, (3, 16), generator=torch.Generator().manual_seed(1))
+    ref = model(input_ids=ids, labels=ids).loss
+    g_ref = torch.autograd.grad(ref, list(model.parameters()), allow_unused=True)
+    ours = causal_lm_loss(model, ids, chunk_rows=10)
+    g_ours = torch.autograd.grad(ours, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    for (name, _), a, r in zip(model.named_parameters(), g_ours, g_ref, strict=True):
+        if r is None:
+            assert a is None or not a.any(), name
+        else:
+            torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_chunked_and_whole_logits_runs_agree(world, straight, tmp_path):
+    # The trainer's default (chunked) loss against the model's own loss on whole logits.
+    out = tmp_path / "out"
+    _run(world, out, {"max_steps": 10, "loss_chunk_rows": 0})
+    for ra, rb in zip(_trajectory(out), _trajectory(straight), strict=True):
+        for key in ("train_loss", "eval_loss", "final_train_loss"):
+            if key in ra:
+                assert math.isclose(ra[key], rb[key], rel_tol=1e-4), (key, ra, rb)
+
+
+# ---------------------------------------------------------------- blocks
+
+
+@pytest.mark.parametrize("algorithm,family,role", [
+    ("bytelevel_bpe", "gpt2", "eos"),
+    ("wordpiece", "bert", "sep"),
+    ("sentencepiece_bpe", "llama", "eos"),
+])
+def test_documents_are_separated_in_every_packing(world, tmp_path, algorithm, family, role):
+    # Fails on the old packing for WordPiece: no EOS, documents ran into each other.
+    from embtransfer.lapt_blocks import build_blocks
+
+    tok = train_tokenizer(algorithm, [str(world["train"])], 300, family)
+    docs = ["ka lo mi", "tu ren sal vor", "ix bema"] * 8
+    text = tmp_path / "docs.txt"
+    text.write_text("\n".join(docs) + "\n")
+    meta = build_blocks(tok, None, text, 8, tmp_path / "b.npy")
+    sep = getattr(tok, f"{role}_token_id")
+    assert sep is not None and meta["separator_id"] == sep and meta["separator"] == role
+    stream = np.load(tmp_path / "b.npy").reshape(-1).tolist()
+    expect: list[int] = []
+    for d in docs:
+        expect += tok(d, add_special_tokens=False)["input_ids"] + [sep]
+    assert stream == expect[: len(stream)] and len(stream) == len(expect) // 8 * 8
+    assert meta["blocks"] == len(expect) // 8 and meta["tokens"] == len(expect)
+
+
+def test_separator_falls_back_to_the_configs_eos_and_refuses_none(world, tmp_path):
+    from embtransfer.lapt_blocks import separator_id
+
+    tok = train_tokenizer("wordpiece", [str(world["train"])], 300, "bert")
+    tok.sep_token = None
+    assert tok.eos_token_id is None and tok.sep_token_id is None
+    assert separator_id(tok, 5, "tok") == (5, "config eos")
+    with pytest.raises(ValueError, match="no EOS or SEP.*eos_token_id"):
+        separator_id(tok, None, "some/model")
+
+
+def test_prebuilt_blocks_equal_text_and_are_checked(world, straight, tmp_path):
+    from transformers import AutoTokenizer
+
+    from embtransfer.lapt_blocks import BlocksMismatchError, build_blocks
+
+    tok = AutoTokenizer.from_pretrained(world["gpt2"])
+    for name in ("train", "valid"):
+        build_blocks(tok, None, world[name], 16, tmp_path / f"{name}.npy")
+    out = tmp_path / "out"
+    train_lapt(world["gpt2"], tmp_path / "train.npy", tmp_path / "valid.npy", out,
+               {**CFG, "max_steps": 10}, seed=3, log=lambda s: None)
+    _assert_same_weights(straight, out)
+    assert not (tmp_path / "out.work" / "blocks").exists() or not any(
+        (tmp_path / "out.work" / "blocks").iterdir())
+    with pytest.raises(BlocksMismatchError, match="blocks of 16 tokens, the run wants 8"):
+        train_lapt(world["gpt2"], tmp_path / "train.npy", tmp_path / "valid.npy",
+                   tmp_path / "o2", {**CFG, "max_length": 8}, seed=3, log=lambda s: None)
+    other = train_tokenizer("bytelevel_bpe", [str(world["english"])], 300, "gpt2")
+    build_blocks(other, None, world["train"], 16, tmp_path / "other.npy")
+    with pytest.raises(BlocksMismatchError, match="another tokenizer"):
+        train_lapt(world["gpt2"], tmp_path / "other.npy", tmp_path / "valid.npy",
+                   tmp_path / "o3", CFG, seed=3, log=lambda s: None)
+
+
+def test_settings_defaults_match_the_schema():
+    from embtransfer.lapt import DEFAULT_LAPT
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
+                             / "lapt.schema.yaml").read_text())["properties"]
+    shared = set(schema) & set(DEFAULT_LAPT)
+    assert {"max_length", "lr", "loss_chunk_rows", "checkpoint_minutes"} <= shared
+    for key in shared - {"replay", "lora"}:
+        assert schema[key]["default"] == DEFAULT_LAPT[key], key
+
+
+def test_activation_checkpointing_keeps_the_trajectory(world, straight, tmp_path):
+    out = tmp_path / "out"
+    _run(world, out, {"max_steps": 10, "activation_checkpointing": True})
+    for ra, rb in zip(_trajectory(out), _trajectory(straight), strict=True):
+        assert ra.keys() == rb.keys()
+        for key in ("train_loss", "eval_loss"):
+            if key in ra:
+                assert math.isclose(ra[key], rb[key], rel_tol=1e-5), (key, ra, rb)
+
+
+def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(world, straight, tmp_path,
+                                                             monkeypatch):
+    import embtransfer.lapt as lapt_mod
+
+    real, calls = lapt_mod._LossModule.forward, {"n": 0}
+
+    def forward(self, ids):  # NaN in step 5 (2 micro batches a step)
+        calls["n"] += self.training
+        loss = real(self, ids)
+        return loss * float("nan") if self.training and calls["n"] == 9 else loss
+
+    monkeypatch.setattr(lapt_mod._LossModule, "forward", forward)
+    out = tmp_path / "out"
+    with pytest.raises(FloatingPointError, match=r"at step 5; the last checkpoint in .* is kept"):
+        _run(world, out, {"max_steps": 10})
+    monkeypatch.setattr(lapt_mod._LossModule, "forward", real)
+    logs: list[str] = []
+    _run(world, out, {"max_steps": 10}, log=logs.append)
+    assert any("resuming" in m and "at step 4/10" in m for m in logs), logs
+    _assert_same_weights(straight, out)

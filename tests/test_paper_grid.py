@@ -85,6 +85,9 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "zeroshot_source": len(targets) * len(sources),
         "zeroshot_table": 1,
         "lapt": len(runs),
+        # Tokenised once per (language, source, target): train, valid (and replay) blocks.
+        "lapt_blocks": len({r[:3] for r in runs}) * (
+            3 if (config.get("lapt") or {}).get("replay") else 2),
         "evaluate": len(runs) * len(stages & {"transfer", "lapt"}) if evaluation.get(
             "tasks", ["x"]) else 0,
         "evaluate_source": len(targets) * len(sources) if "source" in stages and evaluation.get(

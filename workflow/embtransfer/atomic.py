@@ -36,6 +36,8 @@ def atomic_path(path: str | os.PathLike, directory: bool = False) -> Iterator[Pa
         fd, name = tempfile.mkstemp(prefix=prefix, dir=final.parent)
         os.close(fd)
         tmp = Path(name)
+    if directory:
+        recover_directory(final)
     try:
         yield tmp
     except BaseException:
@@ -52,6 +54,29 @@ def atomic_path(path: str | os.PathLike, directory: bool = False) -> Iterator[Pa
     else:
         os.chmod(tmp, 0o644)
         os.replace(tmp, final)
+
+
+def recover_directory(path: str | os.PathLike) -> str | None:
+    """Finish a directory swap that a kill interrupted; say what was done (None: nothing).
+
+    :func:`atomic_path` swaps a directory in three moves: ``final -> .final.old-<pid>``,
+    ``tmp -> final``, remove the old one. Killed after the first move, only the old
+    copy is left: it is complete, so it is moved back (the newest, if several).
+    Killed after the second, the old copy is superseded and removed. A leftover
+    ``.final.tmp-*`` was never committed and is left for the next writer to replace.
+    """
+    final = Path(path)
+    olds = sorted(final.parent.glob(f".{final.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if not olds:
+        return None
+    if final.exists():
+        for old in olds:
+            _remove(old)
+        return f"removed {len(olds)} superseded copies of {final}"
+    os.replace(olds[-1], final)
+    for old in olds[:-1]:
+        _remove(old)
+    return f"recovered {final} from {olds[-1].name} (a directory swap was interrupted)"
 
 
 def _remove(path: Path) -> None:

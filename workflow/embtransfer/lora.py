@@ -50,8 +50,12 @@ def embedding_params(model: PreTrainedModel) -> list[torch.nn.Parameter]:
 
 
 def load_base(model_dir: str | Path, lora: dict[str, Any] | None,
-              device: torch.device) -> PreTrainedModel:
-    """The model to train: fp32 weights, or an int8 base for an int8 LoRA run."""
+              device: torch.device, attn_implementation: str | None = None) -> PreTrainedModel:
+    """The model to train: fp32 weights, or an int8 base for an int8 LoRA run.
+
+    ``attn_implementation`` ("sdpa", "eager", "flash_attention_2") as transformers takes it.
+    """
+    attn = {"attn_implementation": attn_implementation} if attn_implementation else {}
     if lora is not None and lora["int8"]:
         if device.type != "cuda":
             raise RuntimeError(
@@ -67,10 +71,10 @@ def load_base(model_dir: str | Path, lora: dict[str, Any] | None,
 
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, quantization_config=BitsAndBytesConfig(load_in_8bit=True),
-            device_map={"": device.index or 0},
+            device_map={"": device.index or 0}, **attn,
         )
         return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **attn).to(device)
 
 
 def _lora_config(lora: dict[str, Any]) -> Any:

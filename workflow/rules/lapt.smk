@@ -4,16 +4,57 @@ from embtransfer.grid import lapt_runs
 
 LAPT = config["lapt"]
 LAPT_RUNS = lapt_runs(config)
+LAPT_TEXTS = "train|valid" + ("|replay" if LAPT.get("replay") else "")
+
+
+def blocks_file(w, text):
+    return f"{RESULTS}/lapt_blocks/{w.lang}/{w.source}/{w.target}/{text}.npy"
+
+
+def blocks_tokenizer(w):
+    # Every method of a (language, source, target) writes the same tokenizer; the first
+    # selected one lends it (the trainer checks each run's tokenizer hash against it).
+    method = next(r.method for r in LAPT_RUNS
+                  if (r.lang, r.source, r.target) == (w.lang, w.source, w.target))
+    return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{method}"
+
+
+def blocks_text(w):
+    if w.text == "replay":
+        return corpus_file(LAPT["replay"]["language"], "train")
+    return corpus_file(w.lang, w.text)
+
+
+rule lapt_blocks:
+    # Tokenise once: packed blocks (uint32 .npy + .json sidecar) shared by every LAPT job
+    # of this tokenizer and every resume.
+    input:
+        model=blocks_tokenizer,
+        text=blocks_text,
+    output:
+        blocks=f"{RESULTS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.npy",
+        meta=f"{RESULTS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.json",
+    wildcard_constraints:
+        text=LAPT_TEXTS,
+    params:
+        max_length=LAPT["max_length"],
+        code=script_hash("lapt_blocks.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{LOGS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.log",
+    script:
+        "../scripts/lapt_blocks.py"
 
 
 def lapt_inputs(w):
     inputs = {
         "model": f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}",
-        "train": corpus_file(w.lang, "train"),
-        "valid": corpus_file(w.lang, "valid"),
+        "train": blocks_file(w, "train"),
+        "valid": blocks_file(w, "valid"),
     }
     if LAPT.get("replay"):
-        inputs["replay"] = corpus_file(LAPT["replay"]["language"], "train")
+        inputs["replay"] = blocks_file(w, "replay")
     return inputs
 
 

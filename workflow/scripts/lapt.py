@@ -1,4 +1,9 @@
-"""LAPT of one transferred checkpoint; resumes from {method}.work/ when a checkpoint is there."""
+"""LAPT of one transferred checkpoint on its pre-tokenised blocks.
+
+Resumes from {method}.work/ when a checkpoint there was started from the same inputs and
+settings (else sets it aside). A preempted run exits non-zero after its checkpoint, for
+SLURM (or Snakemake's retries) to start it again.
+"""
 
 import json
 import shutil
