@@ -1,4 +1,4 @@
-"""Bilingual static vectors in one space (WECHSEL, OFA; DESIGN §4.4).
+"""Bilingual static vectors in one space (WECHSEL, OFA; docs/design.md §4.4).
 
 Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
 ``wechsel/__init__.py``, ``WECHSEL._compute_align_matrix_from_dictionary`` and

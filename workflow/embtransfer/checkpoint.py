@@ -6,7 +6,7 @@ tokenizer so that ``AutoModelForCausalLM.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` load it without any missing or unexpected
 weight, and ``generate()`` runs.
 
-Vocabulary modes (DESIGN.md §4.4):
+Vocabulary modes (docs/design.md §4.4):
 
 ``replace``  the target tokenizer replaces the source's (the SALT setting). The
              model gets ``len(target tokenizer)`` rows; ``input_rows`` (and, for

@@ -1,7 +1,7 @@
 """Language-adaptive continual pre-training (LAPT) of a transferred causal LM, resumable.
 
 :func:`train_lapt` continues causal-LM training of a Hugging Face checkpoint on
-target-language text (DESIGN.md §5) and writes the result, atomically, as a
+target-language text (docs/design.md §5) and writes the result, atomically, as a
 checkpoint directory (safetensors + tokenizer + ``lapt.json``).
 
 Settings: :class:`LaptSettings` (defaults in one place, :data:`DEFAULT_LAPT` is its

@@ -1,4 +1,4 @@
-"""Vocabulary overlap between a source and a target vocabulary (DESIGN §4.1).
+"""Vocabulary overlap between a source and a target vocabulary (docs/design.md §4.1).
 
 Works on the tables of :func:`embtransfer.vocab.vocab_table`: tokens are
 compared as (bytes, start-of-word flag), never as decoded strings, so partial

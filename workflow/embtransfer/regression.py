@@ -1,4 +1,4 @@
-"""SALT step 4: project non-shared target tokens into the source space (DESIGN §4.3).
+"""SALT step 4: project non-shared target tokens into the source space (docs/design.md §4.3).
 
 For a non-shared target token ``t`` with neighbour set ``N`` (its sparsemax
 support), ``A = E'_t`` holds the target PLM rows of ``N`` (k x h_t) and ``S = E'_s``

@@ -2,7 +2,7 @@
 
 For every shared (target id, source id) pair the target PLM's input embedding
 row and the source LLM's input row (and output row, when the source's LM head
-is untied) are stacked in overlap order. The SALT regression (DESIGN §4.3) and
+is untied) are stacked in overlap order. The SALT regression (docs/design.md §4.3) and
 the global least-squares map both start from these matrices.
 """
 

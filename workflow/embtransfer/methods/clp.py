@@ -1,4 +1,4 @@
-"""CLP-Transfer (Ostendorff & Rehm 2023) and CLP+ (Yamaguchi et al. 2024); DESIGN §4.4.
+"""CLP-Transfer (Ostendorff & Rehm 2023) and CLP+ (Yamaguchi et al. 2024); docs/design.md §4.4.
 
 Both copy shared tokens' source rows (``copied``) and build every other target
 token t from the shared tokens' source rows, weighted by the cosine similarity

@@ -1,4 +1,4 @@
-"""FOCUS (Dobler & de Melo 2023, EMNLP; DESIGN §4.4).
+"""FOCUS (Dobler & de Melo 2023, EMNLP; docs/design.md §4.4).
 
 Shared tokens copy their source row (``copied``). A non-shared target token t
 with neighbour set N_t (the sparsemax support of its cosine similarities to the

@@ -1,5 +1,5 @@
 """Script-and-position heuristic (Downey et al. 2023, "Embedding structure matters";
-DESIGN §4.4).
+docs/design.md §4.4).
 
 Shared tokens copy their source row (``copied``). Every other target token is
 drawn from N(mean_g, diag(std_g^2)), the per-dimension mean and standard

@@ -1,4 +1,4 @@
-"""Mean baselines (DESIGN §4.4): ``mean`` and ``subword_mean``.
+"""Mean baselines (docs/design.md §4.4): ``mean`` and ``subword_mean``.
 
 ``mean``          shared tokens copy their source row (``copied``); every other
                   row is the mean source row (``mean``) over the source's text

@@ -1,5 +1,5 @@
 """Multivariate-normal baseline (Hewitt 2021, "Initializing new word embeddings
-for pretrained language models"; DESIGN §4.4).
+for pretrained language models"; docs/design.md §4.4).
 
 Shared tokens copy their source row (label ``copied``); every other row is drawn
 from N(mu, scale * Sigma) with mu the mean source row and Sigma the full

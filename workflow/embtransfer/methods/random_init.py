@@ -1,4 +1,4 @@
-"""Random baselines (DESIGN §4.4): ``random`` and ``random_copy``.
+"""Random baselines (docs/design.md §4.4): ``random`` and ``random_copy``.
 
 ``random``       every target row, shared ones too, drawn from N(mean, std) of the
                  source rows (per dimension, population std), label ``random``.

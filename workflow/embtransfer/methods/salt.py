@@ -1,4 +1,4 @@
-"""SALT (DESIGN §4.3): copy shared tokens, project the others by per-token least squares.
+"""SALT (docs/design.md §4.3): copy shared tokens, project the others by per-token least squares.
 
 The projection itself runs in the regression stage
 (:func:`embtransfer.regression.salt_project`, possibly on a GPU) and arrives as
