@@ -73,9 +73,11 @@ slurm:
 JOB_CONFIGS := config/config.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml
 jobs: setup
 	@for c in $(JOB_CONFIGS); do \
-	  n=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
-	       $(BIN)/snakemake -n --forceall --configfile $$c 2>&1 | awk '$$1 == "total" {print $$2; exit}'); \
-	  echo "$$c: $${n:-?} jobs"; \
+	  out=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	         $(BIN)/snakemake -n --forceall --configfile $$c 2>&1); \
+	  n=$$(echo "$$out" | awk '$$1 == "total" {print $$2; exit}'); \
+	  if [ -n "$$n" ]; then echo "$$c: $$n jobs"; \
+	  else echo "$$c: no plan, missing $$(echo "$$out" | grep -A1 -m1 'affected files:' | tail -1 | tr -d ' ')"; fi; \
 	done
 
 bench: setup

@@ -147,8 +147,14 @@ def test_paper_config_plans_the_whole_grid(workdir, name):
     seconds = time.monotonic() - started
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
-    print(f"\n{name}: dry run {seconds:.1f} s, {sum(job_stats(text).values())} jobs")
+    total = sum(job_stats(text).values())
+    print(f"\n{name}: dry run {seconds:.1f} s, {total} jobs")
     assert job_stats(text) == expected_jobs(config)
+    # the README's job count of this grid is this dry run's, not a figure written by hand
+    readme = re.search(rf"`{name}\.yaml` (\d+)", (REPO / "README.md").read_text())
+    assert readme and int(readme.group(1)) == total, (
+        f"README says {readme and readme.group(1)} jobs for {name}.yaml, the dry run plans {total}"
+        " (update the README's job counts from `make jobs`)")
 
     resources = job_resources(text)
     gpus = (config.get("lapt") or {}).get("gpus", 1)
