@@ -109,6 +109,11 @@ def test_resume_after_kill_equals_straight_run(world, straight, tmp_path):
     _assert_same_weights(straight, out)
     assert _trajectory(out) == _trajectory(straight)
     assert not (tmp_path / "out.work" / "checkpoint").exists()  # superseded by the output
+    # The output holds no run-to-run values (timings, this run's share): byte-identical files.
+    files = sorted(p.name for p in straight.iterdir())
+    assert files == sorted(p.name for p in out.iterdir())
+    for name in files:
+        assert (out / name).read_bytes() == (straight / name).read_bytes(), name
 
 
 def test_sigterm_saves_checkpoint_and_resume_matches(world, straight, tmp_path):

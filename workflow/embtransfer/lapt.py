@@ -90,6 +90,7 @@ from . import lora as lora_mod
 from .atomic import atomic_path, recover_directory, write_json
 from .lapt_blocks import blocks_for, file_sha256
 from .lapt_loss import causal_lm_loss
+from .logs import without_run_values
 
 
 @dataclass(frozen=True)
@@ -914,7 +915,9 @@ def _write_output(model: Any, tokenizer: Any, summary: dict[str, Any], out_dir: 
         tokenizer.save_pretrained(tmp)
         if not any(tmp.glob("*.safetensors")):
             raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
-        write_json(tmp / "lapt.json", summary)
+        # timings and this run's share stay in metrics.jsonl and the log: a resumed or
+        # repeated run writes the same bytes
+        write_json(tmp / "lapt.json", without_run_values(summary))
 
 
 # ---------------------------------------------------------------- multi-process entry point

@@ -52,7 +52,8 @@ class Timer:
 
 #: Keys of run-to-run values (wall-clock times, throughput, thread counts). Jobs log them;
 #: artifacts never hold them, so the same config gives byte-identical files.
-RUN_VALUES = frozenset({"seconds", "elapsed_s", "tokens_per_second", "threads"})
+RUN_VALUES = frozenset({"seconds", "elapsed_s", "tokens_per_second", "tokens_per_s", "eta_s",
+                        "threads", "peak_memory_bytes", "sequences_this_run"})
 
 
 def without_run_values(stats: Any) -> Any:
