@@ -69,9 +69,7 @@ def fasttext_word_bin(lang):
 
 
 def all_coverage():
-    return sorted(
-        {f"{RESULTS}/overlap/{s}/{t}.coverage.json" for _, s, t in PAIRS}
-    )
+    return sorted({f"{RESULTS}/overlap/{s}/{t}.coverage.json" for _, s, t in PAIRS})
 
 
 def all_neighbors():
@@ -203,8 +201,9 @@ def blocks_file(w, text):
 def blocks_tokenizer(w):
     # Every method of a (language, source, target) writes the same tokenizer; the first
     # selected one lends it (the trainer checks each run's tokenizer hash against it).
-    method = next(r.method for r in LAPT_RUNS
-                  if (r.lang, r.source, r.target) == (w.lang, w.source, w.target))
+    method = next(
+        r.method for r in LAPT_RUNS if (r.lang, r.source, r.target) == (w.lang, w.source, w.target)
+    )
     return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{method}"
 
 
@@ -233,8 +232,7 @@ def all_lapt():
 
 def all_lapt_metrics():
     return [
-        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.metrics.jsonl"
-        for r in LAPT_RUNS
+        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.metrics.jsonl" for r in LAPT_RUNS
     ]
 
 
@@ -268,7 +266,8 @@ def eval_checkpoint(w):
         return model_dir(w.source)
     if stage == "lapt":
         return rules.lapt.output.model.format(
-            lang=w.lang, source=w.source, target=w.target, method=w.method)
+            lang=w.lang, source=w.source, target=w.target, method=w.method
+        )
     return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}"
 
 
@@ -290,9 +289,13 @@ def eval_inputs(w):
 
 def eval_meta(w):
     stage = w.get("stage", "source")
-    return {"stage": stage, "lang": w.lang, "source": w.source,
-            "target": w.target if stage != "source" else None,
-            "method": w.method if stage != "source" else None}
+    return {
+        "stage": stage,
+        "lang": w.lang,
+        "source": w.source,
+        "target": w.target if stage != "source" else None,
+        "method": w.method if stage != "source" else None,
+    }
 
 
 def eval_specs(w):
@@ -375,10 +378,16 @@ def report_output(name):
             labels={"table": str(number), "format": kind},
         )
     if name == "figure2":
-        return report(path, caption="../report/figure2.rst", category="Paper figures",
-                      labels={"figure": "2"})
-    return report(path, caption="../report/report_md.rst", category="Paper tables",
-                  subcategory="All tables (report.md)", labels={"table": "all", "format": "Markdown"})
+        return report(
+            path, caption="../report/figure2.rst", category="Paper figures", labels={"figure": "2"}
+        )
+    return report(
+        path,
+        caption="../report/report_md.rst",
+        category="Paper tables",
+        subcategory="All tables (report.md)",
+        labels={"table": "all", "format": "Markdown"},
+    )
 
 
 def all_report():
@@ -440,7 +449,11 @@ def all_downloads():
     used_models = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
     files = [model_dir(m) for m in HUB_MODELS if m in used_models]
     files += sorted(
-        {fasttext_word_bin(l) for l in vectors if LANGS[l].get("fasttext", {}).get("type") == "crawl"}
+        {
+            fasttext_word_bin(l)
+            for l in vectors
+            if LANGS[l].get("fasttext", {}).get("type") == "crawl"
+        }
     )
     files += [wikipedia_sentences_file(l) for l in WIKIPEDIA_LANGS if l in corpora]
     files += muse_dictionaries()

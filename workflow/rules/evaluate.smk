@@ -3,6 +3,7 @@
 # miniature world's benchmarks as local lm-eval tasks, held-out loss of LAPT checkpoints
 # and tokenizer statistics. Which checkpoints: embtransfer.evaluation.catalog.evaluated_runs.
 
+
 wildcard_constraints:
     task=wildcard_alternatives(EVAL_CATALOG),
     stage="transfer|lapt",
@@ -107,7 +108,8 @@ use rule zeroshot as intrinsic_lapt with:
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:
         model=lambda w: rules.lapt.output.model.format(
-            lang=w.lang, source=w.source, target=w.target, method=w.method),
+            lang=w.lang, source=w.source, target=w.target, method=w.method
+        ),
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
         f"{RESULTS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.json",

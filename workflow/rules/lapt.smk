@@ -47,5 +47,3 @@ rule lapt:
         f"{LOGS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     script:
         "../scripts/lapt.py"
-
-

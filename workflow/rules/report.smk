@@ -32,5 +32,3 @@ rule report:
         f"{LOGS}/report/report.log",
     script:
         "../scripts/report.py"
-
-

@@ -1,6 +1,7 @@
 # SALT's regression (GPU-declared), aligned static vectors (WECHSEL, OFA), every
 # method's transferred checkpoint, and the zero-shot comparison before training.
 
+
 wildcard_constraints:
     method=wildcard_alternatives(METHOD_CATALOG),
 
@@ -44,7 +45,8 @@ rule aligned_vectors:
         # the tokenizers only for aligned.token_strings: decode
         tokenizers=lambda w: (
             [tokenizer_dir(w.source), tokenizer_dir(w.target)]
-            if config["aligned"]["token_strings"] == "decode" else []
+            if config["aligned"]["token_strings"] == "decode"
+            else []
         ),
     output:
         f"{RESULTS}/aligned/{{lang}}/{{source}}/{{target}}.safetensors",
