@@ -8,6 +8,9 @@ RESULTS = "results"
 # point a profile's overrides or this variable at it).
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "cpu.yaml")
 LOGS = "results/logs"
+# Snakemake's `benchmark:` files of the heavy jobs (wall time, peak memory, I/O as TSV):
+# run-dependent like the logs, so beside them (not results/benchmarks/, the world's tasks).
+BENCHMARKS = f"{LOGS}/benchmark"
 MODELS = config["models"]
 PAIRS = target_pairs(config)
 

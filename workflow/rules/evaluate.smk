@@ -62,6 +62,8 @@ if EVAL_TASKS and EVAL["jobs"] == "checkpoint":
             CONDA_ENV
         log:
             f"{LOGS}/eval/{CKPT}.log",
+        benchmark:
+            f"{BENCHMARKS}/evaluate/{CKPT}.tsv"
         script:
             "../scripts/evaluate.py"
 
@@ -70,6 +72,8 @@ if EVAL_TASKS and EVAL["jobs"] == "checkpoint":
             [f"{RESULTS}/eval/{SRC}/{task}.json" for task in EVAL_TASKS],
         log:
             f"{LOGS}/eval/{SRC}.log",
+        benchmark:
+            f"{BENCHMARKS}/evaluate/{SRC}.tsv"
 
 elif EVAL_TASKS:
     # One job per (checkpoint, task).
@@ -93,6 +97,8 @@ elif EVAL_TASKS:
             CONDA_ENV
         log:
             f"{LOGS}/eval/{CKPT}/{{task}}.log",
+        benchmark:
+            f"{BENCHMARKS}/evaluate/{CKPT}/{{task}}.tsv"
         script:
             "../scripts/evaluate.py"
 
@@ -101,6 +107,8 @@ elif EVAL_TASKS:
             f"{RESULTS}/eval/{SRC}/{{task}}.json",
         log:
             f"{LOGS}/eval/{SRC}/{{task}}.log",
+        benchmark:
+            f"{BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
 
 
 use rule zeroshot as intrinsic_lapt with:

@@ -45,5 +45,7 @@ rule lapt:
         CONDA_ENV
     log:
         f"{LOGS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+    benchmark:
+        f"{BENCHMARKS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/lapt.py"

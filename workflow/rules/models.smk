@@ -50,6 +50,8 @@ rule pretrain_model:
         CONDA_ENV
     log:
         f"{LOGS}/models/{{model}}.log",
+    benchmark:
+        f"{BENCHMARKS}/pretrain_model/{{model}}.tsv"
     script:
         "../scripts/pretrain_model.py"
 

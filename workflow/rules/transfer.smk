@@ -31,6 +31,8 @@ rule salt_regression:
         CONDA_ENV
     log:
         f"{LOGS}/regression/{{lang}}/{{source}}/{{target}}/projected.log",
+    benchmark:
+        f"{BENCHMARKS}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/salt_regression.py"
 
@@ -82,6 +84,8 @@ rule transfer:
         CONDA_ENV
     log:
         f"{LOGS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+    benchmark:
+        f"{BENCHMARKS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/transfer.py"
 
