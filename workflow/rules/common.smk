@@ -101,6 +101,8 @@ def corpus_inputs(wildcards):
 
 
 # --- models (models.smk) -------------------------------------------------------------------
+from embtransfer.pinning import pin_config_file
+
 MINI_MODELS = models_of_type(config, "mini")
 HUB_MODELS = models_of_type(config, "hub")
 

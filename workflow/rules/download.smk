@@ -77,8 +77,9 @@ rule fetch_muse_dictionary:
         "../scripts/download_dictionary.py"
 
 
-# lm-eval datasets: the datasets of the config's stock (and shipped) lm-eval tasks, saved as JSON lines under
-# evaluation.datasets_dir (embtransfer.evaluation.datasets), where evaluation jobs read them.
+# lm-eval datasets: the datasets of the config's stock (and shipped) lm-eval tasks, saved
+# as JSON lines under evaluation.datasets_dir (embtransfer.evaluation.datasets), where
+# evaluation jobs read them.
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR
 
 
