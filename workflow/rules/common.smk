@@ -400,6 +400,7 @@ def all_report():
 
 
 # --- downloads (download.smk) --------------------------------------------------------------
+from embtransfer.download import needed_languages
 from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
 
 NLTK_DIR = "resources/nltk_data"
@@ -435,22 +436,8 @@ def lm_eval_downloads():
     return rules.fetch_lm_eval_datasets.output if LM_EVAL_STOCK or LM_EVAL_SHIPPED else []
 
 
-def needed_languages():
-    """(corpus languages, word-vector languages) the config's DAG reads, for download_all."""
-    targets = set(config["targets"])
-    aligned = bool({"wechsel", "ofa"} & set(config["transfer"]["methods"]))
-    vectors = set(targets) if ("word" in config["neighbors"]["vectors"] or aligned) else set()
-    if aligned:
-        vectors.add(config["source_language"])
-    corpora = set(targets)
-    replay = (config.get("lapt") or {}).get("replay")
-    if replay and (config["lapt"].get("enabled", True)):
-        corpora.add(replay.get("language") or config["source_language"])
-    return corpora, vectors
-
-
 def all_downloads():
-    corpora, vectors = needed_languages()
+    corpora, vectors = needed_languages(config)
     used_models = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
     files = [model_dir(m) for m in HUB_MODELS if m in used_models]
     files += sorted(
