@@ -1,6 +1,7 @@
 # Set-up and the two everyday commands. Everything runs inside .venv.
 #   make run    set up, then run the default workflow (the miniature world) end to end
-#   make test   set up (also the reference packages' .venv-ref), fetch the test fixtures, then run the test suite
+#   make test   set up (also the reference packages' .venv-ref), fetch the test fixtures, lint
+#               (make lint: ruff, snakefmt --check, snakemake --lint), then run the test suite
 #   make bench  print the benchmark figures
 #   make jobs   print the number of jobs each shipped config plans (the README's figures)
 #   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
@@ -46,8 +47,7 @@ run: setup
 fixtures: setup
 	$(BIN)/python tests/fixtures/tokenizers/fetch.py
 
-test: setup slurm reference-env fixtures
-	$(BIN)/ruff check workflow tests benchmarks
+test: setup slurm reference-env fixtures lint
 	$(BIN)/pytest -q
 
 # The SLURM client and daemons for the real-cluster test (tests/test_slurm.py starts a
@@ -91,8 +91,17 @@ bench: setup
 bench-real: setup fixtures
 	nice $(BIN)/python benchmarks/bench_real.py
 
+# ruff on the Python; snakefmt and Snakemake's own linter on the rule files and the
+# Snakefile, with each shipped config (rules differ by config). `snakemake --lint`
+# exits 1 on any finding.
 lint: setup
 	$(BIN)/ruff check workflow tests benchmarks
+	$(BIN)/snakefmt --check workflow Snakefile
+	@for c in $(JOB_CONFIGS); do \
+	  echo "snakemake --lint --configfile $$c"; \
+	  HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	    $(BIN)/snakemake --lint --configfile $$c || exit 1; \
+	done
 
 clean:
 	rm -rf results .snakemake

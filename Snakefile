@@ -11,7 +11,6 @@ from snakemake.exceptions import WorkflowError
 from embtransfer import codehash
 from embtransfer.config import ConfigError, validate_config
 
-
 # The default config (the miniature world) unless one is given with --configfile: a grid
 # such as config/paper_salt.yaml replaces it rather than being merged into it.
 if not workflow.config_settings.configfiles:
@@ -48,6 +47,8 @@ onstart:
         check_slurm_run(workflow)
     except SlurmProfileError as err:
         raise WorkflowError(str(err)) from None
+
+
 # --- end SLURM profile check ---
 
 

@@ -362,3 +362,25 @@ def test_download_all_plans_every_download_and_fails_offline_naming_the_rule(tmp
     log = (workdir / "results" / "logs" / "models" / "gbert.log").read_text()
     assert "'gbert'" in log and "deepset/gbert-base" in log and "fetch_model" in log
     assert not (workdir / "resources" / "models" / "gbert").exists()
+
+
+def _languages_config(methods, vectors, lapt=None):
+    return {"targets": {"ar": ["gpt2_ar"], "vi": ["gpt2_vi"]}, "source_language": "en",
+            "transfer": {"methods": methods}, "neighbors": {"vectors": vectors}, "lapt": lapt}
+
+
+@pytest.mark.parametrize(("methods", "vectors", "lapt", "corpora", "word_vectors"), [
+    (["focus"], ["token"], None, {"ar", "vi"}, set()),
+    (["salt"], ["word", "token"], None, {"ar", "vi"}, {"ar", "vi"}),
+    # the aligned methods read the source language's word vectors too
+    (["ofa"], ["token"], None, {"ar", "vi"}, {"ar", "vi", "en"}),
+    (["random", "wechsel"], ["word"], None, {"ar", "vi"}, {"ar", "vi", "en"}),
+    # replay text: its language, else the source language; none when LAPT is off
+    (["salt"], ["token"], {"replay": {"language": "de"}}, {"ar", "vi", "de"}, set()),
+    (["salt"], ["token"], {"replay": {"language": None}}, {"ar", "vi", "en"}, set()),
+    (["salt"], ["token"], {"enabled": False, "replay": {"language": "de"}}, {"ar", "vi"}, set()),
+])
+def test_needed_languages_are_the_corpora_and_vectors_the_dag_reads(
+        methods, vectors, lapt, corpora, word_vectors):
+    config = _languages_config(methods, vectors, lapt)
+    assert download.needed_languages(config) == (corpora, word_vectors)

@@ -1,4 +1,5 @@
 """The paper grid configs plan the whole grid: a dry run, no network, counts per rule.
+So does .test/config.yaml, the small miniature-world config that plans every compute rule.
 
 The expected job count of every rule is computed here from the config itself
 (not from the workflow's helpers), and the GPU rules must carry their GPUs.
@@ -59,6 +60,11 @@ def expected_jobs(config: dict) -> dict[str, int]:
     stages = set(evaluation.get("stages", ["source", "transfer", "lapt"]))
     runs = lapt_runs(config)
     hub = [m for m in models if config["models"][m]["type"] == "hub"]
+    # miniature models: trained here on their language's corpus mixed with their `mix` shares
+    mini = [config["models"][m] for m in models if config["models"][m]["type"] == "mini"]
+    corpora = set(targets) | {s["language"] for s in mini} | {
+        lang for s in mini for lang in s.get("mix") or {}}
+    world_tasks = [k for k in evaluation.get("tasks", []) if CATALOG[k].source == "world"]
     dictionaries = {langs[lang]["dictionary"]["path"] for lang in targets
                     if aligned and langs[lang].get("dictionary", {}).get("type") == "file"}
     wiki = [lang for lang in targets if langs[lang]["corpus"]["type"] == "wikipedia"]
@@ -69,7 +75,12 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "fetch_fasttext_crawl": len({langs[lang]["fasttext"].get("code", lang)
                                      for lang in word_langs if ft_type[lang] == "crawl"}),
         "fetch_muse_dictionary": len([d for d in dictionaries if "dictionaries/muse/" in d]),
-        "corpus": len(targets),
+        "world": 1 if any(langs[lang]["corpus"]["type"] == "mini" for lang in corpora) else 0,
+        "corpus": len(corpora),
+        "mix_corpus": len([s for s in mini if s.get("mix")]),
+        "train_tokenizer": len(mini),
+        "pretrain_model": len(mini),
+        "world_benchmarks": len(targets) if world_tasks else 0,
         "fasttext_word": len([lang for lang in word_langs if ft_type[lang] == "train"]),
         "vocab": len(models),
         "overlap": len(sources) * len(plms),
@@ -100,6 +111,19 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "all": 1,
     }
     return {rule: n for rule, n in jobs.items() if n}
+
+
+def dry_run(workdir: Path, configfile: Path, *args: str) -> str:
+    """Snakemake's output of a dry run of ``configfile`` (offline), asserting it succeeds."""
+    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"), **OFFLINE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--directory", str(workdir),
+         "--snakefile", str(workdir / "Snakefile"), "--configfile", str(configfile), *args],
+        capture_output=True, text=True, env=env, cwd=workdir,
+    )
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    return text
 
 
 def job_resources(text: str) -> dict[str, list[str]]:
@@ -136,17 +160,9 @@ def test_paper_config_plans_the_whole_grid(workdir, name):
                 if key in spec["corpus"]:
                     (workdir / spec["corpus"][key]).parent.mkdir(parents=True, exist_ok=True)
                     (workdir / spec["corpus"][key]).touch()
-    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"), **OFFLINE)
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--directory", str(workdir),
-         "--snakefile", str(workdir / "Snakefile"),
-         "--configfile", str(workdir / "config" / f"{name}.yaml")],
-        capture_output=True, text=True, env=env, cwd=workdir,
-    )
+    text = dry_run(workdir, workdir / "config" / f"{name}.yaml")
     seconds = time.monotonic() - started
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 0, text[-4000:]
     total = sum(job_stats(text).values())
     print(f"\n{name}: dry run {seconds:.1f} s, {total} jobs")
     assert job_stats(text) == expected_jobs(config)
@@ -165,3 +181,20 @@ def test_paper_config_plans_the_whole_grid(workdir, name):
     # Without a GPU to declare, CPU rules ask for none.
     for rule in ("transfer", "neighbors", "vocab"):
         assert not any("gpu=" in line for line in resources.get(rule, [])), rule
+
+
+# Rules that only gather targets or download (the test config's world needs no download).
+NOT_COMPUTE = {"all", "neighbors_only", "evaluation", "download_all"}
+
+
+def test_the_test_config_plans_every_compute_rule(workdir):
+    configfile = REPO / ".test" / "config.yaml"
+    config = yaml.safe_load(configfile.read_text())
+    text = dry_run(workdir, configfile)
+    planned = job_stats(text)
+    assert planned == expected_jobs(config)
+    # every rule of the workflow is exercised, bar the targets and the downloads
+    rules = set(dry_run(workdir, configfile, "--list-rules").split())
+    compute = {r for r in rules if r not in NOT_COMPUTE and not r.startswith("fetch_")}
+    assert "salt_regression" in compute and "pretrain_model" in compute
+    assert compute - set(planned) == set()

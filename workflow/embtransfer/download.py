@@ -69,6 +69,25 @@ def refuse_offline(what: str, rule: str, target: str | None = None) -> None:
         )
 
 
+def needed_languages(config: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(corpus languages, word-vector languages) whose files a validated config's DAG reads.
+
+    Corpora: every target language, and the LAPT replay text's (the source language when
+    its `language` is null). Word vectors: the targets' when word neighbours are used or an
+    aligned method (WECHSEL, OFA) is selected; the aligned methods also read the source's.
+    """
+    targets = set(config["targets"])
+    aligned = bool({"wechsel", "ofa"} & set(config["transfer"]["methods"]))
+    vectors = set(targets) if ("word" in config["neighbors"]["vectors"] or aligned) else set()
+    if aligned:
+        vectors.add(config["source_language"])
+    corpora = set(targets)
+    replay = (config.get("lapt") or {}).get("replay")
+    if replay and config["lapt"].get("enabled", True):
+        corpora.add(replay.get("language") or config["source_language"])
+    return corpora, vectors
+
+
 def download_url(
     url: str,
     dest: str | os.PathLike,

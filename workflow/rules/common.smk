@@ -1,4 +1,6 @@
-# Path helpers and wildcard constraints shared by every stage.
+# The constants, input functions and path helpers of every stage, in pipeline order
+# (Snakemake's convention: rule files hold rules only; this file is included first).
+# A function here runs when the rules call it, so it may name constants of any section.
 from embtransfer.config import models_of_type, target_pairs, wildcard_alternatives
 
 RESULTS = "results"
@@ -6,6 +8,9 @@ RESULTS = "results"
 # point a profile's overrides or this variable at it).
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "cpu.yaml")
 LOGS = "results/logs"
+# Snakemake's `benchmark:` files of the heavy jobs (wall time, peak memory, I/O as TSV):
+# run-dependent like the logs, so beside them (not results/benchmarks/, the world's tasks).
+BENCHMARKS = f"{LOGS}/benchmark"
 MODELS = config["models"]
 PAIRS = target_pairs(config)
 
@@ -67,9 +72,7 @@ def fasttext_word_bin(lang):
 
 
 def all_coverage():
-    return sorted(
-        {f"{RESULTS}/overlap/{s}/{t}.coverage.json" for _, s, t in PAIRS}
-    )
+    return sorted({f"{RESULTS}/overlap/{s}/{t}.coverage.json" for _, s, t in PAIRS})
 
 
 def all_neighbors():
@@ -82,3 +85,369 @@ def all_neighbors():
 
 def all_regression_inputs():
     return [f"{RESULTS}/regression/{lang}/{s}/{t}/inputs.json" for lang, s, t in PAIRS]
+
+
+# --- corpora (data.smk) --------------------------------------------------------------------
+
+
+def corpus_inputs(wildcards):
+    spec = config["languages"][wildcards.lang]["corpus"]
+    if spec["type"] == "mini":
+        return {"world": rules.world.output[0]}
+    if spec["type"] == "local":
+        return {k: spec[k] for k in ("train", "valid") if spec.get(k)}
+    # wikipedia: the sentences the local rule fetch_wikipedia (download.smk) wrote.
+    return {"sentences": wikipedia_sentences_file(wildcards.lang)}
+
+
+# --- models (models.smk) -------------------------------------------------------------------
+from embtransfer.pinning import pin_config_file
+
+MINI_MODELS = models_of_type(config, "mini")
+HUB_MODELS = models_of_type(config, "hub")
+
+
+def pin_revisions(log):
+    # Write the commits the downloads recorded back into the --configfile files
+    # (embtransfer/pinning.py), so the grid is frozen from its first download on.
+    if not HUB_MODELS:
+        return
+    for path in workflow.config_settings.configfiles:
+        for line in pin_config_file(path, "resources/models"):
+            print(f"{path}: {line}", file=sys.stderr)
+
+
+def tokenizer_spec(model):
+    # Only what shapes the tokenizer: a change of architecture or training
+    # budget must not retrain it (and rerun every vocabulary stage after it).
+    return {k: MODELS[model][k] for k in ("family", "tokenizer", "language", "mix")}
+
+
+# --- fastText (fasttext.smk) ---------------------------------------------------------------
+
+
+def fasttext_bin(wildcards):
+    if wildcards.vectors == "word":
+        return fasttext_word_bin(wildcards.lang)
+    return f"{RESULTS}/fasttext/{wildcards.lang}/token/{wildcards.model}.bin"
+
+
+# --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
+from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs
+
+TRANSFER = config["transfer"]
+
+
+def method_options(method):
+    return TRANSFER["options"].get(method, {})
+
+
+def salt_vectors():
+    return method_options("salt").get("vectors", "word")
+
+
+def transfer_code(wildcards):
+    # The script, and only the module of this method: editing SALT reruns SALT's jobs.
+    method_module = f"embtransfer.methods.{METHOD_CATALOG[wildcards.method]['module']}"
+    return script_hash("transfer.py") + codehash.code_hash(method_module)
+
+
+def dictionary_input(lang):
+    spec = config["languages"][lang].get("dictionary", {"type": "world"})
+    return spec["path"] if spec["type"] == "file" else rules.world.output[0]
+
+
+def transfer_inputs(w):
+    needs = method_needs(w.method, method_options(w.method))
+    inputs = {
+        "source": model_dir(w.source),
+        "target_tokenizer": tokenizer_dir(w.target),
+        "source_vocab": f"{RESULTS}/vocab/{w.source}.parquet",
+        "target_vocab": f"{RESULTS}/vocab/{w.target}.parquet",
+        "overlap": f"{RESULTS}/overlap/{w.source}/{w.target}.parquet",
+    }
+    for kind in ("word", "token"):
+        if f"neighbors_{kind}" in needs:
+            inputs[f"neighbors_{kind}"] = (
+                f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{kind}.parquet"
+            )
+    if "plm" in needs:
+        inputs["plm"] = model_dir(w.target)
+    if "regression" in needs:
+        inputs["projected"] = rules.salt_regression.output.tensors.format(**w)
+    if "aligned" in needs:
+        inputs["aligned"] = rules.aligned_vectors.output[0].format(**w)
+    if "source_tokenizer" in needs:
+        inputs["source_tokenizer"] = tokenizer_dir(w.source)
+    return inputs
+
+
+def all_zeroshot():
+    files = [
+        f"{RESULTS}/zeroshot/{lang}/{s}/{t}/{m}.json"
+        for lang, s, t in PAIRS
+        for m in TRANSFER["methods"]
+    ]
+    files += sorted({f"{RESULTS}/zeroshot/{lang}/{s}/source_model.json" for lang, s, _ in PAIRS})
+    return files
+
+
+# --- LAPT (lapt.smk) -----------------------------------------------------------------------
+from embtransfer.grid import lapt_runs
+
+LAPT = config["lapt"]
+LAPT_RUNS = lapt_runs(config)
+
+
+def blocks_file(w, text):
+    return f"{RESULTS}/lapt_blocks/{w.lang}/{w.source}/{w.target}/{text}.npy"
+
+
+def blocks_tokenizer(w):
+    # Every method of a (language, source, target) writes the same tokenizer; the first
+    # selected one lends it (the trainer checks each run's tokenizer hash against it).
+    method = next(
+        r.method for r in LAPT_RUNS if (r.lang, r.source, r.target) == (w.lang, w.source, w.target)
+    )
+    return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{method}"
+
+
+def blocks_text(w):
+    if w.text == "replay":
+        return corpus_file(LAPT["replay"]["language"], "train")
+    return corpus_file(w.lang, w.text)
+
+
+def lapt_inputs(w):
+    inputs = {
+        "model": f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}",
+        "train": blocks_file(w, "train"),
+        "valid": blocks_file(w, "valid"),
+    }
+    if LAPT.get("replay"):
+        inputs["replay"] = blocks_file(w, "replay")
+    return inputs
+
+
+def all_lapt():
+    return [
+        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}" for r in LAPT_RUNS
+    ] + all_lapt_metrics()
+
+
+def all_lapt_metrics():
+    return [
+        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.metrics.jsonl" for r in LAPT_RUNS
+    ]
+
+
+# --- evaluation (evaluate.smk) -------------------------------------------------------------
+from embtransfer.evaluation.catalog import (
+    CATALOG as EVAL_CATALOG,
+    evaluated_runs,
+    evaluated_sources,
+    shipped_tasks_hash,
+    spec_dicts,
+    world_task_keys,
+)
+
+EVAL = config["evaluation"]
+EVAL_TASKS = EVAL["tasks"]
+EVAL_WORLD = bool(world_task_keys(config))
+EVAL_RUNS = {stage: evaluated_runs(config, stage) for stage in ("transfer", "lapt")}
+
+
+def eval_code():
+    code = script_hash("evaluate.py")
+    if any(EVAL_CATALOG[k].source == "shipped" for k in EVAL_TASKS):
+        # The shipped task configs are code too (their scoring is the runner's).
+        code += shipped_tasks_hash()
+    return code
+
+
+def eval_checkpoint(w):
+    stage = w.get("stage", "source")
+    if stage == "source":
+        return model_dir(w.source)
+    if stage == "lapt":
+        return rules.lapt.output.model.format(
+            lang=w.lang, source=w.source, target=w.target, method=w.method
+        )
+    return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}"
+
+
+def hub_datasets(keys):
+    # Stock and shipped tasks read their datasets from evaluation.datasets_dir, which the
+    # local download rule fills (download.smk), so compute jobs run offline.
+    if any(EVAL_CATALOG[k].source != "world" for k in keys):
+        return {"datasets": rules.fetch_lm_eval_datasets.output[0]}
+    return {}
+
+
+def eval_inputs(w):
+    inputs = {"model": eval_checkpoint(w)}
+    keys = [w.task] if "task" in w.keys() else EVAL_TASKS
+    if any(EVAL_CATALOG[k].source == "world" for k in keys):
+        inputs["benchmarks"] = f"{RESULTS}/benchmarks/{w.lang}"
+    return inputs | hub_datasets(keys)
+
+
+def eval_meta(w):
+    stage = w.get("stage", "source")
+    return {
+        "stage": stage,
+        "lang": w.lang,
+        "source": w.source,
+        "target": w.target if stage != "source" else None,
+        "method": w.method if stage != "source" else None,
+    }
+
+
+def eval_specs(w):
+    return spec_dicts(config, w.lang, [w.task] if "task" in w.keys() else None)
+
+
+def tokenizer_stats_models(lang):
+    """model -> role (source/target) of the tokenizers compared on ``lang``'s eval sets."""
+    models = {s: "source" for s in config["sources"]}
+    models.update({t: "target" for t in config["targets"][lang]})
+    return models
+
+
+def tokenizer_stats_inputs(w):
+    inputs = {
+        "tokenizers": [tokenizer_dir(m) for m in tokenizer_stats_models(w.lang)],
+        "valid": corpus_file(w.lang, "valid"),
+    }
+    if EVAL_WORLD:
+        inputs["benchmarks"] = f"{RESULTS}/benchmarks/{w.lang}"
+    return inputs | hub_datasets(EVAL_TASKS)
+
+
+def all_evaluation():
+    """The lm-eval result JSONs (the report's inputs): every evaluated checkpoint x task."""
+    files = [
+        f"{RESULTS}/eval/{stage}/{r.lang}/{r.source}/{r.target}/{r.method}/{task}.json"
+        for stage, runs in EVAL_RUNS.items()
+        for r in runs
+        for task in EVAL_TASKS
+    ]
+    files += [
+        f"{RESULTS}/eval/source/{lang}/{source}/{task}.json"
+        for lang, source in evaluated_sources(config)
+        for task in EVAL_TASKS
+    ]
+    return files
+
+
+def all_intrinsic():
+    """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
+    files = []
+    if EVAL["intrinsic"]:
+        files += [
+            f"{RESULTS}/intrinsic/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.json"
+            for r in EVAL_RUNS["lapt"]
+        ]
+    if EVAL["tokenizer_stats"]:
+        files += [f"{RESULTS}/intrinsic/tokenizers/{lang}.json" for lang in config["targets"]]
+    return files
+
+
+# --- report (report.smk) -------------------------------------------------------------------
+from embtransfer.report.build import output_names
+
+REPORT_DIR = f"{RESULTS}/report"
+REPORT_OUTPUTS = output_names(REPORT_DIR)
+REPORT_SUBCATEGORIES = {
+    1: "Table 1: knowledge",
+    2: "Table 2: reading comprehension",
+    3: "Table 3: cross-lingual",
+    4: "Table 4: target-PLM architectures",
+    5: "Table 5: eval loss during LAPT",
+    6: "Table 6: vocabulary overlap",
+    8: "Table 8: final training loss",
+}
+
+
+def report_output(name):
+    """An output of the report rule, registered for snakemake --report with its caption."""
+    path = REPORT_OUTPUTS[name]
+    if name.startswith("table"):
+        number = int(name[len("table") : name.index("_")])
+        kind = "Markdown" if name.endswith("_md") else "CSV"
+        return report(
+            path,
+            caption=f"../report/table{number}.rst",
+            category="Paper tables",
+            subcategory=REPORT_SUBCATEGORIES[number],
+            labels={"table": str(number), "format": kind},
+        )
+    if name == "figure2":
+        return report(
+            path, caption="../report/figure2.rst", category="Paper figures", labels={"figure": "2"}
+        )
+    return report(
+        path,
+        caption="../report/report_md.rst",
+        category="Paper tables",
+        subcategory="All tables (report.md)",
+        labels={"table": "all", "format": "Markdown"},
+    )
+
+
+def all_report():
+    return list(REPORT_OUTPUTS.values())
+
+
+# --- downloads (download.smk) --------------------------------------------------------------
+from embtransfer.download import needed_languages
+from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
+
+NLTK_DIR = "resources/nltk_data"
+MUSE_DIR = "resources/dictionaries/muse"
+LANGS = config["languages"]
+WIKIPEDIA_LANGS = sorted(l for l, s in LANGS.items() if s["corpus"]["type"] == "wikipedia")
+CRAWL_CODES = sorted(
+    {
+        s["fasttext"].get("code", l)
+        for l, s in LANGS.items()
+        if s.get("fasttext", {}).get("type") == "crawl"
+    }
+)
+LM_EVAL_STOCK = stock_task_names(config)
+LM_EVAL_SHIPPED = shipped_task_names(config)
+
+
+def wikipedia_sentences_file(lang):
+    return f"resources/wikipedia/{lang}/sentences.txt"
+
+
+def muse_dictionaries():
+    """Dictionary files of the config that live under resources/dictionaries/muse/."""
+    paths = []
+    for spec in LANGS.values():
+        path = spec.get("dictionary", {}).get("path", "")
+        if spec.get("dictionary", {}).get("type") == "file" and path.startswith(f"{MUSE_DIR}/"):
+            paths.append(path)
+    return sorted(set(paths))
+
+
+def lm_eval_downloads():
+    return rules.fetch_lm_eval_datasets.output if LM_EVAL_STOCK or LM_EVAL_SHIPPED else []
+
+
+def all_downloads():
+    corpora, vectors = needed_languages(config)
+    used_models = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
+    files = [model_dir(m) for m in HUB_MODELS if m in used_models]
+    files += sorted(
+        {
+            fasttext_word_bin(l)
+            for l in vectors
+            if LANGS[l].get("fasttext", {}).get("type") == "crawl"
+        }
+    )
+    files += [wikipedia_sentences_file(l) for l in WIKIPEDIA_LANGS if l in corpora]
+    files += muse_dictionaries()
+    files += lm_eval_downloads()
+    return files

@@ -15,16 +15,6 @@ rule world:
         "../scripts/world.py"
 
 
-def corpus_inputs(wildcards):
-    spec = config["languages"][wildcards.lang]["corpus"]
-    if spec["type"] == "mini":
-        return {"world": rules.world.output[0]}
-    if spec["type"] == "local":
-        return {k: spec[k] for k in ("train", "valid") if spec.get(k)}
-    # wikipedia: the sentences the local rule fetch_wikipedia (download.smk) wrote.
-    return {"sentences": wikipedia_sentences_file(wildcards.lang)}
-
-
 rule corpus:
     input:
         unpack(corpus_inputs),

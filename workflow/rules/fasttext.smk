@@ -50,12 +50,6 @@ use rule fasttext_word as fasttext_token with:
         f"{LOGS}/fasttext/{{lang}}/token_{{model}}.log",
 
 
-def fasttext_bin(wildcards):
-    if wildcards.vectors == "word":
-        return fasttext_word_bin(wildcards.lang)
-    return f"{RESULTS}/fasttext/{wildcards.lang}/token/{wildcards.model}.bin"
-
-
 rule token_vectors:
     input:
         vocab=f"{RESULTS}/vocab/{{model}}.parquet",

@@ -1,28 +1,6 @@
 # Language-adaptive continual pre-training of the transferred checkpoints (GPU-declared,
 # resumable: a killed or preempted job restarts from the checkpoint in {method}.work/).
-from embtransfer.grid import lapt_runs
-
-LAPT = config["lapt"]
-LAPT_RUNS = lapt_runs(config)
 LAPT_TEXTS = "train|valid" + ("|replay" if LAPT.get("replay") else "")
-
-
-def blocks_file(w, text):
-    return f"{RESULTS}/lapt_blocks/{w.lang}/{w.source}/{w.target}/{text}.npy"
-
-
-def blocks_tokenizer(w):
-    # Every method of a (language, source, target) writes the same tokenizer; the first
-    # selected one lends it (the trainer checks each run's tokenizer hash against it).
-    method = next(r.method for r in LAPT_RUNS
-                  if (r.lang, r.source, r.target) == (w.lang, w.source, w.target))
-    return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{method}"
-
-
-def blocks_text(w):
-    if w.text == "replay":
-        return corpus_file(LAPT["replay"]["language"], "train")
-    return corpus_file(w.lang, w.text)
 
 
 rule lapt_blocks:
@@ -47,17 +25,6 @@ rule lapt_blocks:
         "../scripts/lapt_blocks.py"
 
 
-def lapt_inputs(w):
-    inputs = {
-        "model": f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}",
-        "train": blocks_file(w, "train"),
-        "valid": blocks_file(w, "valid"),
-    }
-    if LAPT.get("replay"):
-        inputs["replay"] = blocks_file(w, "replay")
-    return inputs
-
-
 rule lapt:
     input:
         unpack(lapt_inputs),
@@ -78,18 +45,7 @@ rule lapt:
         CONDA_ENV
     log:
         f"{LOGS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+    benchmark:
+        f"{BENCHMARKS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/lapt.py"
-
-
-def all_lapt():
-    return [
-        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}" for r in LAPT_RUNS
-    ] + all_lapt_metrics()
-
-
-def all_lapt_metrics():
-    return [
-        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.metrics.jsonl"
-        for r in LAPT_RUNS
-    ]

@@ -1,19 +1,6 @@
 # Models: hub snapshots pinned by revision, or miniature models trained here.
 # Local models (type: local) are read in place and need no rule.
-MINI_MODELS = models_of_type(config, "mini")
-HUB_MODELS = models_of_type(config, "hub")
-
-from embtransfer.pinning import fetch_params, pin_config_file
-
-
-def pin_revisions(log):
-    # Write the commits the downloads recorded back into the --configfile files
-    # (embtransfer/pinning.py), so the grid is frozen from its first download on.
-    if not HUB_MODELS:
-        return
-    for path in workflow.config_settings.configfiles:
-        for line in pin_config_file(path, "resources/models"):
-            print(f"{path}: {line}", file=sys.stderr)
+from embtransfer.pinning import fetch_params
 
 
 onsuccess:
@@ -22,12 +9,6 @@ onsuccess:
 
 onerror:
     pin_revisions(log)
-
-
-def tokenizer_spec(model):
-    # Only what shapes the tokenizer: a change of architecture or training
-    # budget must not retrain it (and rerun every vocabulary stage after it).
-    return {k: MODELS[model][k] for k in ("family", "tokenizer", "language", "mix")}
 
 
 rule train_tokenizer:
@@ -69,6 +50,8 @@ rule pretrain_model:
         CONDA_ENV
     log:
         f"{LOGS}/models/{{model}}.log",
+    benchmark:
+        f"{BENCHMARKS}/pretrain_model/{{model}}.tsv"
     script:
         "../scripts/pretrain_model.py"
 

@@ -1,26 +1,9 @@
 # SALT's regression (GPU-declared), aligned static vectors (WECHSEL, OFA), every
 # method's transferred checkpoint, and the zero-shot comparison before training.
-from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs
-
-TRANSFER = config["transfer"]
 
 
 wildcard_constraints:
     method=wildcard_alternatives(METHOD_CATALOG),
-
-
-def method_options(method):
-    return TRANSFER["options"].get(method, {})
-
-
-def salt_vectors():
-    return method_options("salt").get("vectors", "word")
-
-
-def transfer_code(wildcards):
-    # The script, and only the module of this method: editing SALT reruns SALT's jobs.
-    method_module = f"embtransfer.methods.{METHOD_CATALOG[wildcards.method]['module']}"
-    return script_hash("transfer.py") + codehash.code_hash(method_module)
 
 
 rule salt_regression:
@@ -48,13 +31,10 @@ rule salt_regression:
         CONDA_ENV
     log:
         f"{LOGS}/regression/{{lang}}/{{source}}/{{target}}/projected.log",
+    benchmark:
+        f"{BENCHMARKS}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/salt_regression.py"
-
-
-def dictionary_input(lang):
-    spec = config["languages"][lang].get("dictionary", {"type": "world"})
-    return spec["path"] if spec["type"] == "file" else rules.world.output[0]
 
 
 rule aligned_vectors:
@@ -67,7 +47,8 @@ rule aligned_vectors:
         # the tokenizers only for aligned.token_strings: decode
         tokenizers=lambda w: (
             [tokenizer_dir(w.source), tokenizer_dir(w.target)]
-            if config["aligned"]["token_strings"] == "decode" else []
+            if config["aligned"]["token_strings"] == "decode"
+            else []
         ),
     output:
         f"{RESULTS}/aligned/{{lang}}/{{source}}/{{target}}.safetensors",
@@ -83,31 +64,6 @@ rule aligned_vectors:
         f"{LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/aligned_vectors.py"
-
-
-def transfer_inputs(w):
-    needs = method_needs(w.method, method_options(w.method))
-    inputs = {
-        "source": model_dir(w.source),
-        "target_tokenizer": tokenizer_dir(w.target),
-        "source_vocab": f"{RESULTS}/vocab/{w.source}.parquet",
-        "target_vocab": f"{RESULTS}/vocab/{w.target}.parquet",
-        "overlap": f"{RESULTS}/overlap/{w.source}/{w.target}.parquet",
-    }
-    for kind in ("word", "token"):
-        if f"neighbors_{kind}" in needs:
-            inputs[f"neighbors_{kind}"] = (
-                f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{kind}.parquet"
-            )
-    if "plm" in needs:
-        inputs["plm"] = model_dir(w.target)
-    if "regression" in needs:
-        inputs["projected"] = rules.salt_regression.output.tensors.format(**w)
-    if "aligned" in needs:
-        inputs["aligned"] = rules.aligned_vectors.output[0].format(**w)
-    if "source_tokenizer" in needs:
-        inputs["source_tokenizer"] = tokenizer_dir(w.source)
-    return inputs
 
 
 rule transfer:
@@ -128,6 +84,8 @@ rule transfer:
         CONDA_ENV
     log:
         f"{LOGS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+    benchmark:
+        f"{BENCHMARKS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/transfer.py"
 
@@ -161,16 +119,6 @@ use rule zeroshot as zeroshot_source with:
         f"{RESULTS}/zeroshot/{{lang}}/{{source}}/source_model.json",
     log:
         f"{LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
-
-
-def all_zeroshot():
-    files = [
-        f"{RESULTS}/zeroshot/{lang}/{s}/{t}/{m}.json"
-        for lang, s, t in PAIRS
-        for m in TRANSFER["methods"]
-    ]
-    files += sorted({f"{RESULTS}/zeroshot/{lang}/{s}/source_model.json" for lang, s, _ in PAIRS})
-    return files
 
 
 rule zeroshot_table:
