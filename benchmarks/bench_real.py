@@ -16,15 +16,36 @@ asserts nothing. Stages, each in a fresh process:
    bf16), built from a config and saved.
 5. ``neighbors``: FOCUS's inputs for the German byte-level target: the text
    tokenized, token-level fastText (dim 300, 5 epochs), token vectors, neighbours.
-6. ``transfer``: FOCUS, Mean, Random-copy, Heuristics and Multivariate rows for the
+6. ``wordvec``: SALT's inputs for the same target: word-level fastText on the raw
+   sampled text (dim 300, 5 epochs; stands in for the crawl vectors the paper
+   downloads), word-level token vectors, neighbours; the overlap file.
+7. ``plm``: a German GPT-2-style target PLM with the trained byte-level target
+   tokenizer's vocabulary and GPT-2's hidden size 768 (one layer, random weights,
+   fp32), built from a config and saved with that tokenizer.
+8. ``regression``: the SALT regression (per-token least squares, h_t 768 -> h_s
+   1,152) of every non-shared target token, on the CPU. Neighbour sets are capped at
+   ``--salt-max-neighbors`` (default 64; SALT's ``max_neighbors`` option): the
+   sampled words carry no context, so nearly every token's sparsemax support is
+   degenerate (1,024 neighbours stored), and a 1,024 x 1,024 eigendecomposition per
+   token would take hours on 2 cores, where real neighbour sets hold tens.
+9. ``transfer``: FOCUS, Mean, Random-copy, Heuristics and Multivariate rows for the
    German byte-level target from the source's real-size embedding matrix
    (statistics over the text-token rows only), then the transferred checkpoint.
-7. ``zeroshot``: held-out loss of the transferred checkpoint on 200 lines.
+10. ``salt``: the SALT transfer and checkpoint, through the workflow's own transfer
+    job (:func:`embtransfer.transfer_job.run_transfer_job`, vocabulary replaced).
+11. ``zeroshot``: held-out loss of the transferred (Multivariate) checkpoint on 200 lines.
+12. ``lapt``: 3 LAPT steps (:func:`embtransfer.lapt.train_lapt`; max length 128,
+    micro batch 2 = global batch, chunked vocabulary loss, fp32 on the CPU) on the
+    SALT checkpoint (the target's vocabulary: the paper replaces the source's).
+13. ``lapt_source``: the same 3 steps on the source model itself, with Gemma 3's
+    real 262,208-row vocabulary, where the chunked loss matters.
 
-Not covered yet (issue 11 item 4): word-level fastText, SALT regression (it
-needs target PLMs), OFA and the LAPT steps at this scale.
+Not covered (issue 11 item 4): OFA (it needs source and target fastText aligned
+by a bilingual dictionary; none ships offline), the Arabic and Vietnamese targets
+past the overlap stage, and the other two target families past the overlap stage.
 
     nice python benchmarks/bench_real.py [--work DIR] [--lines 20000] [--stages vocab,...]
+        [--salt-max-neighbors 64] [--lapt-steps 3]
 """
 
 from __future__ import annotations
@@ -42,6 +63,9 @@ REPO = Path(__file__).resolve().parents[1]
 LANGS = ("de", "ar", "vi")
 FAMILIES = ("bytelevel_bpe", "wordpiece", "unigram")
 HIDDEN = 1152
+PLM_HIDDEN = 768  # German GPT-2's (and GPT-2 base's) width
+FASTTEXT = {"model": "cbow", "dim": 300, "epoch": 5, "min_count": 3, "minn": 3, "maxn": 6,
+            "neg": 10, "ws": 5, "lr": 0.05}
 
 
 def gemma3_dir() -> Path:
@@ -150,9 +174,7 @@ def stage_neighbors(work: Path, args: argparse.Namespace) -> str:
     start = time.perf_counter()
     tok = load_tokenizer(work / "de_bytelevel_bpe")
     tokenize_for_fasttext(tok, work / "de.txt", work / "de_tokens.txt")
-    params = {"model": "cbow", "dim": 300, "epoch": 5, "min_count": 3, "minn": 3, "maxn": 6,
-              "neg": 10, "ws": 5, "lr": 0.05}
-    train_fasttext(work / "de_tokens.txt", work / "de_tokens.bin", params, 0, 2)
+    train_fasttext(work / "de_tokens.txt", work / "de_tokens.bin", FASTTEXT, 0, 2)
     out.append(f"fastText (dim 300) {time.perf_counter() - start:.1f} s")
     import fasttext
 
@@ -167,6 +189,95 @@ def stage_neighbors(work: Path, args: argparse.Namespace) -> str:
     out.append(f"token vectors + neighbours {time.perf_counter() - start:.1f} s "
                f"({int(missing.sum())} tokens without a vector)")
     return ", ".join(out)
+
+
+def stage_wordvec(work: Path, args: argparse.Namespace) -> str:
+    """SALT's inputs for the German byte-level target: word-level fastText, neighbours."""
+    from embtransfer.fasttext_vectors import load_fasttext, train_fasttext
+    from embtransfer.fasttext_vectors import token_vectors as vectors_of
+    from embtransfer.neighbors import compute_neighbors, write_neighbors
+    from embtransfer.overlap import compute_overlap, write_overlap
+    from embtransfer.vocab import read_vocab
+
+    start = time.perf_counter()
+    train_fasttext(work / "de.txt", work / "de_words.bin", FASTTEXT, 0, 2)
+    out = [f"fastText (dim {FASTTEXT['dim']}, {FASTTEXT['epoch']} epochs) "
+           f"{time.perf_counter() - start:.1f} s"]
+    start = time.perf_counter()
+    target = read_vocab(work / "de_bytelevel_bpe.parquet")
+    vectors, missing = vectors_of(load_fasttext(work / "de_words.bin"), target, "word")
+    pairs = compute_overlap(read_vocab(work / "gemma3.parquet"), target)
+    write_overlap(pairs, work / "de_overlap.parquet")
+    table, stats = compute_neighbors(vectors, missing, pairs["target_id"].to_numpy(),
+                                     pairs["source_id"].to_numpy(), threads=2)
+    write_neighbors(table, stats, work / "de_neighbors_word.parquet")
+    out.append(f"token vectors + neighbours {time.perf_counter() - start:.1f} s "
+               f"({int(missing.sum())} tokens without a vector, {stats['degenerate']} "
+               f"degenerate rows, support {stats.get('support')})")
+    return ", ".join(out)
+
+
+def stage_plm(work: Path, args: argparse.Namespace) -> str:
+    """German GPT-2-style target PLM: the byte-level target's vocabulary, width 768."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from embtransfer.models import check_tokenizer_model_agreement, load_tokenizer
+
+    tok = load_tokenizer(work / "de_bytelevel_bpe")
+    config = GPT2Config(vocab_size=len(tok), n_embd=PLM_HIDDEN, n_layer=1, n_head=12,
+                        n_positions=1024, bos_token_id=tok.bos_token_id,
+                        eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(work / "plm_de")
+    tok.save_pretrained(work / "plm_de")
+    check_tokenizer_model_agreement(work / "plm_de", work / "plm_de")
+    params = sum(p.numel() for p in model.parameters())
+    return f"{config.vocab_size} x {PLM_HIDDEN}, {params / 1e6:.0f}M parameters"
+
+
+def stage_regression(work: Path, args: argparse.Namespace) -> str:
+    """SALT step 4 as ``workflow/scripts/salt_regression.py`` runs it, on the CPU."""
+    import torch
+
+    from embtransfer.methods.base import Neighbors
+    from embtransfer.models import load_embeddings
+    from embtransfer.neighbors import read_neighbors
+    from embtransfer.regression import salt_project, write_projection
+
+    # One thread: on 2 cores shared with other work, two threads spin-wait on the many
+    # small batched eigendecompositions (measured 0.87 s vs 0.04 s per batch of 17 64x64).
+    torch.set_num_threads(1)
+    table, _ = read_neighbors(work / "de_neighbors_word.parquet")
+    source = load_embeddings(work / "source")
+    plm = load_embeddings(work / "plm_de")
+    matrices = {"input": source.input}
+    if source.output is not None:
+        matrices["output"] = source.output
+    result = salt_project(plm.input, matrices, Neighbors.from_table(table), device="cpu",
+                          max_neighbors=args.salt_max_neighbors)
+    write_projection(result, work / "de_projected.safetensors", work / "de_projected.json")
+    stats = result["stats"]
+    return (f"{plm.input.shape[1]} -> {source.input.shape[1]}, {stats['counts']}, "
+            f"{stats['n_capped']} capped at {args.salt_max_neighbors}, k {stats['k_used']}, "
+            f"solve {stats['seconds']['solve']:.1f} s")
+
+
+def stage_salt(work: Path, args: argparse.Namespace) -> str:
+    """The SALT transfer and checkpoint through the workflow's transfer job."""
+    from embtransfer.transfer_job import run_transfer_job
+
+    paths = {"source": str(work / "source"), "target_tokenizer": str(work / "de_bytelevel_bpe"),
+             "source_vocab": str(work / "gemma3.parquet"),
+             "target_vocab": str(work / "de_bytelevel_bpe.parquet"),
+             "overlap": str(work / "de_overlap.parquet"),
+             "neighbors_word": str(work / "de_neighbors_word.parquet"),
+             "projected": str(work / "de_projected.safetensors")}
+    report = run_transfer_job("salt", paths, str(work / "salt"),
+                              {"max_neighbors": args.salt_max_neighbors}, "replace", 0)
+    seconds = {k: round(v, 1) for k, v in report["seconds"].items()}
+    return f"rows {report['counts']}, seconds {seconds}"
 
 
 def stage_source(work: Path, args: argparse.Namespace) -> str:
@@ -223,9 +334,36 @@ def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
     return f"loss {result.get('loss')}"
 
 
+def _lapt(model: Path, out: Path, work: Path, args: argparse.Namespace) -> str:
+    from embtransfer.lapt import train_lapt
+
+    valid = work / "de_valid.txt"
+    if not valid.exists():  # held out: another seed's draw
+        valid.write_text("\n".join(sample_text("de", 200, seed=1)) + "\n")
+    cfg = {"max_length": 128, "global_batch_size": 2, "micro_batch_size": 2,
+           "max_steps": args.lapt_steps, "log_every": 1, "eval_fractions": [],
+           "checkpoint_every": 10_000, "threads": 2, "loss_chunk_rows": 1024}
+    summary = train_lapt(model, work / "de.txt", valid, out, cfg, 0,
+                         work_dir=out.with_suffix(".work"), log=lambda _msg: None)
+    return (f"{summary['step']} steps, train loss {summary['final_train_loss']:.3f}, "
+            f"{summary['tokens_per_s']:.0f} tokens/s, elapsed {summary['elapsed_s']:.1f} s")
+
+
+def stage_lapt(work: Path, args: argparse.Namespace) -> str:
+    """A few LAPT steps on the SALT checkpoint (the target's vocabulary)."""
+    return _lapt(work / "salt", work / "salt_lapt", work, args)
+
+
+def stage_lapt_source(work: Path, args: argparse.Namespace) -> str:
+    """The same steps on the source model: Gemma 3's 262,208-row vocabulary."""
+    return _lapt(work / "source", work / "source_lapt", work, args)
+
+
 STAGES = {"vocab": stage_vocab, "targets": stage_targets, "overlap": stage_overlap,
-          "source": stage_source, "neighbors": stage_neighbors, "transfer": stage_transfer,
-          "zeroshot": stage_zeroshot}
+          "source": stage_source, "neighbors": stage_neighbors, "wordvec": stage_wordvec,
+          "plm": stage_plm, "regression": stage_regression, "transfer": stage_transfer,
+          "salt": stage_salt, "zeroshot": stage_zeroshot, "lapt": stage_lapt,
+          "lapt_source": stage_lapt_source}
 
 
 def _child(name: str, work: str, args: argparse.Namespace, queue: mp.Queue) -> None:
@@ -239,14 +377,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", help="keep the artifacts here (default: a temporary folder)")
     parser.add_argument("--lines", type=int, default=20_000, help="sampled lines per language")
-    parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--stages", default=",".join(STAGES),
+                        help=f"comma-separated, in order (default: all): {','.join(STAGES)}")
+    parser.add_argument("--salt-max-neighbors", type=int, default=64,
+                        help="cap on each token's neighbour set in the SALT regression")
+    parser.add_argument("--lapt-steps", type=int, default=3)
     args = parser.parse_args()
+    names = args.stages.split(",")
+    unknown = sorted(set(names) - set(STAGES))
+    if unknown:
+        parser.error(f"unknown stage(s) {unknown}; the stages are {','.join(STAGES)}")
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
         total = time.perf_counter()
-        for name in args.stages.split(","):
+        for name in names:
             queue = ctx.Queue()
             proc = ctx.Process(target=_child, args=(name, str(work), args, queue))
             proc.start()
@@ -254,8 +400,8 @@ def main() -> None:
             if proc.exitcode != 0:
                 raise SystemExit(f"stage {name} failed (exit {proc.exitcode})")
             seconds, peak, note = queue.get()
-            print(f"{name:9s} {seconds:7.1f} s  peak {peak:5.2f} GB  {note}", flush=True)
-        print(f"total     {time.perf_counter() - total:7.1f} s")
+            print(f"{name:11s} {seconds:7.1f} s  peak {peak:5.2f} GB  {note}", flush=True)
+        print(f"total       {time.perf_counter() - total:7.1f} s")
 
 
 if __name__ == "__main__":
