@@ -26,8 +26,9 @@ asserts nothing. Stages, each in a fresh process:
    1,152) of every non-shared target token, on the CPU. Neighbour sets are capped at
    ``--salt-max-neighbors`` (default 64; SALT's ``max_neighbors`` option): the
    sampled words carry no context, so nearly every token's sparsemax support is
-   degenerate (1,024 neighbours stored), and a 1,024 x 1,024 eigendecomposition per
-   token would take hours on 2 cores, where real neighbour sets hold tens.
+   degenerate (1,024 neighbours stored), and one 1,024 x 1,024 eigendecomposition
+   per token (~10 s each here) would take days, where real neighbour sets hold tens.
+   One torch thread: two spin-wait on 2 shared cores (see benchmarks/README.md).
 9. ``transfer``: FOCUS, Mean, Random-copy, Heuristics and Multivariate rows for the
    German byte-level target from the source's real-size embedding matrix
    (statistics over the text-token rows only), then the transferred checkpoint.
@@ -41,8 +42,8 @@ asserts nothing. Stages, each in a fresh process:
     real 262,208-row vocabulary, where the chunked loss matters.
 
 Not covered (issue 11 item 4): OFA (it needs source and target fastText aligned
-by a bilingual dictionary; none ships offline), the Arabic and Vietnamese targets
-past the overlap stage, and the other two target families past the overlap stage.
+by a bilingual dictionary; none ships offline); Arabic, Vietnamese and the WordPiece
+and Unigram targets past the overlap stage; the regression on uncapped neighbour sets.
 
     nice python benchmarks/bench_real.py [--work DIR] [--lines 20000] [--stages vocab,...]
         [--salt-max-neighbors 64] [--lapt-steps 3]
