@@ -58,7 +58,12 @@ from typing import Any
 import numpy as np
 
 from embtransfer.atomic import NonFiniteError, atomic_path, write_json
-from embtransfer.models import _safetensors_index, load_embeddings, load_tokenizer
+from embtransfer.models import (
+    _safetensors_index,
+    load_embeddings,
+    load_tokenizer,
+    nonfinite_rows,
+)
 from embtransfer.vocab import detect_scheme
 
 MODES = ("replace", "extend")
@@ -146,7 +151,7 @@ def _set_special_ids(model: Any, ids: dict[str, int | None], notes: list[str]) -
 
 def _check_rows(name: str, rows: np.ndarray, token_ids: np.ndarray, tokenizer: Any) -> None:
     """Refuse non-finite rows, naming the first offending token ids and strings."""
-    bad_rows = np.nonzero(~np.isfinite(rows).all(axis=1))[0]
+    bad_rows = nonfinite_rows(rows)
     if bad_rows.size:
         ids = token_ids[bad_rows[:10]].tolist()
         toks = tokenizer.convert_ids_to_tokens(ids)

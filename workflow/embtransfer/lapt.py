@@ -66,6 +66,7 @@ start, so the resumed run redoes it identically), logs it and raises
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -478,8 +479,6 @@ class _StopRequest:
 
 def starting_hash(model_dir: str | Path) -> str:
     """sha256 over the starting checkpoint's config and weight files."""
-    import hashlib
-
     model_dir = Path(model_dir)
     files = sorted([model_dir / "config.json", *model_dir.glob("*.safetensors")])
     digest = hashlib.sha256()
