@@ -27,6 +27,7 @@ from embtransfer.report.build import (
     config_subset,
     output_names,
     write_report,
+    zeroshot_paths,
 )
 from embtransfer.report.check import check_report
 from embtransfer.report.figures import draw_figure2, loss_curves
@@ -72,6 +73,10 @@ def fixture_inputs(root: Path = FIXTURES, config: dict | None = None,
     if planned:
         evaluation |= {f"results/eval/lapt/{lang}/{s}/{t}/{m}/{task}.json"
                        for lang, s, t, m in runs for task in TASKS[lang]}
+        if "source" in config.get("evaluation", {}).get("stages", []):
+            evaluation |= {f"results/eval/source/{lang}/{s}/{task}.json"
+                           for lang in config["targets"] for s in config["sources"]
+                           for task in TASKS[lang]}
         lapt |= {f"results/lapt/{lang}/{s}/{t}/{m}.metrics.jsonl" for lang, s, t, m in runs}
     return Inputs(
         evaluation=sorted(evaluation),
@@ -79,6 +84,7 @@ def fixture_inputs(root: Path = FIXTURES, config: dict | None = None,
         coverage=sorted(f"results/overlap/{s}/{t}.coverage.json"
                         for _, s, t, _ in runs),
         reference=str(REFERENCE),
+        zeroshot=zeroshot_paths(sorted(lapt)),
     )
 
 
@@ -129,12 +135,12 @@ def test_written_outputs_are_the_tables_and_a_real_png(in_fixtures, tmp_path):
 
     csv = pd.read_csv(outputs["table1_csv"])
     assert list(csv.columns) == ["table", "stage", "lang", "source", "target", "method",
-                                 "eval language", "metric", "value", "status", "paper_value",
-                                 "comparable"]
+                                 "eval language", "metric", "value", "stderr", "status",
+                                 "paper_value", "comparable"]
     line = csv[(csv.source == "gemma") & (csv.method == "salt") & (csv.target == "gpt2_de")
                & (csv.metric == "ARC")].iloc[0]
-    assert (line.value, line.status, line.paper_value, bool(line.comparable)) == (
-        30.5, "ok", 30.8, True)
+    assert (line.value, line.stderr, line.status, line.paper_value, bool(line.comparable)) == (
+        30.5, 4.62, "ok", 30.8, True)
     lacking = csv[(csv.source == "llama_mini") & (csv.method == "focus") & (csv.lang == "de")]
     assert set(lacking.status) == {"missing"} and lacking.value.isna().all()
     # Figure 2: a PNG of the configured size (2 x 2 panels of 6 x 4 inches at 50 dpi).
@@ -157,7 +163,7 @@ def test_paper_values_stand_beside_exactly_the_matching_settings(in_fixtures):
     t1 = tables[1]
     # gemma = google/gemma-2b -> Gemma; de; gpt2_de (dbmdz/german-gpt2) -> GPT; salt -> SALT.
     de = {"lang": "de", "target": "gpt2_de", "stage": "lapt"}
-    assert cell(t1, "ARC", source="gemma", method="salt", **de) == "30.50"
+    assert cell(t1, "ARC", source="gemma", method="salt", **de) == "30.50 ± 4.62"
     assert cell(t1, "ARC (paper)", source="gemma", method="salt", **de) == "30.80"
     assert cell(t1, "Avg (paper)", source="gemma", method="focus", **de) == "29.82"
     # A miniature source model is not the paper's, nor is a miniature language.
@@ -166,7 +172,8 @@ def test_paper_values_stand_beside_exactly_the_matching_settings(in_fixtures):
     assert cell(t1, "Avg (paper)", source="gemma", method="salt", lang="ar_mini",
                 target="gpt2_ar_mini", **{"eval language": "target"}) == "not comparable"
     # The untouched source model is not a row of the paper's table.
-    assert cell(t1, "ARC (paper)", stage="source") == "not comparable"
+    assert cell(t1, "ARC (paper)", stage="source", source="gemma", lang="de") == (
+        "not comparable")
     # No paper column for a metric the paper does not have.
     assert "Facts acc (paper)" not in t1.wide().columns
     # Table 2: the evaluation language is part of the setting.
@@ -215,7 +222,7 @@ def test_transfer_stage_rows_are_shown_but_never_compared(in_fixtures):
     tables, *_ = build_tables(config, fixture_inputs())
     t1 = tables[1]
     kw = {"source": "gemma", "method": "salt", "target": "gpt2_de", "lang": "de"}
-    assert cell(t1, "ARC", stage="transfer", **kw) == "20.00"
+    assert cell(t1, "ARC", stage="transfer", **kw) == "20.00 ± 1.00"
     assert cell(t1, "ARC (paper)", stage="transfer", **kw) == "not comparable"
     assert cell(t1, "ARC (paper)", stage="lapt", **kw) == "30.80"
 
@@ -223,8 +230,143 @@ def test_transfer_stage_rows_are_shown_but_never_compared(in_fixtures):
 def test_a_knowledge_score_in_english_is_a_row_of_its_own(in_fixtures):
     tables, *_ = build_tables(fixture_config(), fixture_inputs())
     kw = {"lang": "ar_mini", "source": "gemma", "method": "salt", "target": "gpt2_ar_mini"}
-    assert cell(tables[1], "Facts acc", **kw, **{"eval language": "target"}) == "55.00"
-    assert cell(tables[1], "Facts acc", **kw, **{"eval language": "english"}) == "70.00"
+    assert cell(tables[1], "Facts acc", **kw, **{"eval language": "target"}) == "55.00 ± 1.00"
+    assert cell(tables[1], "Facts acc", **kw, **{"eval language": "english"}) == "70.00 ± 1.00"
+
+
+# -- standard errors, the source-model control, bits per byte ---------------------------------
+
+
+def test_scores_show_their_standard_error(in_fixtures, tmp_path):
+    tables, *_ = build_tables(fixture_config(), fixture_inputs())
+    t1 = tables[1]
+    kw = {"source": "gemma", "method": "salt", "target": "gpt2_de", "stage": "lapt"}
+    # lm-eval's stderr (percent) beside the score; the paper's number stays as it was.
+    assert cell(t1, "ARC", **kw) == "30.50 ± 4.62"
+    assert cell(t1, "HellaSwag", **kw) == "40.25 ± 2.10"
+    assert cell(t1, "ARC (paper)", **kw) == "30.80"
+    # Avg of independent benchmarks: its standard error is sqrt(sum of squares) / n.
+    avg_se = (4.62 ** 2 + 2.1 ** 2 + 1.5 ** 2) ** 0.5 / 3
+    assert cell(t1, "Avg", **kw) == f"32.58 ± {avg_se:.2f}"
+    # A score lm-eval gives no standard error for is shown bare (and so is an Avg over it).
+    t2 = tables[2]
+    focus = {"source": "gemma", "method": "focus", "lang": "de", "eval language": "target"}
+    assert cell(t2, "MLQA F1", **focus) == "28.00"
+    assert cell(t2, "MLQA EM", **focus) == "18.00 ± 1.00"
+    assert "±" in t1.markdown() and "standard error" in t1.markdown()
+    # The long CSV keeps value and stderr as separate numeric columns.
+    frame = t1.long()
+    line = frame[(frame.source == "gemma") & (frame.method == "salt")
+                 & (frame.target == "gpt2_de") & (frame.metric == "ARC")].iloc[0]
+    assert (line.value, line.stderr, line.paper_value) == (30.5, 4.62, 30.8)
+    avg = frame[(frame.source == "gemma") & (frame.method == "salt")
+                & (frame.target == "gpt2_de") & (frame.metric == "Avg")].iloc[0]
+    assert avg.stderr == pytest.approx(avg_se)
+    bare = t2.long()
+    bare = bare[(bare.source == "gemma") & (bare.method == "focus") & (bare.lang == "de")
+                & (bare["eval language"] == "target") & (bare.metric == "MLQA F1")]
+    assert len(bare) == 1 and bare.stderr.isna().all() and (bare.value == 28.0).all()
+
+
+def test_a_malformed_standard_error_names_the_file(fixture_copy):
+    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
+    record = json.loads(path.read_text())
+    record["stderr"] = {"ARC": float("nan")}
+    path.write_text(json.dumps(record))
+    with pytest.raises(MalformedResultError, match="stderr"):
+        read_eval_records([path])
+
+
+SOURCE_LABEL = "source model (no transfer)"
+
+
+def test_the_source_model_control_rows_come_first_in_each_block(in_fixtures):
+    tables, *_ = build_tables(fixture_config(), fixture_inputs())
+    for number in (1, 2, 3):
+        frame = tables[number].wide()
+        for (lang, source), block in frame.groupby(["lang", "source"], sort=False):
+            controls = block[block.method == SOURCE_LABEL]
+            assert len(controls), (number, lang, source)
+            assert list(block.method[: len(controls)]) == [SOURCE_LABEL] * len(controls)
+            assert set(controls.stage) == {"source"} and set(controls.target) == {"—"}
+    # Table 2: the source model in the target language and in English.
+    t2 = tables[2].wide()
+    control = t2[(t2.method == SOURCE_LABEL) & (t2.lang == "de") & (t2.source == "gemma")]
+    assert set(control["eval language"]) == {"target", "english"}
+    # Table 4 compares target PLMs: no control row there.
+    assert SOURCE_LABEL not in set(tables[4].wide().method)
+    assert cell(tables[1], "ARC", method=SOURCE_LABEL, source="gemma", lang="de") == (
+        "35.00 ± 1.00")
+
+
+def test_a_missing_source_model_control_is_reported_as_missing(fixture_copy):
+    (fixture_copy / "results/eval/source/de/gemma/arc.json").unlink()
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
+    t1 = tables[1]
+    for source in ("gemma", "llama_mini"):
+        assert cell(t1, "ARC", method=SOURCE_LABEL, source=source, lang="de") == "missing"
+    text = t1.markdown()
+    assert (f"stage=source lang=de source=gemma target=— method={SOURCE_LABEL} "
+            "eval language=target: ARC (no result file: results/eval/source/de/gemma/arc.json)"
+            in text)
+    assert cell(tables[3], "MLQA F1", method=SOURCE_LABEL, source="llama_mini",
+                languages="context=en,question=target") == "missing"
+    assert "results/eval/source/de/llama_mini/mlqa_en_de.json" in tables[3].markdown()
+
+
+def test_a_control_the_config_does_not_evaluate_is_noted(in_fixtures):
+    config = fixture_config()
+    config["evaluation"]["stages"] = ["lapt"]
+    tables, *_ = build_tables(config, fixture_inputs(config=config))
+    for number in (1, 2, 3):
+        text = tables[number].markdown()
+        assert "`evaluation.stages` does not include `source`" in text, number
+        assert SOURCE_LABEL not in set(tables[number].wide().method)
+    assert "does not include `source`" not in tables[4].markdown()
+    # The rule's params carry what the note needs.
+    assert config_subset(config)["evaluation"] == {"stages": ["lapt"]}
+
+
+def test_table5_shows_bits_per_byte_beside_the_loss(in_fixtures):
+    import math
+
+    tables, *_ = build_tables(fixture_config(), fixture_inputs())
+    t5 = tables[5]
+    columns = list(t5.wide().columns)
+    for pct in (30, 60, 90):
+        loss = columns.index(f"eval loss @{pct}% steps")
+        assert columns[loss + 2] == f"bits per byte @{pct}% steps"
+        assert f"bits per byte @{pct}% steps (paper)" not in columns
+    # The zero-shot record of the same checkpoint gives its tokenizer's tokens per byte on
+    # the valid text (3000 tokens, 12000 bytes for gpt2_de; 4200 for bert_de's WordPiece).
+    gpt = {"source": "gemma", "target": "gpt2_de"}
+    assert cell(t5, "bits per byte @30% steps", **gpt) == (
+        f"{3.4 * 3000 / 12000 / math.log(2):.4f}")
+    assert cell(t5, "bits per byte @30% steps", source="gemma", target="bert_de") == (
+        f"{3.5 * 4200 / 12000 / math.log(2):.4f}")
+    # Same conversion as the zero-shot table's: its loss in bits per byte is its bits_per_byte.
+    record = json.loads(Path("results/zeroshot/de/gemma/gpt2_de/salt.json").read_text())
+    from embtransfer.report.tables import bits_per_byte
+
+    assert bits_per_byte(record["loss"], record) == pytest.approx(record["bits_per_byte"])
+    # No eval loss: no bits per byte, and no second note for it.
+    assert cell(t5, "bits per byte @90% steps", source="gemma", target="bert_de") == "missing"
+    long = t5.long()
+    line = long[(long.source == "gemma") & (long.target == "gpt2_de")
+                & (long.metric == "bits per byte @60% steps")].iloc[0]
+    assert line.value == pytest.approx(3.0 * 3000 / 12000 / math.log(2))
+    assert "bits per byte" in t5.markdown().split("| lang |")[0] + t5.notes[0]
+
+
+def test_table5_without_the_zero_shot_record_reports_bits_per_byte_missing(fixture_copy):
+    (fixture_copy / "results/zeroshot/de/gemma/bert_de/salt.json").unlink()
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
+    t5 = tables[5]
+    kw = {"source": "gemma", "target": "bert_de"}
+    assert cell(t5, "eval loss @30% steps", **kw) == "3.5000"
+    assert cell(t5, "bits per byte @30% steps", **kw) == "missing"
+    assert ("bits per byte (no zero-shot record for the tokens per byte: "
+            "results/zeroshot/de/gemma/bert_de/salt.json)") in t5.markdown()
 
 
 def test_default_stages_follow_the_evaluation_and_lapt_config():
@@ -290,7 +432,7 @@ def test_a_missing_result_is_reported_as_missing(fixture_copy):
     kw = {"source": "gemma", "method": "salt", "target": "gpt2_de", "stage": "lapt"}
     assert cell(t1, "HellaSwag", **kw) == "missing"
     assert cell(t1, "Avg", **kw) == "missing"  # never an average of what is there
-    assert cell(t1, "ARC", **kw) == "30.50"
+    assert cell(t1, "ARC", **kw) == "30.50 ± 4.62"
     assert cell(t1, "HellaSwag (paper)", **kw) == "42.58"  # the paper's number still shown
     assert ("HellaSwag (no result file: results/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json)"
             in t1.markdown())
@@ -318,6 +460,7 @@ def test_a_score_a_file_lacks_names_the_file(fixture_copy):
     path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
     record = json.loads(path.read_text())
     record["scores"] = {"MLQA EM": 18.0}
+    record["stderr"] = {"MLQA EM": 1.0}
     path.write_text(json.dumps(record))
     tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
     assert cell(tables[2], "MLQA F1", source="gemma", method="focus", lang="de",

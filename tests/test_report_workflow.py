@@ -94,7 +94,7 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     tables, *_ = build_tables(config, inputs)
     for number, table in tables.items():
         assert (out / f"table{number}.md").read_text() == table.markdown()
-    assert "| lapt | de | gemma | gpt2_de | salt | target | 30.50 | 30.80 |" in (
+    assert "| lapt | de | gemma | gpt2_de | salt | target | 30.50 ± 4.62 | 30.80 |" in (
         out / "table1.md").read_text()
     assert "| de | llama_mini | bert_de | BERT | 1 |" in (out / "table6.md").read_text()
     assert (out / "figure2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,15 @@ from embtransfer.report.records import (
     read_eval_records,
     read_lapt_runs,
     read_reference,
+    read_zeroshot,
+    zeroshot_identity,
 )
 from embtransfer.report.tables import (
     TABLE_SPECS,
     Grid,
     Table,
     eval_table,
+    evaluated_stages,
     report_stages,
     table5,
     table6,
@@ -50,6 +53,21 @@ class Inputs:
     lapt: list[str]
     coverage: list[str]
     reference: str
+    #: Zero-shot records of the LAPT runs' checkpoints (:func:`zeroshot_paths`): Table 5's
+    #: bits per byte.
+    zeroshot: list[str] = field(default_factory=list)
+
+
+def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
+    """``{results}/zeroshot/{lang}/{source}/{target}/{method}.json`` of every
+    ``{results}/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl``."""
+    paths = []
+    for path in lapt_metrics:
+        ident = lapt_path_identity(path)
+        results = Path(path).parents[4] if len(Path(path).parts) > 5 else Path(".")
+        paths.append(str(results / "zeroshot" / ident["lang"] / ident["source"]
+                         / ident["target"] / f"{ident['method']}.json"))
+    return paths
 
 
 def config_subset(config: dict[str, Any]) -> dict[str, Any]:
@@ -66,6 +84,7 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         "transfer": {"methods": list(config.get("transfer", {}).get("methods", []))},
         "overlap": {"match": config.get("overlap", {}).get("match", "fuzzy")},
         "report": {**(config.get("report") or {}), "stages": report_stages(config)},
+        "evaluation": {"stages": evaluated_stages(config)},
     }
 
 
@@ -109,7 +128,9 @@ def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "res
         coverage[coverage_identity(path)] = read_coverage(path) if Path(path).is_file() else None
     tables = {n: eval_table(TABLE_SPECS[n], records, grid, names, reference, config)
               for n in (1, 2, 3, 4)}
-    tables[5] = table5(runs, grid, names, reference)
+    zeroshot = {zeroshot_identity(p): read_zeroshot(p)
+                for p in inputs.zeroshot if Path(p).is_file()}
+    tables[5] = table5(runs, grid, names, reference, zeroshot)
     tables[6] = table6(coverage, grid, names, reference)
     tables[8] = table8(runs, grid, names, reference, config)
     return tables, grid, names, runs

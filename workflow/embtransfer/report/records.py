@@ -8,6 +8,9 @@
   JSON object per line (logging steps, evaluations, a final line).
 * Coverage: ``results/overlap/{source}/{target}.coverage.json``
   (:func:`embtransfer.overlap.coverage`).
+* Zero-shot records: ``results/zeroshot/{lang}/{source}/{target}/{method}.json``
+  (:func:`embtransfer.intrinsic.evaluate_text`): their tokens and bytes convert Table 5's
+  per-token LAPT eval loss to bits per byte.
 * The paper's reference numbers (``salt_paper_tables.csv``).
 
 A file that exists but cannot be read as what it should be raises
@@ -48,6 +51,8 @@ class EvalRecord:
     eval_language: str
     note: str
     scores: dict[str, float]
+    #: lm-eval's standard error of each score (percent); None where it reports none.
+    stderr: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,6 +128,15 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
                 f"results file {path}: scores must be a non-empty mapping of metric name to "
                 f"a finite number, got {scores!r}"
             )
+        stderr = raw.get("stderr") or {}
+        if not isinstance(stderr, dict) or not all(
+            name in scores and (value is None or (_finite_number(value) and value >= 0))
+            for name, value in stderr.items()
+        ):
+            raise MalformedResultError(
+                f"results file {path}: stderr must map score names to a finite non-negative "
+                f"number or null, got {stderr!r}"
+            )
         eval_language = raw.get("eval_language") or "target"
         note = raw.get("note") or ""
         if not isinstance(eval_language, str) or not isinstance(note, str):
@@ -135,6 +149,7 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
             method=values["method"] if values["stage"] != "source" else None,
             task=str(values["task"]), kind=kind, eval_language=eval_language, note=note,
             scores={k: float(v) for k, v in scores.items()},
+            stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
         ))
     return records, absent
 
@@ -204,6 +219,28 @@ def read_coverage(path: str | os.PathLike) -> dict[str, Any]:
         if not _finite_number(record[key]):
             raise MalformedResultError(
                 f"results file {path}: {key} is {record[key]!r}, not a number"
+            )
+    return record
+
+
+def zeroshot_identity(path: str | os.PathLike) -> tuple[str, str, str, str]:
+    """(lang, source, target, method) of ``.../zeroshot/{lang}/{source}/{target}/{method}.json``."""
+    p = Path(path)
+    if p.suffix != ".json" or len(p.parts) < 5 or p.parts[-5] != "zeroshot":
+        raise MalformedResultError(
+            f"zero-shot record {path}: the path is not .../zeroshot/{{lang}}/{{source}}/"
+            "{target}/{method}.json"
+        )
+    return p.parts[-4], p.parts[-3], p.parts[-2], p.stem
+
+
+def read_zeroshot(path: str | os.PathLike) -> dict[str, Any]:
+    """One zero-shot record; its ``tokens`` and ``bytes`` must be positive numbers."""
+    record = read_records([path], required=("loss", "bits_per_byte", "tokens", "bytes"))[0]
+    for key in ("tokens", "bytes"):
+        if not (_finite_number(record[key]) and record[key] > 0):
+            raise MalformedResultError(
+                f"results file {path}: {key} is {record[key]!r}, not a positive number"
             )
     return record
 

@@ -16,8 +16,13 @@ column holds the paper's number for rows whose setting is the paper's (see
 row of a table is comparable the paper's columns are left out and the note says
 so.
 
+Scores of Tables 1-4 carry lm-eval's standard error (``45.20 ± 3.10``). Tables 1-3
+open each (language, source model) block with the control: the untouched source model
+(evaluation stage ``source``). Table 5 gives bits per byte beside the per-token loss,
+since its target PLMs' tokenizers differ.
+
 Markdown is wide (as in the paper); the CSV is long: one line per (row, metric)
-with our value, the paper's value and the cell's status.
+with our value, its standard error, the paper's value and the cell's status.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.records import EvalRecord, LaptRun
+from embtransfer.report.records import STAGES, EvalRecord, LaptRun
 from embtransfer.tables import MalformedResultError, markdown
 
 MISSING = "missing"
@@ -42,7 +47,7 @@ PAPER_METRIC_ORDER = (
     "XQuAD F1", "Avg",
 )
 STAGE_ORDER = ("source", "transfer", "lapt")
-SOURCE_MODEL_LABEL = "(source model)"
+SOURCE_MODEL_LABEL = "source model (no transfer)"
 
 
 def report_stages(config: dict[str, Any]) -> list[str]:
@@ -55,6 +60,11 @@ def report_stages(config: dict[str, Any]) -> list[str]:
     lapt_on = (config.get("lapt") or {}).get("enabled", True)
     stages = [s for s in ("transfer", "lapt") if s in evaluated and (s != "lapt" or lapt_on)]
     return stages or ["lapt"]
+
+
+def evaluated_stages(config: dict[str, Any]) -> list[str]:
+    """``evaluation.stages`` (the schema's default: every stage)."""
+    return list((config.get("evaluation") or {}).get("stages", STAGES))
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,8 @@ class Grid:
     #: source, target, method) and (lang, source, target, method). None: the whole grid.
     planned_eval: frozenset[tuple] | None = None
     planned_lapt: frozenset[tuple] | None = None
+    #: ``evaluation.stages`` has ``source``: Tables 1-3 open with the source model's rows.
+    source_control: bool = True
 
     def wants_eval(self, stage: str, lang: str, source: str, target: str | None,
                    method: str | None) -> bool:
@@ -97,6 +109,7 @@ class Grid:
             focus_method=report.get("focus_method") or "salt",
             overlap_match=config.get("overlap", {}).get("match", "fuzzy"),
             results_dir=results_dir,
+            source_control="source" in evaluated_stages(config),
         )
 
     def order(self, column: str, value: Any) -> tuple[int, str]:
@@ -117,6 +130,7 @@ class Row:
 
     keys: dict[str, str]
     values: dict[str, float | None] = field(default_factory=dict)  # None = missing
+    stderr: dict[str, float | None] = field(default_factory=dict)  # None = none reported
     paper: tuple[str, str, str, str] | None = None  # (source_model, arch, method, lang)
     note: str = ""  # the reference CSV's note for this row
     missing: list[str] = field(default_factory=list)
@@ -171,7 +185,11 @@ class Table:
         if metric not in row.values:
             return NOT_APPLICABLE
         value = row.values[metric]
-        return MISSING if value is None else self.fmt(metric, value)
+        if value is None:
+            return MISSING
+        err = row.stderr.get(metric)
+        text = self.fmt(metric, value)
+        return text if err is None else f"{text} ± {self.fmt(metric, err)}"
 
     def long(self) -> pd.DataFrame:
         """One line per (row, metric): value, paper_value, status, comparable."""
@@ -182,15 +200,18 @@ class Table:
                     continue
                 value = row.values[metric]
                 ref = self.paper_value(row, metric)
+                err = row.stderr.get(metric)
                 lines.append({
                     "table": self.number, **row.keys, "metric": metric,
                     "value": value if value is not None else math.nan,
+                    "stderr": err if err is not None else math.nan,
                     "status": "ok" if value is not None else MISSING,
                     "paper_value": ref if ref is not None else math.nan,
                     "comparable": ref is not None,
                 })
         keys = list(self.rows[0].keys) if self.rows else []
-        columns = ["table", *keys, "metric", "value", "status", "paper_value", "comparable"]
+        columns = ["table", *keys, "metric", "value", "stderr", "status", "paper_value",
+                   "comparable"]
         return pd.DataFrame(lines, columns=columns)
 
     def markdown(self, level: int = 1) -> str:
@@ -326,15 +347,16 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                reference: dict[tuple[str, ...], float], config: dict[str, Any]) -> Table:
     """Table 1, 2, 3 or 4 from evaluation records (of the spec's kind)."""
     mine = [r for r in records if r.kind == spec.kind
-            and (r.stage in grid.stages or (r.stage == "source" and not spec.by_target))]
+            and (r.stage in grid.stages
+                 or (r.stage == "source" and not spec.by_target and grid.source_control))]
     # Metrics (and the tasks giving them) per (lang, variant), over every run.
     expected: dict[tuple[str, str], dict[str, set[str]]] = {}
     for r in mine:
         for metric in r.scores:
             expected.setdefault((r.lang, _variant(r, spec)), {}).setdefault(metric, set()).add(
                 r.task)
-    # (stage, lang, source, target, method, variant) -> metric -> (value, path)
-    found: dict[tuple, dict[str, tuple[float, str]]] = {}
+    # (stage, lang, source, target, method, variant) -> metric -> (value, path, stderr)
+    found: dict[tuple, dict[str, tuple[float, str, float | None]]] = {}
     files: dict[tuple, list[str]] = {}
     for r in mine:
         key = (r.stage, r.lang, r.source, r.target, r.method, _variant(r, spec))
@@ -346,14 +368,23 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                     f"results files {cell[metric][1]} and {r.path} both give {metric!r} for "
                     f"the same run"
                 )
-            cell[metric] = (value, r.path)
+            cell[metric] = (value, r.path, r.stderr.get(metric))
+
+    def variants(lang: str) -> list[str]:
+        return sorted({v for (lg, v) in expected if lg == lang},
+                      key=lambda v: (v != "target", v)) or [
+            "target" if spec.variant == "eval_language" else ""]
 
     keys: list[tuple] = []
+    if not spec.by_target and grid.source_control:
+        # The control: the untouched source model, in every variant (target language,
+        # English, ...), whether its results are there or not.
+        keys += [("source", lang, source, None, None, v)
+                 for lang in grid.langs for source in grid.sources
+                 if grid.wants_eval("source", lang, source, None, None)
+                 for v in variants(lang)]
     for stage in grid.stages:
         for lang in grid.langs:
-            variants = sorted({v for (lg, v) in expected if lg == lang},
-                              key=lambda v: (v != "target", v)) or [
-                "target" if spec.variant == "eval_language" else ""]
             for source in grid.sources:
                 if spec.by_target:
                     combos = [(t, grid.focus_method) for t in grid.targets[lang]]
@@ -363,16 +394,8 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                 for target, method in combos:
                     if not grid.wants_eval(stage, lang, source, target, method):
                         continue
-                    for variant in variants:
+                    for variant in variants(lang):
                         keys.append((stage, lang, source, target, method, variant))
-    if not spec.by_target and grid.planned_eval:  # the untouched source models evaluated
-        for stage, lang, source, _, _ in sorted(grid.planned_eval, key=str):
-            if stage == "source" and lang in grid.targets and source in grid.sources:
-                variants = sorted({v for (lg, v) in expected if lg == lang},
-                                  key=lambda v: (v != "target", v)) or [
-                    "target" if spec.variant == "eval_language" else ""]
-                keys += [("source", lang, source, None, None, v) for v in variants
-                         if ("source", lang, source, None, None, v) not in keys]
     if not spec.by_target:  # other runs present: other target PLMs, the source model
         keys += [k for k in sorted(found, key=str)
                  if k not in keys and (k[4] is None or k[4] in grid.methods)]
@@ -392,6 +415,7 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
         lacking = []
         for metric in wanted:
             row.values[metric] = cell[metric][0] if metric in cell else None
+            row.stderr[metric] = cell[metric][2] if metric in cell else None
             if metric not in cell:
                 lacking.append(metric)
         if knowledge and wanted:
@@ -399,6 +423,7 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
             row.values["Avg"] = (
                 None if any(v is None for v in present) else sum(present) / len(present)
             )
+            row.stderr["Avg"] = mean_stderr([row.stderr[m] for m in wanted])
         if not per:
             row.missing.append(f"no {spec.kind} results for {lang} at all")
             if not wanted:
@@ -414,8 +439,34 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
     notes = []
     if not mine:
         notes.append(f"No {spec.kind}-kind evaluation results in the inputs.")
+    if any(e is not None for r in rows for e in r.stderr.values()):
+        notes.append(
+            "`±`: lm-eval's standard error of the score (percentage points)"
+            + ("; Avg's is the square root of the sum of its scores' squared standard errors "
+               "divided by their number (the benchmarks are independent samples)"
+               if knowledge else "")
+            + ". A score without `±` has no standard error from lm-eval."
+        )
+    if not spec.by_target and not grid.source_control:
+        notes.append(
+            "No control rows: `evaluation.stages` does not include `source`, so the untouched "
+            "source model is not evaluated; add `source` to show its scores first in each "
+            "(language, source model) block."
+        )
+    elif any(r.keys["stage"] == "source" for r in rows):
+        notes.append(
+            f"`{SOURCE_MODEL_LABEL}` rows (stage `source`): the control, the source LLM "
+            "itself with its own tokenizer, before any transfer."
+        )
     return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
+
+
+def mean_stderr(errors: list[float | None]) -> float | None:
+    """Standard error of the mean of independent scores; None when one has none."""
+    if not errors or any(e is None for e in errors):
+        return None
+    return math.sqrt(sum(e * e for e in errors)) / len(errors)  # type: ignore[operator]
 
 
 def _eval_row_keys(spec: EvalTableSpec, names: PaperNames, key: tuple) -> dict[str, str]:
@@ -452,8 +503,19 @@ def _same_path(a: str, b: str) -> bool:
 # -- Tables 5 and 8: LAPT metrics --------------------------------------------------------------
 
 
-def fraction_label(fraction: float) -> str:
-    return f"eval loss @{fraction * 100:.0f}% steps"
+def fraction_label(fraction: float, measure: str = "eval loss") -> str:
+    return f"{measure} @{fraction * 100:.0f}% steps"
+
+
+def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
+    """A per-token loss (nats) in bits per byte of the valid text, with the token and byte
+    counts of the checkpoint's zero-shot record: its own ``bits_per_byte`` for its own loss
+    (:func:`embtransfer.intrinsic.evaluate_text`)."""
+    return loss * zeroshot["tokens"] / zeroshot["bytes"] / math.log(2)
+
+
+def zeroshot_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
+    return f"{grid.results_dir}/zeroshot/{lang}/{source}/{target}/{method}.json"
 
 
 def lapt_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
@@ -462,11 +524,15 @@ def lapt_path(grid: Grid, lang: str, source: str, target: str, method: str) -> s
 
 def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
            reference: dict[tuple[str, ...], float],
+           zeroshot: dict[tuple[str, str, str, str], dict[str, Any]] | None = None,
            fractions: tuple[float, ...] = (0.3, 0.6, 0.9)) -> Table:
-    """Eval loss at fractions of the LAPT steps, focus method, every target PLM."""
+    """Eval loss (and bits per byte) at fractions of the LAPT steps, focus method, every
+    target PLM. ``zeroshot``: (lang, source, target, method) -> zero-shot record."""
+    zeroshot = zeroshot or {}
     by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     seen = sorted({f for r in runs for f in r.evals}) or list(fractions)
     metrics = [fraction_label(f) for f in seen]
+    bpb_metrics = [fraction_label(f, "bits per byte") for f in seen]
     rows = []
     method = grid.focus_method
     for lang in grid.langs:
@@ -481,22 +547,37 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
                 path = lapt_path(grid, lang, source, target, method)
                 if run is None:
                     row.missing.append(f"no LAPT metrics file ({path})")
+                counts = zeroshot.get((lang, source, target, method))
                 lacking = []
-                for fraction, metric in zip(seen, metrics, strict=True):
+                for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
                     value = run.evals.get(fraction) if run else None
                     row.values[metric] = value
+                    row.values[bpb] = (bits_per_byte(value, counts)
+                                       if value is not None and counts else None)
                     if run is not None and value is None:
                         lacking.append(f"{fraction:g}")
                 if lacking:
                     row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in "
                                        f"{run.path}")
+                if counts is None and any(run and f in run.evals for f in seen):
+                    row.missing.append(
+                        "bits per byte (no zero-shot record for the tokens per byte: "
+                        f"{zeroshot_path(grid, lang, source, target, method)})")
                 rows.append(row)
     notes = ["Held-out loss per token of the transferred model's own tokenizer, evaluated at "
-             "the given fractions of the LAPT optimizer steps."]
+             "the given fractions of the LAPT optimizer steps. A per-token loss depends on the "
+             "tokenizer (more tokens per byte, lower loss per token); bits per byte do not: "
+             "loss × tokens / bytes / ln 2, with the tokens and UTF-8 bytes of the valid text "
+             "counted by the checkpoint's zero-shot record "
+             "(`results/zeroshot/`, the zero-shot table's bits per byte). The LAPT eval loss "
+             "also scores the separators between documents, which the zero-shot counts leave "
+             "out, so these are close to, not exactly, the checkpoint's bits per byte."]
     return Table(5, "eval loss during LAPT by target-PLM architecture",
                  "Evaluation loss of the focus method (the paper: SALT) at 30/60/90% of the "
-                 "LAPT steps, with each target PLM.",
-                 sort_rows(rows, grid), metrics, reference, format_loss, notes)
+                 "LAPT steps, with each target PLM, and the same in bits per byte.",
+                 sort_rows(rows, grid),
+                 [m for pair in zip(metrics, bpb_metrics, strict=True) for m in pair],
+                 reference, format_loss, notes)
 
 
 def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
