@@ -74,12 +74,17 @@ def workdir(tmp_path_factory) -> Path:
     # Every coverage file the rule lists must exist for Snakemake (the fixtures leave one out).
     (work / "results/overlap/llama_mini/bert_de.coverage.json").write_text(
         json.dumps({"copied": 1, "initialized": 1, "coverage_pct": 50.0}))
+    # ... and every zero-shot record of a LAPT run (Table 5's bits per byte).
+    zeroshot = work / "results/zeroshot/ar_mini/gemma/gpt2_ar_mini/salt.json"
+    zeroshot.parent.mkdir(parents=True)
+    zeroshot.write_text(
+        json.dumps({"loss": 7.0, "bits_per_byte": 2.0, "tokens": 400, "bytes": 1400}))
     snakemake(work, "--cores", "1", "report")
     return work
 
 
 def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
-    from embtransfer.report.build import Inputs, build_tables
+    from embtransfer.report.build import Inputs, build_tables, zeroshot_paths
 
     out = workdir / "results" / "report"
     monkeypatch.chdir(workdir)
@@ -90,6 +95,8 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
         coverage=sorted(f"results/overlap/{s}/{t}.coverage.json" for s in config["sources"]
                         for plms in config["targets"].values() for t in plms),
         reference="resources/reference/salt_paper_tables.csv",
+        zeroshot=zeroshot_paths(sorted(str(p) for p in Path("results/lapt").rglob(
+            "*.metrics.jsonl"))),
     )
     tables, *_ = build_tables(config, inputs)
     for number, table in tables.items():
@@ -97,6 +104,9 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     assert "| lapt | de | gemma | gpt2_de | salt | target | 30.50 ± 4.62 | 30.80 |" in (
         out / "table1.md").read_text()
     assert "| de | llama_mini | bert_de | BERT | 1 |" in (out / "table6.md").read_text()
+    assert "| 3.4000 | 3.0900 | 1.2263 |" in (out / "table5.md").read_text()  # bits per byte
+    assert "| source | de | gemma | — | source model (no transfer) | target | 35.00 ± 1.00 |" in (
+        out / "table1.md").read_text()
     assert (out / "figure2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "report.md").read_text().startswith("# SALT paper tables, regenerated")
     assert (workdir / "results/logs/report/report.log").is_file()

@@ -1,7 +1,8 @@
 # The report: the SALT paper's Tables 1-6, 8 and Figure 2 regenerated from the result files
-# (evaluation JSONs, LAPT metrics, overlap coverage), the paper's numbers beside ours where
-# the setting matches. Every output is registered for `snakemake --report report.html`.
-from embtransfer.report.build import config_subset
+# (evaluation JSONs, LAPT metrics, overlap coverage, the LAPT checkpoints' zero-shot records
+# for Table 5's bits per byte), the paper's numbers beside ours where the setting matches.
+# Every output is registered for `snakemake --report report.html`.
+from embtransfer.report.build import config_subset, zeroshot_paths
 from embtransfer.report.check import check_report
 
 try:
@@ -18,6 +19,7 @@ rule report:
         evaluation=all_evaluation(),
         lapt=all_lapt_metrics(),
         coverage=all_coverage(),
+        zeroshot=zeroshot_paths(all_lapt_metrics()),
         reference=config["report"]["reference"],
     output:
         **{name: report_output(name) for name in REPORT_OUTPUTS},

@@ -10,6 +10,7 @@ inputs = Inputs(
     lapt=list(sm.input.lapt),
     coverage=list(sm.input.coverage),
     reference=sm.input.reference,
+    zeroshot=list(sm.input.zeroshot),
 )
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,

@@ -144,9 +144,10 @@ def _write_text(path: str | os.PathLike, text: str) -> None:
 INTRO = (
     "The SALT paper's tables and Figure 2, regenerated from this workflow's result files. "
     "`missing`: the configuration asks for the cell but no result gives it (each table's note "
-    "lists the files); `—`: no result of that language has the metric. `(paper)` columns "
-    "carry the paper's published number where our setting (source model, language, "
-    "target-PLM architecture, method, metric) is the paper's, `not comparable` elsewhere."
+    "lists the files); `—`: no result of that language has the metric. `±`: lm-eval's standard "
+    "error of a score. `(paper)` columns carry the paper's published number where our setting "
+    "(source model, language, target-PLM architecture, method, metric) is the paper's, "
+    "`not comparable` elsewhere."
 )
 
 
