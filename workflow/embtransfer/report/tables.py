@@ -192,7 +192,7 @@ class Table:
         return text if err is None else f"{text} ± {self.fmt(metric, err)}"
 
     def long(self) -> pd.DataFrame:
-        """One line per (row, metric): value, paper_value, status, comparable."""
+        """One line per (row, metric): value, stderr, status, paper_value, comparable."""
         lines = []
         for row in self.rows:
             for metric in self.metrics:
