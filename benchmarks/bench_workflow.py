@@ -66,6 +66,7 @@ FINISHED = re.compile(r"^\s*Finished job(?:id:)? (\d+)(?:\.| \(Rule: (\w+)\))")
 SELECT = re.compile(r"^\s*Select jobs to execute\.\.\.\s*$")
 EXECUTE = re.compile(r"^\s*Execute (\d+) jobs\.\.\.\s*$")
 NOTHING = re.compile(r"^\s*Nothing to be done")
+ELAPSED = re.compile(r"^\s*Elapsed time: (?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)\s*$")
 ILP_FALLBACK = re.compile(r"falling back to\s+greedy", re.IGNORECASE)
 
 
@@ -93,7 +94,7 @@ class LogRun:
     rounds: list[tuple[float, float, int]] = field(default_factory=list)  # select, execute, n
     first_select: float | None = None
     ilp_fallbacks: int = 0
-    last_time: float | None = None
+    elapsed: float | None = None  # Snakemake's closing "Elapsed time:"
 
 
 def asctime_seconds(text: str) -> float:
@@ -144,12 +145,14 @@ def parse_log(lines: Iterable[tuple[float | None, str]]) -> LogRun:
             block = None
             continue
         now = stamp if stamped else clock
-        if now is not None:
-            run.last_time = now if run.last_time is None else max(run.last_time, now)
         if (match := HEADER_DATE.match(line)) and run.started is None:
             run.started = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
         elif (match := HEADER_WORKDIR.match(line)) and run.workdir is None:
             run.workdir = match.group(1)
+        elif match := ELAPSED.match(line):
+            days, hours, minutes, secs = match.groups()
+            hours = int(days or 0) * 24 + int(hours)
+            run.elapsed = hours * 3600 + int(minutes) * 60 + float(secs)
         elif NOTHING.match(line):
             run.nothing_to_be_done = True
         elif ILP_FALLBACK.search(line):
@@ -299,7 +302,7 @@ def report_run(run: LogRun, workdir: Path | None) -> dict[str, float | None]:
     seconds, stale = job_seconds(run, workdir)
     totals = rule_totals(run, seconds)
     if totals:
-        width = max(len("rule"), *(len(rule) for rule in totals))
+        width = max(len("(all rules)"), *(len(rule) for rule in totals))
         print(f"{'rule':<{width}}  jobs  total s   mean s    max s  from")
         order = sorted(totals.items(), key=lambda item: -sum(item[1].seconds))
         for rule, total in order:
@@ -311,7 +314,7 @@ def report_run(run: LogRun, workdir: Path | None) -> dict[str, float | None]:
                   f"{sum(values) / len(values):7.2f}  {max(values):7.2f}  "
                   f"{'+'.join(sorted(total.sources))}")
         every = [value for value, _ in seconds.values()]
-        print(f"{'all':<{width}}  {len(run.jobs):4d}  {sum(every):7.1f}")
+        print(f"{'(all rules)':<{width}}  {len(run.jobs):4d}  {sum(every):7.1f}")
     if stale:
         print(f"{stale} benchmark files ignored: written outside their job's time "
               "(another run's); the log's times used instead")
@@ -451,8 +454,8 @@ def from_log(path: Path, workdir: Path | None) -> None:
         workdir = path.parents[2]
     print(f"log: {path}\nbenchmark files under: {workdir or 'unknown'}")
     report_run(run, workdir if workdir and workdir.is_dir() else None)
-    if run.started is not None and run.last_time is not None:
-        print(f"Snakemake started -> its last timestamp: {run.last_time - run.started:.2f} s")
+    if run.elapsed is not None:
+        print(f"wall (Snakemake's 'Elapsed time'): {run.elapsed:.1f} s")
 
 
 def main() -> None:

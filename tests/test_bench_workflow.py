@@ -134,6 +134,8 @@ LOG = textwrap.dedent("""\
     [Mon Nov 23 17:53:21 2026]
     Finished jobid: 0 (Rule: all)
     5 of 6 steps (83%) done
+    Complete log(s): {workdir}/.snakemake/log/2026-11-23T175234.824528.snakemake.log
+    Elapsed time: 0:00:47.021456
     """)
 
 
@@ -177,6 +179,9 @@ def test_parse_log_reads_jobs_times_and_plan(tmp_path):
         0: ("all", at("17:53:21"), at("17:53:21"), 1, None, False),
     }
     assert run.rounds == []  # the log's lines carry no stamps of their own
+    assert run.elapsed == pytest.approx(47.021456)
+    one_day = bench.parse_log([(None, "Elapsed time: 1 day, 2:03:04.5")])
+    assert one_day.elapsed == pytest.approx(26 * 3600 + 3 * 60 + 4.5)
 
 
 def test_job_seconds_take_fresh_benchmark_files_else_the_log(tmp_path):
@@ -246,6 +251,9 @@ def test_from_log_prints_the_figures(tmp_path, capsys):
     pretrain = next(line for line in out.splitlines() if line.startswith("pretrain_model"))
     assert pretrain.split() == ["pretrain_model", "2", "54.6", "27.30", "30.00", "benchmark+log"]
     assert "1 benchmark files ignored" in out
+    total = next(line for line in out.splitlines() if line.startswith("(all rules)"))
+    assert total.split() == ["(all", "rules)", "6", "70.6"]
+    assert "wall (Snakemake's 'Elapsed time'): 47.0 s" in out
     assert "dispatch gap (job start - last job finish before it): total 7.00 s" in out
     with pytest.raises(SystemExit, match="no .snakemake/log/"):
         bench.from_log(tmp_path / "results", None)
