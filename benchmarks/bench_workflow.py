@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -91,7 +92,8 @@ class LogRun:
     planned: int | None = None  # the "Job stats:" total
     nothing_to_be_done: bool = False
     jobs: dict[int, Job] = field(default_factory=dict)
-    rounds: list[tuple[float, float, int]] = field(default_factory=list)  # select, execute, n
+    # scheduling rounds: (the round's start, its "Execute N jobs..." line, N)
+    rounds: list[tuple[float, float, int]] = field(default_factory=list)
     first_select: float | None = None
     ilp_fallbacks: int = 0
     elapsed: float | None = None  # Snakemake's closing "Elapsed time:"
@@ -136,8 +138,10 @@ def parse_log(lines: Iterable[tuple[float | None, str]]) -> LogRun:
     if "Job stats:" in text:
         run.planned = sum(job_stats(text).values())
     clock: float | None = None
-    block: tuple[str, object] | None = None  # ("start", Job fields) or ("error", rule)
-    select_at: float | None = None
+    # the block being read: ("start", rule and start) until its jobid, then ("job", Job);
+    # ("error", rule) for an error report
+    block: tuple[str, Any] | None = None
+    round_start: float | None = None
     for stamp, line in lines:
         match = BRACKET_TIME.match(line)
         if match:
@@ -158,13 +162,15 @@ def parse_log(lines: Iterable[tuple[float | None, str]]) -> LogRun:
         elif ILP_FALLBACK.search(line):
             run.ilp_fallbacks += 1
         elif SELECT.match(line):
-            select_at = now
+            # a round: the last finish since the previous "Execute" line (a finish wakes
+            # the scheduler), else the first "Select jobs" line since it
+            round_start = now if round_start is None else round_start
             if run.first_select is None:
                 run.first_select = now
         elif match := EXECUTE.match(line):
-            if stamped and select_at is not None:
-                run.rounds.append((select_at, now, int(match.group(1))))
-            select_at = None
+            if stamped and round_start is not None:
+                run.rounds.append((round_start, now, int(match.group(1))))
+            round_start = None
         elif match := JOB_START.match(line):
             block = ("start", {"rule": match.group(1), "start": now})
         elif match := JOB_MESSAGE.match(line):
@@ -175,6 +181,7 @@ def parse_log(lines: Iterable[tuple[float | None, str]]) -> LogRun:
             block = ("error", match.group(1))
         elif match := FINISHED.match(line):
             job = run.jobs.get(int(match.group(1)))
+            round_start = now
             if job is not None:
                 job.end = now
                 job.rule = job.rule or match.group(2)
@@ -322,9 +329,15 @@ def report_run(run: LogRun, workdir: Path | None) -> dict[str, float | None]:
         print("benchmark files not read: the run's directory is unknown (--workdir)")
     gaps = dispatch_gaps(run)
     print(f"dispatch gap (job start - last job finish before it): {stats(gaps)}")
-    selection = [execute - select for select, execute, _ in run.rounds]
+    selection = [execute - start for start, execute, _ in run.rounds]
     if run.rounds:
-        print(f"job selection (Select jobs -> Execute N jobs): {stats(selection)} rounds")
+        print("scheduling rounds (last job finish, else first 'Select jobs', -> 'Execute N "
+              f"jobs'): {stats(selection)}")
+    outside = [run.jobs[jobid].end - run.jobs[jobid].start - value
+               for jobid, (value, source) in seconds.items() if source == "benchmark"]
+    if outside:
+        print(f"outside the job's process (log start -> finish minus its benchmark seconds): "
+              f"{stats(outside)} jobs")
     if run.ilp_fallbacks:
         print(f"ILP scheduler fell back to greedy {run.ilp_fallbacks} times")
     cores = busy_cores(run)

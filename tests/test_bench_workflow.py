@@ -215,21 +215,27 @@ def test_stamped_lines_give_rounds_and_subsecond_gaps(tmp_path):
     t0 = 1_800_000_000.0
     lines = [(t0, ""), (t0 + 0.9, "Job stats:"), (t0 + 0.9, "job      count"),
              (t0 + 0.9, "-----  -------"), (t0 + 0.9, "world        1"),
-             (t0 + 0.9, "total        1"),
+             (t0 + 0.9, "report       1"), (t0 + 0.9, "total        2"),
              (t0 + 1.0, "Select jobs to execute..."), (t0 + 1.25, "Execute 1 jobs..."),
              (t0 + 1.3, "[Mon Nov 23 17:52:36 2026]"), (t0 + 1.3, "localrule world:"),
              (t0 + 1.3, "    jobid: 6"), (t0 + 2.0, "[Mon Nov 23 17:52:37 2026]"),
-             (t0 + 2.0, "Finished jobid: 6 (Rule: world)"), (t0 + 2.1, "Nothing\tbut a tab")]
+             (t0 + 2.0, "Finished jobid: 6 (Rule: world)"), (t0 + 2.0, "1 of 2 steps (50%) done"),
+             (t0 + 2.05, "Select jobs to execute..."), (t0 + 2.1, "Execute 1 jobs..."),
+             (t0 + 2.1, "[Mon Nov 23 17:52:37 2026]"), (t0 + 2.1, "localrule report:"),
+             (t0 + 2.1, "    jobid: 3"), (t0 + 2.2, "Select jobs to execute..."),
+             (t0 + 2.5, "Nothing\tbut a tab")]
     path = tmp_path / "stamped.log"
     bench.write_stamped(path, lines)
     assert bench.read_log(path) == lines
     run = bench.parse_log(bench.read_log(path))
-    assert run.resolution == 0.0 and run.started == t0 and run.planned == 1
-    assert run.rounds == [(t0 + 1.0, t0 + 1.25, 1)]
+    assert run.resolution == 0.0 and run.started == t0 and run.planned == 2
+    # a round runs from the first "Select jobs" line, or from the job finish that woke
+    # the scheduler, to the "Execute N jobs" line
+    assert run.rounds == [(t0 + 1.0, t0 + 1.25, 1), (t0 + 2.0, t0 + 2.1, 1)]
     job = run.jobs[6]
     assert (job.rule, job.start, job.end) == ("world", t0 + 1.3, t0 + 2.0)
     # the first job's gap runs from the first "Select jobs" line
-    assert bench.dispatch_gaps(run) == [pytest.approx(0.3)]
+    assert bench.dispatch_gaps(run) == [pytest.approx(0.3), pytest.approx(0.1)]
     path.write_text(bench.STAMPED_HEADER + "\nnot a stamp\tline\n")
     with pytest.raises(SystemExit, match="line 2: not '<epoch seconds><TAB><line>'"):
         bench.read_log(path)
@@ -251,6 +257,8 @@ def test_from_log_prints_the_figures(tmp_path, capsys):
     pretrain = next(line for line in out.splitlines() if line.startswith("pretrain_model"))
     assert pretrain.split() == ["pretrain_model", "2", "54.6", "27.30", "30.00", "benchmark+log"]
     assert "1 benchmark files ignored" in out
+    assert "minus its benchmark seconds): total 0.39 s" in out  # bert: 25 s logged, 24.61 s ran
+    assert "scheduling rounds" not in out  # needs stamped lines
     total = next(line for line in out.splitlines() if line.startswith("(all rules)"))
     assert total.split() == ["(all", "rules)", "6", "70.6"]
     assert "wall (Snakemake's 'Elapsed time'): 47.0 s" in out
