@@ -9,11 +9,13 @@ read or written); it is deleted afterwards unless --keep. Printed, per scheduler
   the Snakefile and building the DAG), the end (last job finished -> Snakemake exited);
 * per rule: jobs, summed, mean and max job seconds, from the rule's `benchmark:` TSV
   (results/logs/benchmark/...) where it has one, else from the log's job start/finish;
-* the scheduler: time spent selecting jobs ("Select jobs to execute..." -> "Execute N
-  jobs..."), the dispatch gap of each job (its start minus the last job finish before it,
-  i.e. the last moment a core was freed or an input became ready), and the CPU seconds of
-  Snakemake's main process itself (its /proc record, read when it has exited but is not
-  yet reaped) apart from the jobs' processes (its waited-for children).
+* the scheduler: its rounds (from the job finish that woke it, else the first "Select
+  jobs to execute...", to "Execute N jobs..."), the dispatch gap of each job (its start
+  minus the last job finish before it, i.e. the last moment a core was freed or an input
+  became ready), a job's logged time beyond its benchmark seconds (start-up and
+  post-processing outside the job's process), and the CPU seconds of Snakemake's main
+  process itself (its /proc record, read when it has exited but is not yet reaped) apart
+  from the jobs' processes (its waited-for children).
 
 The run's output is read as it arrives and each line is stamped (sub-second); the log
 Snakemake writes (.snakemake/log/) only has whole-second `[timestamp]`s. --from-log parses
