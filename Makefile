@@ -18,7 +18,7 @@ TORCH_SPEC ?= torch==2.13.0
 # tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
-.PHONY: setup reference-env fixtures run test bench bench-real jobs slurm lint clean
+.PHONY: setup reference-env fixtures run test bench bench-workflow bench-real jobs slurm lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -70,7 +70,7 @@ slurm:
 	fi
 
 # Planned jobs of a fresh run of each shipped config (a dry run, offline, nothing built).
-JOB_CONFIGS := config/config.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml
+JOB_CONFIGS := config/config.yaml config/mini_full.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml
 jobs: setup
 	@for c in $(JOB_CONFIGS); do \
 	  out=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
@@ -85,7 +85,12 @@ bench: setup
 	$(BIN)/python benchmarks/bench_transfer.py
 	$(BIN)/python benchmarks/bench_focus.py
 	$(BIN)/python benchmarks/bench_lapt.py
-	$(BIN)/python benchmarks/bench_workflow.py
+	$(BIN)/python benchmarks/bench_workflow.py neighbors_only
+
+# The default run end to end in a fresh directory: wall time, jobs, per-rule totals, the
+# scheduler's time, and the rerun that must plan nothing (benchmarks/README.md)
+bench-workflow: setup
+	$(BIN)/python benchmarks/bench_workflow.py --rerun-check
 
 # Real vocabularies at real scale (Gemma 3 tokenizer, wordfreq-sampled targets)
 bench-real: setup fixtures

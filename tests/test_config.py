@@ -26,7 +26,7 @@ def test_default_config_validates_and_fills_defaults():
     assert config["neighbors"]["prefilter_k"] == 256
     assert config["languages"]["en_mini"]["fasttext"] == {"type": "train"}
     assert config["world"], "world defaults are filled from world.schema.yaml"
-    assert len(target_pairs(config)) == 2 * 6
+    assert len(target_pairs(config)) == 2 * 3  # one source, three PLMs per target language
 
 
 def test_defaults_come_only_from_the_matching_oneof_branch():

@@ -228,7 +228,8 @@ def test_stock_index_knows_the_paper_tasks():
 
 
 def test_evaluated_runs_follow_lapt_and_selection():
-    config = validate_config(default_config())
+    # both miniature sources (the default runs one; config/mini_full.yaml both)
+    config = validate_config({**default_config(), "sources": ["llama_mini", "gemma_mini"]})
     from embtransfer.grid import lapt_runs, transfer_runs
 
     assert evaluated_runs(config, "lapt") == lapt_runs(config)
@@ -324,7 +325,7 @@ def world():
 
 
 def test_world_tasks_are_deterministic_and_well_formed(world, tmp_path):
-    sizes = {"size": 12, "fewshot_pool": 5, "passage_people": 3}
+    sizes = {"size": 12, "fact_questions": 12, "fewshot_pool": 5, "passage_people": 3}
     docs = world_task_docs(world, "vi_mini", 7, sizes)
     assert docs == world_task_docs(world, "vi_mini", 7, sizes)
     assert docs != world_task_docs(world, "vi_mini", 8, sizes)
@@ -365,7 +366,7 @@ def test_passage_questions_are_answerable_from_the_passage(world):
 
             doc = passage_doc(world, item, lang, lang)
             assert sentence in doc["text"]
-            query = doc["text"].split("\n", 1)[1]
+            query = doc["text"].rsplit(". ", 1)[1]  # the passage's sentences end with "."
             assert (query + " " + doc["choices"][doc["gold"]]).strip() == sentence
 
 
@@ -379,6 +380,8 @@ def test_world_task_directory_and_relocation(world, tmp_path):
     assert spec["num_fewshot"] == 3 and spec["fewshot_split"] == "train"
     lines = (out / "world_mrc" / "test.jsonl").read_text().splitlines()
     assert len(lines) == 6 and all(isinstance(json.loads(x)["gold"], int) for x in lines)
+    # The fact tasks ask every fact unless told otherwise.
+    assert manifest["tasks"]["world_facts"]["test"] == len(world["facts"])
     # Moved elsewhere, the relocated copies point at the moved files.
     moved = tmp_path / "moved"
     (tmp_path / "bench").rename(moved)
@@ -423,3 +426,33 @@ def test_local_dataset_overrides_point_at_every_split_file(tmp_path):
     assert dataset_dir("root", "Rowan/hellaswag", None) == Path("root/Rowan/hellaswag/default")
     with pytest.raises(ValueError, match="hub dataset id"):
         dataset_dir("root", "../etc", "x")
+
+
+# --- how lm-eval encodes a continuation ------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm,family", [("unigram", "t5"), ("wordpiece", "bert"),
+                                              ("bytelevel_bpe", "llama")])
+def test_lm_eval_scores_exactly_the_continuation_whatever_the_tokenizer_adds(
+        world, tmp_path, algorithm, family):
+    """T5's tokenizer appends </s> and BERT's wraps [CLS] ... [SEP]: lm-eval's default
+    encoding then cut the continuation wrong (every choice scored as "." + </s>, all equal)."""
+    from lm_eval.models.huggingface import HFLM
+
+    from embtransfer.evaluation.runner import hflm_kwargs
+    from embtransfer.world.corpus import generate_sentences
+    from embtransfer.world.pretrain import build_model
+    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(generate_sentences(world, "en_mini", 400, 1)) + "\n")
+    tok = train_tokenizer(algorithm, [str(text)], 600, family)
+    model = build_model("llama", len(tok), None, False, special_token_ids(tok), 0)
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    lm = HFLM(pretrained=str(tmp_path / "ckpt"), device="cpu", batch_size=1, **hflm_kwargs(tok))
+    for line in text.read_text().splitlines()[:20]:
+        context, rest = line.split(" ", 1)
+        _, continuation = lm._encode_pair(context, " " + rest)
+        plain = tok(line, add_special_tokens=False)["input_ids"]
+        assert continuation == plain[len(tok(context, add_special_tokens=False)["input_ids"]):]

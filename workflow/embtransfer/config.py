@@ -251,22 +251,28 @@ def check_transfer(config: dict[str, Any]) -> None:
             )
 
 
-def check_lapt(config: dict[str, Any]) -> None:
-    """LAPT selections name known keys (typos are errors; a defined key outside the grid
-    selects nothing); the replay language exists."""
+def _check_select(config: dict[str, Any], section: str) -> None:
+    """A grid selection (``transfer.select``, ``lapt.select``) names known keys: typos are
+    errors; a defined key outside the grid selects nothing."""
     from embtransfer.method_catalog import METHODS
 
-    lapt = config["lapt"]
     known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
              "methods": sorted(METHODS)}
-    for i, group in enumerate(lapt["select"]):
+    for i, group in enumerate(config[section].get("select") or []):
         for key, allowed in known.items():
             unknown = sorted(set(group.get(key) or []) - set(allowed))
             _require(
                 not unknown,
-                f"config key lapt.select.{i}.{key}: {unknown} unknown (known: "
+                f"config key {section}.select.{i}.{key}: {unknown} unknown (known: "
                 f"{', '.join(allowed)})",
             )
+
+
+def check_lapt(config: dict[str, Any]) -> None:
+    """LAPT and transfer selections name known keys; the replay language exists."""
+    _check_select(config, "transfer")
+    _check_select(config, "lapt")
+    lapt = config["lapt"]
     replay = lapt.get("replay")
     if replay:
         lang = replay.get("language") or config.get("source_language")

@@ -42,6 +42,20 @@ def mini_corpus(world: dict[str, Any], lang: str, seed: int) -> tuple[list[str],
     return train, valid
 
 
+def source_llm_share(world: dict[str, Any], lang: str, seed: int) -> list[str]:
+    """The text of target language ``lang`` a source LLM's pretraining mix draws its share
+    from: like the language's corpus, but a configured fraction of it restates facts of the
+    fact base (``source_llm_fact_fraction``), as multilingual web text restates what
+    English text says. The target PLMs and LAPT read the corpus itself, which keeps the facts
+    out unless ``target_fact_sentence_fraction`` is set."""
+    from embtransfer.world.corpus import generate_sentences
+
+    cfg = world["config"]
+    return generate_sentences(world, lang, cfg["sentences"]["target_train"],
+                              split_seed(seed, lang, "source_llm"),
+                              fact_fraction=cfg["source_llm_fact_fraction"])
+
+
 def _clean(lines: Iterable[str]) -> Iterator[str]:
     for line in lines:
         line = " ".join(line.split())

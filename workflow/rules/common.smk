@@ -100,6 +100,15 @@ def corpus_inputs(wildcards):
     return {"sentences": wikipedia_sentences_file(wildcards.lang)}
 
 
+def mixed_languages(wildcards, mini):
+    """The languages of a source LLM's mix whose corpus is (``mini``) or is not the world's."""
+    return [
+        lang
+        for lang in sorted(MODELS[wildcards.model]["mix"])
+        if (config["languages"][lang]["corpus"]["type"] == "mini") == mini
+    ]
+
+
 # --- models (models.smk) -------------------------------------------------------------------
 from embtransfer.pinning import pin_config_file
 
@@ -135,7 +144,10 @@ def fasttext_bin(wildcards):
 # --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
 from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs
 
+from embtransfer.grid import transfer_runs
+
 TRANSFER = config["transfer"]
+TRANSFER_RUNS = transfer_runs(config)
 
 
 def method_options(method):
@@ -184,9 +196,7 @@ def transfer_inputs(w):
 
 def all_zeroshot():
     files = [
-        f"{RESULTS}/zeroshot/{lang}/{s}/{t}/{m}.json"
-        for lang, s, t in PAIRS
-        for m in TRANSFER["methods"]
+        f"{RESULTS}/zeroshot/{r.lang}/{r.source}/{r.target}/{r.method}.json" for r in TRANSFER_RUNS
     ]
     files += sorted({f"{RESULTS}/zeroshot/{lang}/{s}/source_model.json" for lang, s, _ in PAIRS})
     return files

@@ -37,11 +37,13 @@ rule corpus:
 rule mix_corpus:
     input:
         main=lambda w: corpus_file(MODELS[w.model]["language"], "train"),
-        others=lambda w: [corpus_file(lang, "train") for lang in sorted(MODELS[w.model]["mix"])],
+        others=lambda w: [corpus_file(lang, "train") for lang in mixed_languages(w, mini=False)],
+        world=lambda w: [rules.world.output[0]] if mixed_languages(w, mini=True) else [],
     output:
         f"{RESULTS}/corpus/mix/{{model}}/train.txt",
     params:
         shares=lambda w: MODELS[w.model]["mix"],
+        mini=lambda w: mixed_languages(w, mini=True),
         seed=config["seed"],
         code=script_hash("mix_corpus.py"),
     conda:

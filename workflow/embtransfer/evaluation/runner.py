@@ -56,6 +56,28 @@ def context_token_id(tokenizer: Any) -> int | None:
     return None
 
 
+def hflm_kwargs(tokenizer: Any) -> dict[str, Any]:
+    """How lm-eval's HFLM must encode text for this tokenizer.
+
+    ``prefix_token_id``: the token a context-free continuation is scored after (lm-eval
+    takes bos, else eos; WordPiece tokenizers have neither, their [CLS] starts a sequence).
+    ``add_bos_token``: whether lm-eval lets the tokenizer add its special tokens. Left to
+    itself it does, and cuts the continuation off ``encode(context + continuation)`` at
+    ``len(encode(context))``: right when the tokenizer only prepends (a BOS, as Llama's and
+    Gemma's do: kept), wrong when it appends (T5's ``</s>``, BERT's ``[SEP]``), where every
+    choice would be scored as its last piece plus the appended token. Those get none.
+    """
+    kwargs: dict[str, Any] = {}
+    prefix = context_token_id(tokenizer)
+    if prefix is not None:
+        kwargs["prefix_token_id"] = prefix
+    probe = "a b"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe)["input_ids"]
+    kwargs["add_bos_token"] = len(full) > len(plain) and full[len(full) - len(plain):] == plain
+    return kwargs
+
+
 def task_manager(specs: Sequence[TaskSpec], world_dir: str | Path | None, tmp: str | Path):
     """A TaskManager that knows ``specs``' tasks, scanning lm-eval's own tasks only if needed."""
     from lm_eval.tasks import TaskManager
@@ -119,11 +141,7 @@ def evaluate_checkpoint(
     kwargs: dict[str, Any] = {}
     if max_length is not None:
         kwargs["max_length"] = max_length
-    # The token a context-free continuation is scored after: lm-eval takes bos, else eos;
-    # WordPiece tokenizers (BERT target PLMs) have neither, their [CLS] starts a sequence.
-    prefix = context_token_id(load_tokenizer(model_dir, trust_remote_code=trust_remote_code))
-    if prefix is not None:
-        kwargs["prefix_token_id"] = prefix
+    kwargs.update(hflm_kwargs(load_tokenizer(model_dir, trust_remote_code=trust_remote_code)))
     t0 = time.perf_counter()
     lm = HFLM(pretrained=str(model_dir), device=dev, batch_size=batch_size,
               trust_remote_code=trust_remote_code, **kwargs)

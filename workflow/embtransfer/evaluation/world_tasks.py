@@ -35,7 +35,7 @@ from embtransfer.atomic import atomic_path
 from embtransfer.world.corpus import fact_frame, fact_question, render
 from embtransfer.world.languages import value_pool
 
-DEFAULT_SIZES = {"size": 100, "fewshot_pool": 20, "passage_people": 3}
+DEFAULT_SIZES = {"size": 100, "fact_questions": None, "fewshot_pool": 20, "passage_people": 3}
 # Relations of people that a passage can state without contradicting itself (no born+age).
 MRC_RELATIONS = ("lives_in", "profession", "likes", "owns", "age", "works_for")
 VALUE_TYPES = {"lives_in": "city", "profession": "profession", "likes": "food",
@@ -58,20 +58,20 @@ def cloze(world: dict[str, Any], fact: dict[str, Any], values: list[Any],
 
 
 def _join(context: str, query: str) -> str:
-    return f"{context}\n{query}" if context else query
+    return f"{context} {query}" if context else query
 
 
 # --- documents ------------------------------------------------------------------------------
 
 
-def fact_docs(world: dict[str, Any], lang: str, size: int, seed: int,
+def fact_docs(world: dict[str, Any], lang: str, size: int | None, seed: int,
               split: str) -> list[dict[str, Any]]:
-    """Cloze questions on the fact base in ``lang``: ``size`` test facts, the rest (up to
-    ``size``) as the few-shot pool (``split`` = test/train)."""
+    """Cloze questions on the fact base in ``lang``: ``size`` test facts (None: all), the
+    rest (up to ``size``) as the few-shot pool (``split`` = test/train)."""
     facts = list(world["facts"])
     order = list(range(len(facts)))
     _rng(seed, "world_facts").shuffle(order)
-    n_test = min(size, len(facts))
+    n_test = len(facts) if size is None else min(size, len(facts))
     chosen = sorted(order[:n_test]) if split == "test" else sorted(order[n_test:][:size])
     docs = []
     for i in chosen:
@@ -170,7 +170,7 @@ def world_task_docs(world: dict[str, Any], lang: str, seed: int,
     src = world["source_language"]
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for key, q_lang in (("world_facts", lang), ("world_facts_en", src)):
-        out[key] = {split: fact_docs(world, q_lang, sizes["size"], seed, split)
+        out[key] = {split: fact_docs(world, q_lang, sizes["fact_questions"], seed, split)
                     for split in ("test", "train")}
     items = {
         "test": passage_items(world, sizes["size"], seed, "test", sizes["passage_people"]),

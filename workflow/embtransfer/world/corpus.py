@@ -353,29 +353,66 @@ def fact_question(world: dict[str, Any], fact: dict[str, Any], lang: str) -> dic
     }
 
 
-def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int) -> list[str]:
-    """``n`` sentences of ``lang``, deterministic in (world, lang, n, seed).
+# Relations a passage can state for several people at once without contradicting itself
+# (no born beside age), with the type of value each takes.
+PASSAGE_RELATIONS = {"lives_in": "city", "profession": "profession", "likes": "food",
+                     "owns": "animal", "age": "age", "works_for": "company"}
 
-    A configured fraction states facts of the fact base (the source language's fraction by
-    default; targets get none unless configured), cycling through the facts in a fresh random
-    order each round so every fact is stated about equally often.
+
+def passage_facts(world: dict[str, Any], rng: random.Random, people: int) -> list[dict[str, Any]]:
+    """One relation stated for ``people`` different people outside the fact base, each with
+    a different value: the content of a reading-comprehension passage."""
+    relation = rng.choice(list(PASSAGE_RELATIONS))
+    value_type = PASSAGE_RELATIONS[relation]
+    pool = list(value_pool(world, value_type))
+    people = min(people, len(pool), len(world["entities"]["extra_names"]))
+    names = rng.sample(world["entities"]["extra_names"], people)
+    values = rng.sample(pool, people)
+    return [{"id": f"passage_{j}", "subject": name, "subject_type": "person",
+             "relation": relation, "value": value, "value_type": value_type}
+            for j, (name, value) in enumerate(zip(names, values, strict=True))]
+
+
+def passage_text(world: dict[str, Any], rng: random.Random, lang: str) -> str:
+    """A short passage (2-3 statements about people) whose statements are mentioned again,
+    in another order, as running text re-mentions what it said: where a model learns to
+    read its context."""
+    facts = passage_facts(world, rng, rng.randint(2, min(3, world["config"]["n_choices"])))
+    statements = [fact_statement(world, f, lang) for f in facts]
+    again = rng.sample(statements, len(statements))
+    return " ".join([*statements, *again])
+
+
+def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int,
+                       fact_fraction: float | None = None) -> list[str]:
+    """``n`` lines of ``lang``, deterministic in (world, lang, n, seed, fact_fraction).
+
+    A fraction of the lines states facts of the fact base (``fact_fraction``; by default the
+    source language's configured fraction, and the targets' one, 0 unless configured),
+    cycling through the facts in a fresh random order each round so every fact is stated
+    about equally often; a configured fraction are short passages (:func:`passage_text`);
+    the rest are single generic sentences.
     """
     cfg = world["config"]
-    frac = (cfg["fact_sentence_fraction"] if lang == world["source_language"]
-            else cfg["target_fact_sentence_fraction"])
+    if fact_fraction is None:
+        fact_fraction = (cfg["fact_sentence_fraction"] if lang == world["source_language"]
+                         else cfg["target_fact_sentence_fraction"])
     rng = _rng(seed, "sentences", lang)
-    n_facts = round(n * frac) if world["facts"] else 0
-    is_fact = [True] * n_facts + [False] * (n - n_facts)
-    rng.shuffle(is_fact)
+    n_facts = round(n * fact_fraction) if world["facts"] else 0
+    n_passages = min(n - n_facts, round(n * cfg["passage_fraction"]))
+    kinds = ["fact"] * n_facts + ["passage"] * n_passages + ["generic"] * (n - n_facts - n_passages)
+    rng.shuffle(kinds)
     idx = _Index(world)
     order: list[dict[str, Any]] = []
     out: list[str] = []
-    for fact_slot in is_fact:
-        if fact_slot:
+    for kind in kinds:
+        if kind == "fact":
             if not order:
                 order = list(world["facts"])
                 rng.shuffle(order)
             out.append(fact_statement(world, order.pop(), lang))
+        elif kind == "passage":
+            out.append(passage_text(world, rng, lang))
         else:
             out.append(render(world, sample_frame(world, rng, idx), lang))
     return out
