@@ -47,7 +47,8 @@ def tiny(tmp_path_factory):
     model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
     bench = out / "bench" / LANG
-    build_world_tasks(world, LANG, bench, 1234, {"size": 12, "fewshot_pool": 5}, {})
+    build_world_tasks(world, LANG, bench, 1234,
+                      {"size": 12, "fact_questions": 12, "fewshot_pool": 5}, {})
     return out / "model", bench
 
 
@@ -134,7 +135,7 @@ def eval_config():
                         "focus_method": "random"}
     config["evaluation"] = {
         "tasks": ["world_facts", "world_mrc", "world_xl_ctx_en"],
-        "world": {"size": 10, "fewshot_pool": 5},
+        "world": {"size": 10, "fact_questions": 10, "fewshot_pool": 5},
         "device": "cpu",
     }
     return config
