@@ -117,6 +117,13 @@ def test_lapt_selection_names_a_bad_key():
         validate_config(config)
 
 
+def test_transfer_selection_names_a_bad_key():
+    config = fresh()
+    config["transfer"] = {"select": [{"targets": ["gpt2_ar_mini", "gpt2_xx"]}]}
+    with pytest.raises(ConfigError, match=r"transfer\.select\.0\.targets: \[.gpt2_xx.\] unknown"):
+        validate_config(config)
+
+
 def test_lapt_selection_is_a_union_of_products():
     from embtransfer.grid import lapt_runs, transfer_runs
 

@@ -32,14 +32,10 @@ from typing import Any
 import yaml
 
 from embtransfer.atomic import atomic_path
-from embtransfer.world.corpus import fact_frame, fact_question, render
+from embtransfer.world.corpus import PASSAGE_RELATIONS, fact_frame, fact_question, render
 from embtransfer.world.languages import value_pool
 
 DEFAULT_SIZES = {"size": 100, "fact_questions": None, "fewshot_pool": 20, "passage_people": 3}
-# Relations of people that a passage can state without contradicting itself (no born+age).
-MRC_RELATIONS = ("lives_in", "profession", "likes", "owns", "age", "works_for")
-VALUE_TYPES = {"lives_in": "city", "profession": "profession", "likes": "food",
-               "owns": "animal", "age": "age", "works_for": "company"}
 
 
 def _rng(*parts: object) -> random.Random:
@@ -92,8 +88,8 @@ def passage_items(world: dict[str, Any], n: int, seed: int, split: str,
     items = []
     for i in range(n):
         rng = _rng(seed, "world_mrc", split, i)
-        relation = rng.choice(MRC_RELATIONS)
-        pool = list(value_pool(world, VALUE_TYPES[relation]))
+        relation = rng.choice(list(PASSAGE_RELATIONS))
+        pool = list(value_pool(world, PASSAGE_RELATIONS[relation]))
         people = rng.sample(names, k)
         values = rng.sample(pool, min(k, len(pool)))
         people = people[: len(values)]
@@ -112,7 +108,7 @@ def _fact(item: dict[str, Any], j: int) -> dict[str, Any]:
     relation = item["relation"]
     return {"id": f"{item['id']}_{j}", "subject": item["people"][j], "subject_type": "person",
             "relation": relation, "value": item["values"][j],
-            "value_type": VALUE_TYPES[relation]}
+            "value_type": PASSAGE_RELATIONS[relation]}
 
 
 def passage_doc(world: dict[str, Any], item: dict[str, Any], context_lang: str,
