@@ -33,13 +33,13 @@ from embtransfer.report.check import check_report
 from embtransfer.report.figures import draw_figure2, loss_curves
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import (
+    MalformedResultError,
     eval_path_identity,
     read_coverage,
     read_eval_records,
     read_lapt_metrics,
     read_reference,
 )
-from embtransfer.tables import MalformedResultError
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "report"

@@ -7,13 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from embtransfer.tables import (
-    MalformedResultError,
-    markdown,
-    read_records,
-    write_zeroshot_table,
-    zeroshot_frame,
-)
+from embtransfer.report.records import MalformedResultError, read_records
+from embtransfer.report.tables import markdown
+from embtransfer.report.zeroshot import write_zeroshot_table, zeroshot_frame
 
 
 def record(method, bpb, target="gpt2_x", lang="xx", source="src"):

@@ -1,7 +1,8 @@
 """One table of every checkpoint's zero-shot held-out loss and bits per byte."""
 
 from embtransfer.logs import job_logger
-from embtransfer.tables import read_records, write_zeroshot_table
+from embtransfer.report.records import read_records
+from embtransfer.report.zeroshot import write_zeroshot_table
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -11,6 +11,7 @@ from embtransfer.atomic import atomic_path
 from embtransfer.report.figures import Curves, missing_curves, write_figure2
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import (
+    MalformedResultError,
     eval_path_identity,
     lapt_path_identity,
     read_coverage,
@@ -31,7 +32,6 @@ from embtransfer.report.tables import (
     table6,
     table8,
 )
-from embtransfer.tables import MalformedResultError
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 

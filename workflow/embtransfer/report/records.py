@@ -14,7 +14,7 @@
 * The paper's reference numbers (``salt_paper_tables.csv``).
 
 A file that exists but cannot be read as what it should be raises
-:class:`~embtransfer.tables.MalformedResultError` naming the file; a file that does
+:class:`MalformedResultError` naming the file; a file that does
 not exist is not an error here: the tables say "missing" and list it.
 """
 
@@ -24,11 +24,33 @@ import csv
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embtransfer.tables import MalformedResultError, read_records
+ZEROSHOT_KEYS = ("lang", "source", "method", "loss", "bits_per_byte")
+
+
+class MalformedResultError(ValueError):
+    """A results file cannot be read as a record; the message names it."""
+
+
+def read_records(paths: Iterable[str | os.PathLike], required: tuple[str, ...] = ZEROSHOT_KEYS
+                 ) -> list[dict[str, Any]]:
+    records = []
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise MalformedResultError(f"results file {path} is malformed: {err}") from err
+        missing = [k for k in required if k not in record] if isinstance(record, dict) else required
+        if missing:
+            raise MalformedResultError(f"results file {path} lacks the keys {list(missing)}")
+        record["_path"] = str(path)
+        records.append(record)
+    return records
+
 
 STAGES = ("source", "transfer", "lapt")
 KINDS = ("knowledge", "mrc", "crosslingual")

@@ -35,8 +35,7 @@ from typing import Any
 import pandas as pd
 
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.records import STAGES, EvalRecord, LaptRun
-from embtransfer.tables import MalformedResultError, markdown
+from embtransfer.report.records import STAGES, EvalRecord, LaptRun, MalformedResultError
 
 MISSING = "missing"
 NOT_COMPARABLE = "not comparable"
@@ -48,6 +47,20 @@ PAPER_METRIC_ORDER = (
 )
 STAGE_ORDER = ("source", "transfer", "lapt")
 SOURCE_MODEL_LABEL = "source model (no transfer)"
+
+
+def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
+    """A GitHub-style Markdown table; NaN cells are shown as an em dash."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return "—" if math.isnan(value) else floatfmt.format(value)
+        return str(value)
+
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
 
 
 def report_stages(config: dict[str, Any]) -> list[str]:

@@ -1,57 +1,16 @@
-"""Result tables: read per-job JSON records, aggregate, write CSV and Markdown.
-
-A table never invents a number: a malformed or missing record is named in the
-error, and an absent cell is shown as "—".
-"""
+"""The zero-shot comparison table: every transferred checkpoint's held-out loss and bits
+per byte before any training (``results/tables/zeroshot.{csv,md}``), methods ranked by
+bits per byte in each (language, source, target PLM) setting."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from embtransfer.atomic import atomic_path
-
-ZEROSHOT_KEYS = ("lang", "source", "method", "loss", "bits_per_byte")
-
-
-class MalformedResultError(ValueError):
-    """A results file cannot be read as a record; the message names it."""
-
-
-def read_records(paths: Iterable[str | os.PathLike], required: tuple[str, ...] = ZEROSHOT_KEYS
-                 ) -> list[dict[str, Any]]:
-    records = []
-    for path in paths:
-        try:
-            record = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise MalformedResultError(f"results file {path} is malformed: {err}") from err
-        missing = [k for k in required if k not in record] if isinstance(record, dict) else required
-        if missing:
-            raise MalformedResultError(f"results file {path} lacks the keys {list(missing)}")
-        record["_path"] = str(path)
-        records.append(record)
-    return records
-
-
-def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
-    """A GitHub-style Markdown table; NaN cells are shown as an em dash."""
-
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return "—" if math.isnan(value) else floatfmt.format(value)
-        return str(value)
-
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *rows])
+from embtransfer.report.tables import markdown
 
 
 def zeroshot_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
