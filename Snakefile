@@ -30,7 +30,6 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/vocab.smk"
 include: "workflow/rules/fasttext.smk"
 include: "workflow/rules/neighbors.smk"
-include: "workflow/rules/regression.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/lapt.smk"
 include: "workflow/rules/evaluate.smk"
@@ -57,7 +56,6 @@ rule all:
     input:
         all_coverage(),
         all_neighbors(),
-        all_regression_inputs(),
         rules.zeroshot_table.output,
         all_lapt(),
         all_evaluation(),

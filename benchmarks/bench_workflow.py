@@ -479,8 +479,9 @@ def main() -> None:
     parser.add_argument("targets", nargs="*", help="Snakemake targets (default: rule all)")
     parser.add_argument("--configfile", type=Path, default=REPO / "config" / "config.yaml")
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--scheduler", nargs="+", choices=["ilp", "greedy"], default=["ilp"],
-                        help="one fresh run per scheduler named (Snakemake's default: ilp)")
+    parser.add_argument("--scheduler", nargs="+", choices=["ilp", "greedy"], default=["greedy"],
+                        help="one fresh run per scheduler named (default: greedy, as "
+                        "profiles/default sets)")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
     parser.add_argument("--rerun-check", action="store_true",
                         help="after the run, `snakemake -n` and a rerun must plan 0 jobs")

@@ -168,3 +168,18 @@ def test_nfc_option_reaches_the_scoring(model_dir, manager, tmp_path):
     (record,), _ = run(model_dir, [_spec("xquad", "vi")], tmp_path, manager, nfc=True)
     assert record["scoring"] == {"normalisation": "mlqa_official", "answer_language": "vi",
                                  "nfc": True}
+
+
+def test_evaluation_skips_lm_evals_environment_survey(model_dir, manager, tmp_path, monkeypatch):
+    """lm-eval surveys the machine (pip list, conda, nvidia-smi, lscpu) in every
+    simple_evaluate call, ~0.3-2 s a task; the records never use it, so a job skips it."""
+    from torch.utils import collect_env
+
+    calls = []
+    monkeypatch.setattr(collect_env, "get_pretty_env_info", lambda: calls.append(1) or "")
+    specs = [s for s in all_specs() if s.lm_eval_task in ("arc_de", "hellaswag_ar")]
+    records, _ = run(model_dir, specs, tmp_path, manager)
+    assert len(records) == 2 and calls == []
+    import lm_eval.evaluator  # the patch is scoped to the job's evaluation
+
+    assert lm_eval.evaluator.add_env_info.__module__ == "lm_eval.loggers.utils"

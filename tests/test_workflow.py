@@ -63,6 +63,7 @@ def copy_workflow(dest: Path) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "config", dest / "config")
     shutil.copytree(REPO / "envs", dest / "envs")
+    shutil.copytree(REPO / "profiles", dest / "profiles")  # the workflow profile
     if (REPO / "resources" / "reference").is_dir():  # the paper's numbers, for the report
         shutil.copytree(REPO / "resources" / "reference", dest / "resources" / "reference")
     return dest
@@ -274,37 +275,6 @@ def test_bad_inputs_fail_clearly_and_leave_no_artifact(tmp_path):
     assert "is not a fastText model" in log and "languages.ar_mini.fasttext" in log
     assert not (workdir / target).exists()
     assert not list((workdir / "results" / "token_vectors").rglob("*.npy"))
-
-
-def test_regression_inputs_pair_the_shared_rows(workflow_run):
-    from safetensors.numpy import load_file
-
-    from embtransfer.models import load_embeddings
-
-    workdir, config = workflow_run
-    snakemake(workdir, "--cores", "2", "all")
-    results = workdir / "results"
-    for lang, plms in config["targets"].items():
-        for source in config["sources"]:
-            src = load_embeddings(workdir / "resources" / "models" / source)
-            # The default config has an untied source (llama_mini) and a tied one.
-            assert src.tied == (config["models"][source]["family"] == "gemma")
-            for target in plms:
-                tgt = load_embeddings(workdir / "resources" / "models" / target)
-                base = results / "regression" / lang / source / target
-                arrays = load_file(str(base / "inputs.safetensors"))
-                meta = json.loads((base / "inputs.json").read_text())
-                pairs = pd.read_parquet(results / "overlap" / source / f"{target}.parquet")
-                t_ids, s_ids = arrays["shared_target_ids"], arrays["shared_source_ids"]
-                assert (t_ids == pairs["target_id"].to_numpy()).all()
-                assert (s_ids == pairs["source_id"].to_numpy()).all()
-                np.testing.assert_array_equal(arrays["target_input"], tgt.input[t_ids])
-                np.testing.assert_array_equal(arrays["source_input"], src.input[s_ids])
-                assert ("source_output" in arrays) == (not src.tied) == (not meta["source_tied"])
-                if not src.tied:
-                    np.testing.assert_array_equal(arrays["source_output"], src.output[s_ids])
-                assert meta["n_shared"] == len(pairs)
-    assert planned_jobs(workdir, "all") == {}
 
 
 def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):

@@ -235,3 +235,20 @@ def fertility(tokenizer: Any, text_file: str | os.PathLike,
         tokenizer = load_tokenizer(tokenizer)
     docs = read_documents(text_file, max_lines)
     return {**token_counts(tokenizer, docs), "lines": len(docs)}
+
+
+def zeroshot_record(model_dir: str | os.PathLike, text_file: str | os.PathLike,
+                    options: dict[str, Any], device: str,
+                    context: dict[str, Any]) -> dict[str, Any]:
+    """The zero-shot JSON of one checkpoint (``results/zeroshot/...``,
+    ``results/intrinsic/lapt/...``): :func:`evaluate_text` with the config's ``zeroshot``
+    options, the fertility of its tokenizer on the same text, and ``context`` (the run's
+    wildcards; ``method`` is ``source_model`` for the untouched source LLM)."""
+    record = evaluate_text(
+        model_dir, text_file, max_length=options["max_length"],
+        batch_size=options["batch_size"], device=device, max_lines=options["max_lines"],
+    )
+    record["fertility"] = fertility(load_tokenizer(model_dir), text_file)
+    record.update(context)
+    record.setdefault("method", "source_model")
+    return record

@@ -83,10 +83,6 @@ def all_neighbors():
     ]
 
 
-def all_regression_inputs():
-    return [f"{RESULTS}/regression/{lang}/{s}/{t}/inputs.json" for lang, s, t in PAIRS]
-
-
 # --- corpora (data.smk) --------------------------------------------------------------------
 
 

@@ -111,7 +111,7 @@ elif EVAL_TASKS:
             f"{BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
 
 
-use rule zeroshot as intrinsic_lapt with:
+use rule zeroshot_source as intrinsic_lapt with:
     # Held-out loss, perplexity, bits per byte and fertility of a LAPT checkpoint (the
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:

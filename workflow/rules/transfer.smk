@@ -67,17 +67,23 @@ rule aligned_vectors:
 
 
 rule transfer:
+    # The checkpoint and its zero-shot scores in one job (see scripts/transfer.py).
     input:
         unpack(transfer_inputs),
+        text=lambda w: corpus_file(w.lang, "valid"),
     output:
-        directory(f"{RESULTS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}"),
+        model=directory(f"{RESULTS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}"),
+        zeroshot=f"{RESULTS}/zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.json",
     params:
         options=lambda w: method_options(w.method),
         mode=TRANSFER["vocab_mode"],
         seed=config["seed"],
         trust_remote_code=config["trust_remote_code"],
         allow_pickle=config["allow_pickle"],
+        zeroshot=config["zeroshot"],
+        device=TRANSFER["device"],
         code=transfer_code,
+    threads: config["threads"]
     resources:
         mem_mb=8000,
     conda:
@@ -90,12 +96,14 @@ rule transfer:
         "../scripts/transfer.py"
 
 
-rule zeroshot:
+rule zeroshot_source:
+    # The untouched source LLM with its own tokenizer on the same text: the
+    # reference that bits per byte makes comparable across tokenizers.
     input:
-        model=f"{RESULTS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}",
+        model=lambda w: model_dir(w.source),
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
-        f"{RESULTS}/zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.json",
+        f"{RESULTS}/zeroshot/{{lang}}/{{source}}/source_model.json",
     params:
         options=config["zeroshot"],
         device=TRANSFER["device"],
@@ -104,21 +112,9 @@ rule zeroshot:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
     script:
         "../scripts/zeroshot.py"
-
-
-use rule zeroshot as zeroshot_source with:
-    # The untouched source LLM with its own tokenizer on the same text: the
-    # reference that bits per byte makes comparable across tokenizers.
-    input:
-        model=lambda w: model_dir(w.source),
-        text=lambda w: corpus_file(w.lang, "valid"),
-    output:
-        f"{RESULTS}/zeroshot/{{lang}}/{{source}}/source_model.json",
-    log:
-        f"{LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
 
 
 rule zeroshot_table:

@@ -1,19 +1,14 @@
-"""Held-out loss, perplexity and bits per byte of a checkpoint on the target valid text."""
+"""Held-out loss, perplexity and bits per byte of a checkpoint on the target valid text
+(the untouched source LLM, and LAPT checkpoints; a transferred checkpoint gets its own in
+the transfer job)."""
 
 from embtransfer.atomic import write_json
-from embtransfer.intrinsic import evaluate_text, fertility
+from embtransfer.intrinsic import zeroshot_record
 from embtransfer.logs import job_logger
-from embtransfer.models import load_tokenizer
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-opts = sm.params.options
-metrics = evaluate_text(
-    sm.input.model, sm.input.text, max_length=opts["max_length"], batch_size=opts["batch_size"],
-    device=sm.params.device, max_lines=opts["max_lines"],
-)
-metrics["fertility"] = fertility(load_tokenizer(sm.input.model), sm.input.text)
-metrics.update({k: v for k, v in sm.wildcards.items()})
-metrics.setdefault("method", "source_model")
-write_json(sm.output[0], metrics)
-log.info("%s", metrics)
+record = zeroshot_record(sm.input.model, sm.input.text, sm.params.options, sm.params.device,
+                         dict(sm.wildcards.items()))
+write_json(sm.output[0], record)
+log.info("%s", record)

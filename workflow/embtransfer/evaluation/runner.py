@@ -17,10 +17,11 @@ removes the Arabic article only at the start of a word; the official script ever
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,29 @@ def task_spec(spec: TaskSpec, manager: Any, datasets_dir: str | Path | None,
     return cfg
 
 
+@contextlib.contextmanager
+def without_environment_survey() -> Iterator[None]:
+    """Skip lm-eval's survey of the machine inside ``simple_evaluate``.
+
+    Every call runs ``torch.utils.collect_env`` (``pip list``, conda, ``nvidia-smi``,
+    ``lscpu``): 0.3-2 s a task, a sixth of a miniature-world evaluation job, for an
+    ``env_info`` field the records never read (they name their own versions). lm-eval has
+    no switch for it, so its ``add_env_info`` is a no-op for the duration; a release
+    without that function is left alone.
+    """
+    import lm_eval.evaluator
+
+    survey = getattr(lm_eval.evaluator, "add_env_info", None)
+    if survey is None:
+        yield
+        return
+    lm_eval.evaluator.add_env_info = lambda storage: None
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.add_env_info = survey
+
+
 def evaluate_checkpoint(
     model_dir: str | Path,
     specs: Sequence[TaskSpec],
@@ -151,7 +175,7 @@ def evaluate_checkpoint(
     log.info("loaded %s on %s in %.1f s", model_dir, dev, time.perf_counter() - t0)
     version = lm_eval.__version__
     records = []
-    with tempfile.TemporaryDirectory(prefix="embt-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="embt-eval-") as tmp, without_environment_survey():
         if manager is None:
             manager = task_manager(specs, world_dir, tmp)
         # Check every task's data before the first one spends compute.
