@@ -128,16 +128,19 @@ def evaluate_text(
     device: str = "auto",
     max_lines: int | None = None,
     trust_remote_code: bool = False,
+    tokenizer: Any | None = None,
 ) -> dict[str, Any]:
     """Held-out causal-LM loss, perplexity and bits per byte of ``model_dir`` on ``text_file``.
 
     ``max_length`` is capped at the model's position limit. The model runs in its
-    checkpoint dtype; log-probabilities are taken in float32.
+    checkpoint dtype; log-probabilities are taken in float32. ``tokenizer``: the
+    checkpoint's own, when the caller has loaded it already.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
     dev = _device(device)
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype="auto", trust_remote_code=trust_remote_code
@@ -244,11 +247,13 @@ def zeroshot_record(model_dir: str | os.PathLike, text_file: str | os.PathLike,
     ``results/intrinsic/lapt/...``): :func:`evaluate_text` with the config's ``zeroshot``
     options, the fertility of its tokenizer on the same text, and ``context`` (the run's
     wildcards; ``method`` is ``source_model`` for the untouched source LLM)."""
+    tokenizer = load_tokenizer(model_dir)  # once, for the scores and the fertility
     record = evaluate_text(
         model_dir, text_file, max_length=options["max_length"],
         batch_size=options["batch_size"], device=device, max_lines=options["max_lines"],
+        tokenizer=tokenizer,
     )
-    record["fertility"] = fertility(load_tokenizer(model_dir), text_file)
+    record["fertility"] = fertility(tokenizer, text_file)
     record.update(context)
     record.setdefault("method", "source_model")
     return record
