@@ -616,6 +616,13 @@ class _ThisRun:
         self.overhead_s = 0.0  # eval and checkpoint time, kept out of tokens/s
         self.counts = {"target": 0, "replay": 0}
 
+    def count(self, idx: np.ndarray, n_target: int, length: int) -> None:
+        """A finished step over the global batch ``idx`` (indices >= n_target: replay)."""
+        n_rep = int((idx >= n_target).sum())
+        self.counts["replay"] += n_rep
+        self.counts["target"] += len(idx) - n_rep
+        self.tokens += len(idx) * length
+
     def run_s(self) -> float:
         return time.perf_counter() - self.t0
 
@@ -1036,10 +1043,7 @@ def train_lapt(
                              f"[lapt] {stop.reason}: stopped between micro batches of step "
                              f"{p.step + 1}; checkpoint saved at step {p.step} in {t.ckpt} "
                              f"(the step is redone on resume)")
-                n_rep = int((idx >= t.data.n_target).sum())
-                this.counts["replay"] += n_rep
-                this.counts["target"] += len(idx) - n_rep
-                this.tokens += s.global_batch_size * s.max_length
+                this.count(idx, t.data.n_target, s.max_length)
                 p.step += 1
                 p.losses.append(step_loss)
                 _log_train_loss(t, p, this, lr)
