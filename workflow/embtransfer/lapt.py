@@ -5,7 +5,8 @@ target-language text (docs/design.md §5) and writes the result, atomically, as 
 checkpoint directory (safetensors + tokenizer + ``lapt.json``).
 
 Settings: :class:`LaptSettings` (defaults in one place, :data:`DEFAULT_LAPT` is its
-dict), following the SALT paper: max length 1024, lr 1e-5, linear warmup (5%) then
+dict; :func:`settings_from_config` maps the config's ``lapt`` section onto it),
+following the SALT paper: max length 1024, lr 1e-5, linear warmup (5%) then
 cosine to 0, a global batch of 512 sequences reached by gradient accumulation, one
 epoch, bf16 autocast over fp32 master weights where the device supports it (fp32 on
 CPU). Weight decay 0.0 (the Hugging Face Trainer default; the paper names none),
@@ -26,6 +27,12 @@ Variants:
   spread evenly through the epoch (see :func:`epoch_order`).
 * ``lora = {...}`` (see :mod:`embtransfer.lora`): LoRA adapters on every linear
   layer with trainable embeddings, merged into a plain checkpoint at the end.
+
+Structure: :func:`train_lapt` is the loop over optimizer steps; :func:`_setup` (model,
+blocks, plan, optimizer, identity), :func:`_start` (seed; resume or set aside),
+:func:`_train_step`, :func:`_evaluate_due`, :func:`_save` and :func:`_finish` are the
+parts it calls, sharing one :class:`_Trainer`; :class:`_Progress` is what a checkpoint
+carries across a resume.
 
 Several processes (``accelerate launch`` / ``torchrun`` set ``WORLD_SIZE``): the
 loss module is wrapped in PyTorch DDP; each rank runs its share of every global
