@@ -20,7 +20,9 @@ from safetensors.torch import load_file
 from embtransfer.lapt import (
     CheckpointError,
     CorpusTooSmallError,
+    LaptSettings,
     MicroBatchOOMError,
+    Replay,
     epoch_order,
     lr_factor,
     replay_count,
@@ -302,15 +304,19 @@ def test_settings_from_the_config_section():
                           lora={"r": 4, "lr": 3e-4})
     section = validate_config(config)["lapt"]
     assert section["replay"]["language"] == "en_mini"  # the source language by default
-    cfg = settings_from_config(section, 2, "en.txt")
-    assert cfg["lr"] == 3e-4  # LoRA's own learning rate
-    assert cfg["lora"] == {"r": 4, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear",
-                           "train_embeddings": True, "int8": False}
-    assert cfg["replay"] == {"file": "en.txt", "ratio": 0.25}
-    assert cfg["threads"] == 2 and cfg["max_length"] == section["max_length"]
+    settings = settings_from_config(section, 2, "en.txt")
+    assert settings.lr == 3e-4  # LoRA's own learning rate
+    assert settings.lora == {"r": 4, "alpha": 32, "dropout": 0.05,
+                             "target_modules": "all-linear", "train_embeddings": True,
+                             "int8": False}
+    assert settings.replay == Replay(file="en.txt", ratio=0.25)
+    assert settings.threads == 2 and settings.max_length == section["max_length"]
+    assert settings.as_dict()["replay"] == {"file": "en.txt", "ratio": 0.25}
     section["variant"] = "full"
     full = settings_from_config(section, 2, "en.txt")
-    assert full["lora"] is None and full["lr"] == section["lr"]
+    assert full.lora is None and full.lr == section["lr"]
+    # Unvalidated defaults come from the dataclass, the same the schema fills in.
+    assert settings_from_config({}, None, None) == LaptSettings()
 
 
 # ---------------------------------------------------------------- what a checkpoint continues
@@ -558,15 +564,47 @@ def test_prebuilt_blocks_equal_text_and_are_checked(world, straight, tmp_path):
                    tmp_path / "o3", CFG, seed=3, log=lambda s: None)
 
 
+# Schema keys that only the workflow reads (settings_from_config maps variant and replay).
+WORKFLOW_ONLY = {"enabled", "select", "variant", "gpus", "mem_mb", "runtime"}
+
+
 def test_settings_defaults_match_the_schema():
-    from embtransfer.lapt import DEFAULT_LAPT
+    """LaptSettings holds the defaults; the schema repeats them for the config: one truth."""
+    from dataclasses import fields
+
+    from embtransfer.lora import DEFAULT_LORA
 
     schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
                              / "lapt.schema.yaml").read_text())["properties"]
-    shared = set(schema) & set(DEFAULT_LAPT)
-    assert {"max_length", "lr", "loss_chunk_rows", "checkpoint_minutes"} <= shared
-    for key in shared - {"replay", "lora"}:
-        assert schema[key]["default"] == DEFAULT_LAPT[key], key
+    names = {f.name for f in fields(LaptSettings)}
+    assert not set(schema) - names - WORKFLOW_ONLY, "schema keys with no LaptSettings field"
+    assert not WORKFLOW_ONLY & names
+    defaults = LaptSettings()
+    for key in set(schema) & names - {"replay", "lora"}:
+        assert schema[key]["default"] == getattr(defaults, key), key
+    assert schema["replay"]["default"] is None and defaults.replay is None
+    assert set(schema["replay"]["oneOf"][1]["properties"]) == {"language", "ratio"}
+    # LoRA: the schema's sub-keys are embtransfer.lora's settings plus its learning rate.
+    lora = schema["lora"]["properties"]
+    assert set(lora) - {"lr"} <= set(DEFAULT_LORA), set(lora) - set(DEFAULT_LORA)
+    for key in set(lora) - {"lr"}:
+        assert lora[key]["default"] == DEFAULT_LORA[key], key
+
+
+def test_settings_refuse_bad_values():
+    with pytest.raises(ValueError, match="unknown LAPT keys"):
+        LaptSettings.from_dict({"learning_rate": 1})
+    with pytest.raises(ValueError, match="replay ratio"):
+        LaptSettings.from_dict({"replay": {"file": "en.txt", "ratio": 1.0}})
+    with pytest.raises(ValueError, match="loss_chunk_rows"):
+        LaptSettings(loss_chunk_rows=-1)
+    with pytest.raises(ValueError, match="multiple of micro_batch_size"):
+        LaptSettings(global_batch_size=10, micro_batch_size=4)
+    with pytest.raises(ValueError, match="unknown LoRA keys"):
+        LaptSettings.from_dict({"lora": {"rank": 4}})
+    given = {"max_steps": 7, "replay": {"file": "en.txt", "ratio": 0.5}}
+    assert LaptSettings.from_dict(LaptSettings.from_dict(given).as_dict()) == \
+        LaptSettings.from_dict(given)
 
 
 def test_activation_checkpointing_keeps_the_trajectory(world, straight, tmp_path):
@@ -599,3 +637,17 @@ def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(world, straight, tm
     _run(world, out, {"max_steps": 10}, log=logs.append)
     assert any("resuming" in m and "at step 4/10" in m for m in logs), logs
     _assert_same_weights(straight, out)
+
+
+def test_lapt_modules_import_no_private_names():
+    """The trainer's modules use other modules' public names only (shared helpers have a
+    public home; world/pretrain.py's privates stay its own)."""
+    import ast
+
+    pkg = Path(__file__).resolve().parents[1] / "workflow" / "embtransfer"
+    for name in ("lapt.py", "lapt_blocks.py", "lapt_loss.py", "lora.py"):
+        for node in ast.walk(ast.parse((pkg / name).read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private = [a.name for a in node.names if a.name.startswith("_")
+                           and a.name != "__future__"]
+                assert not private, f"{name} imports {private} from {node.module}"

@@ -5,7 +5,8 @@ target-language text (docs/design.md §5) and writes the result, atomically, as 
 checkpoint directory (safetensors + tokenizer + ``lapt.json``).
 
 Settings: :class:`LaptSettings` (defaults in one place, :data:`DEFAULT_LAPT` is its
-dict), following the SALT paper: max length 1024, lr 1e-5, linear warmup (5%) then
+dict; :func:`settings_from_config` maps the config's ``lapt`` section onto it),
+following the SALT paper: max length 1024, lr 1e-5, linear warmup (5%) then
 cosine to 0, a global batch of 512 sequences reached by gradient accumulation, one
 epoch, bf16 autocast over fp32 master weights where the device supports it (fp32 on
 CPU). Weight decay 0.0 (the Hugging Face Trainer default; the paper names none),
@@ -26,6 +27,12 @@ Variants:
   spread evenly through the epoch (see :func:`epoch_order`).
 * ``lora = {...}`` (see :mod:`embtransfer.lora`): LoRA adapters on every linear
   layer with trainable embeddings, merged into a plain checkpoint at the end.
+
+Structure: :func:`train_lapt` is the loop over optimizer steps; :func:`_setup` (model,
+blocks, plan, optimizer, identity), :func:`_start` (seed; resume or set aside),
+:func:`_train_step`, :func:`_evaluate_due`, :func:`_save` and :func:`_finish` are the
+parts it calls, sharing one :class:`_Trainer`; :class:`_Progress` is what a checkpoint
+carries across a resume.
 
 Several processes (``accelerate launch`` / ``torchrun`` set ``WORLD_SIZE``): the
 loss module is wrapped in PyTorch DDP; each rank runs its share of every global
@@ -65,6 +72,7 @@ start, so the resumed run redoes it identically), logs it and raises
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -74,17 +82,20 @@ import random
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_model, save_model
+from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from . import lora as lora_mod
@@ -95,12 +106,25 @@ from .logs import without_run_values
 
 
 @dataclass(frozen=True)
+class Replay:
+    """English replay: the blocks of ``file`` (text or ``.npy``) make up ``ratio`` of an epoch."""
+
+    file: str
+    ratio: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= float(self.ratio) < 1.0:
+            raise ValueError(f"replay ratio must lie in [0, 1), got {self.ratio}")
+
+
+@dataclass(frozen=True)
 class LaptSettings:
     """Every LAPT setting and its default, in one place.
 
     The keys shared with ``workflow/schemas/lapt.schema.yaml`` have the same defaults
-    there (``tests/test_lapt.py`` checks it); the schema adds what only the workflow
-    needs (``variant``, ``gpus``, ...), :func:`settings_from_config` maps them here.
+    there (``tests/test_lapt.py`` fails if they disagree or a schema key has no home);
+    the schema adds what only the workflow needs (``variant``, ``gpus``, ...), which
+    :func:`settings_from_config` maps here. Build from a dict with :meth:`from_dict`.
     """
 
     max_length: int = 1024
@@ -123,7 +147,7 @@ class LaptSettings:
     checkpoint_minutes: float | None = None  # also checkpoint after this much wall time
     stop_before_end_s: int = 900  # under SLURM: checkpoint and stop this long before the limit
     embedding_only_steps: int = 0
-    replay: dict[str, Any] | None = None  # {"file": path, "ratio": fraction} or None
+    replay: Replay | None = None  # None: target text only
     threads: int | None = None  # torch CPU threads; None: leave torch's setting alone
     lora: dict[str, Any] | None = None  # None: full training; embtransfer.lora settings: LoRA
     loss_chunk_rows: int = 1024  # tokens per chunk of the vocabulary loss; 0: whole logits
@@ -131,8 +155,57 @@ class LaptSettings:
     compile: bool = False  # torch.compile the model (pays on a GPU; slow to start)
     attn_implementation: str = "sdpa"  # PyTorch scaled_dot_product_attention (flash on GPU)
 
+    def __post_init__(self) -> None:
+        if int(self.loss_chunk_rows) < 0:
+            raise ValueError(f"loss_chunk_rows must be >= 0 (0 = whole logits), got "
+                             f"{self.loss_chunk_rows}")
+        if self.schedule != "cosine":
+            raise ValueError(f"unknown schedule {self.schedule!r}; only 'cosine'")
+        g, m = int(self.global_batch_size), int(self.micro_batch_size)
+        if g <= 0 or m <= 0 or g % m:
+            raise ValueError(
+                f"global_batch_size {g} must be a positive multiple of micro_batch_size {m}"
+            )
 
-DEFAULT_LAPT: dict[str, Any] = asdict(LaptSettings())
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any] | None) -> LaptSettings:
+        """Settings from ``cfg`` (missing keys take the defaults; unknown keys are refused)."""
+        cfg = dict(cfg or {})
+        unknown = set(cfg) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown LAPT keys {sorted(unknown)}")
+        if cfg.get("lora") is not None:
+            cfg["lora"] = lora_mod.lora_settings(cfg["lora"])
+        if cfg.get("replay") is not None:
+            cfg["replay"] = Replay(**cfg["replay"])
+        return cls(**cfg)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able settings, in field order (lapt.json's ``config``, the spec file)."""
+        return asdict(self)
+
+
+DEFAULT_LAPT: dict[str, Any] = LaptSettings().as_dict()
+
+def settings_from_config(section: dict[str, Any], threads: int | None,
+                         replay_file: str | None) -> LaptSettings:
+    """:func:`train_lapt`'s settings from the validated config's ``lapt`` section.
+
+    The workflow-only keys map here: ``variant: lora`` takes ``lora.lr`` (its default
+    is the schema's) as the learning rate, ``replay.language`` becomes the replay file.
+    """
+    cfg = {k: section[k] for k in DEFAULT_LAPT if k in section and k not in ("replay", "lora")}
+    if section.get("variant") == "lora":
+        lora = dict(section["lora"])
+        cfg["lr"] = lora.pop("lr")
+        cfg["lora"] = lora
+    if section.get("replay"):
+        if replay_file is None:
+            raise ValueError("lapt.replay is set but no replay text was given")
+        cfg["replay"] = {"file": str(replay_file), "ratio": float(section["replay"]["ratio"])}
+    cfg["threads"] = threads
+    return LaptSettings.from_dict(cfg)
+
 
 # Keys that may change between a checkpoint and its resumption: they change speed and
 # memory (and float rounding), not the trajectory's definition.
@@ -165,30 +238,7 @@ class MicroBatchOOMError(MemoryError):
     pass
 
 
-# ---------------------------------------------------------------- config, schedule, data
-
-
-def lapt_config(cfg: dict | None) -> dict[str, Any]:
-    unknown = set(cfg or {}) - set(DEFAULT_LAPT)
-    if unknown:
-        raise ValueError(f"unknown LAPT keys {sorted(unknown)}")
-    out = {**DEFAULT_LAPT, **(cfg or {})}
-    if int(out["loss_chunk_rows"]) < 0:
-        raise ValueError(f"loss_chunk_rows must be >= 0 (0 = whole logits), got "
-                         f"{out['loss_chunk_rows']}")
-    if out["schedule"] != "cosine":
-        raise ValueError(f"unknown schedule {out['schedule']!r}; only 'cosine'")
-    g, m = int(out["global_batch_size"]), int(out["micro_batch_size"])
-    if g <= 0 or m <= 0 or g % m:
-        raise ValueError(
-            f"global_batch_size {g} must be a positive multiple of micro_batch_size {m}"
-        )
-    if out["lora"] is not None:
-        out["lora"] = lora_mod.lora_settings(out["lora"])
-    replay = out["replay"]
-    if replay is not None and not 0.0 <= float(replay["ratio"]) < 1.0:
-        raise ValueError(f"replay ratio must lie in [0, 1), got {replay['ratio']}")
-    return out
+# ---------------------------------------------------------------- schedule, data order
 
 
 def warmup_steps(total: int, warmup_ratio: float) -> int:
@@ -270,8 +320,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 def _save_checkpoint(ckpt: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer,
                      scheduler: Any, state: dict[str, Any], rng: dict[str, Any]) -> None:
-    from safetensors.torch import save_model
-
     with atomic_path(ckpt, directory=True) as tmp:
         save_model(model, str(tmp / "model.safetensors"))  # handles tied weights
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -282,8 +330,6 @@ def _save_checkpoint(ckpt: Path, model: PreTrainedModel, optimizer: torch.optim.
 
 def _load_checkpoint(ckpt: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer,
                      scheduler: Any) -> dict[str, Any]:
-    from safetensors.torch import load_model
-
     missing = [f for f in _CKPT_FILES if not (ckpt / f).is_file()]
     if missing:
         raise CheckpointError(
@@ -337,23 +383,6 @@ class _Data:
         if not is_t.all():
             out[~is_t] = self.replay[idx[~is_t] - self.n_target]
         return torch.from_numpy(out)
-
-
-@torch.no_grad()
-def _evaluate(loss_fn: torch.nn.Module, blocks: np.ndarray, micro: int, n_batches: int | None,
-              device: torch.device, bf16: bool) -> float:
-    loss_fn.eval()
-    total, rows = 0.0, 0
-    stop = len(blocks) if n_batches is None else min(len(blocks), micro * int(n_batches))
-    for start in range(0, stop, micro):
-        ids = torch.from_numpy(np.asarray(blocks[start : start + micro], dtype=np.int64))
-        ids = ids.to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_fn(ids)
-        total += float(loss) * len(ids)  # packed blocks: same token count per row
-        rows += len(ids)
-    loss_fn.train()
-    return total / max(rows, 1)
 
 
 def _peak_memory(device: torch.device) -> tuple[int, str]:
@@ -413,8 +442,6 @@ def _slurm_seconds_left() -> float | None:
     job = os.environ.get("SLURM_JOB_ID")
     if not job or shutil.which("squeue") is None:
         return None
-    import subprocess
-
     try:
         out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
                              text=True, timeout=30).stdout.strip()
@@ -467,6 +494,12 @@ class _StopRequest:
     def is_set(self) -> bool:
         return self.event.is_set()
 
+    def __enter__(self) -> _StopRequest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
@@ -487,6 +520,19 @@ def starting_hash(model_dir: str | Path) -> str:
             digest.update(f.name.encode())
             digest.update(file_sha256(f).encode())
     return digest.hexdigest()
+
+
+def _identity(model_dir: str | Path, metas: dict[str, dict[str, Any]], s: LaptSettings,
+              seed: int, total: int) -> dict[str, Any]:
+    """What the run continues: a checkpoint resumes only when all of it matches."""
+    return json.loads(json.dumps({
+        "start_checkpoint_sha256": starting_hash(model_dir),
+        "blocks": {k: _blocks_identity(m) for k, m in metas.items()},
+        # The replay text is identified by its blocks' hashes, not by its path.
+        "settings": {k: ({"ratio": v["ratio"]} if k == "replay" and v else v)
+                     for k, v in s.as_dict().items() if k not in _RESUME_FREE},
+        "seed": seed, "total_steps": total,
+    }))
 
 
 def _blocks_identity(meta: dict[str, Any]) -> dict[str, Any]:
@@ -541,75 +587,101 @@ def _resume_state(work: Path, identity: dict[str, Any], model: PreTrainedModel,
     return state
 
 
-# ---------------------------------------------------------------- one optimizer step
+# ---------------------------------------------------------------- the run's shared state
 
 
-class _Run:
-    """What the step, evaluation and checkpoint functions share."""
+@dataclass(frozen=True)
+class _Plan:
+    """The run's shape, fixed before the first step (a resumed run computes the same)."""
 
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
-
-
-def _train_step(run: Any, idx: np.ndarray, embedding_only: bool,
-                stop: _StopRequest) -> float | None:
-    """One optimizer step over the global batch ``idx``; its mean loss.
-
-    Returns None, leaving the weights and optimizer untouched, when a stop is asked
-    between two micro batches: the caller checkpoints the state before this step
-    and the resumed run redoes the step from its start (same data, same RNG).
-    """
-    ranks, micro, accum = run.ranks, run.micro, run.accum
-    run.optimizer.zero_grad(set_to_none=True)
-    mine = list(range(ranks.rank, accum, ranks.world))  # this rank's micro batches
-    step_loss = torch.zeros((), dtype=torch.float64, device=run.device)  # no sync per micro
-    try:
-        for n, k in enumerate(mine):
-            if n > 0 and ranks.any(stop.is_set()):
-                run.optimizer.zero_grad(set_to_none=True)
-                return None
-            ids = run.data.rows(idx[k * micro : (k + 1) * micro]).to(run.device)
-            last = n == len(mine) - 1
-            sync = run.ddp.no_sync() if (run.ddp is not None and not last) else _nullcontext()
-            with sync:
-                with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.bf16):
-                    loss = run.loss_fn(ids)
-                # Equal-length rows: the mean of the micro batches' means is exact. DDP
-                # averages over ranks, hence x world: the sum = the one-process gradient.
-                (loss * (ranks.world / accum)).backward()
-            step_loss += loss.detach().double() / accum
-    except (torch.OutOfMemoryError, RuntimeError) as exc:
-        if not _is_oom(exc):
-            raise
-        raise MicroBatchOOMError(
-            f"micro batch of {micro} x {run.length} tokens does not fit in memory; set a "
-            f"smaller micro_batch_size (global_batch_size {run.glob} stays, reached by "
-            f"gradient accumulation), or lapt.activation_checkpointing: true"
-        ) from exc
-    total_loss = ranks.total(float(step_loss))
-    if not math.isfinite(total_loss):
-        raise FloatingPointError(f"non-finite train loss {total_loss}")
-    if embedding_only:  # AdamW skips grad-less parameters: the rest stays bit-identical
-        for p in run.params:
-            if id(p) not in run.embedding_ids:
-                p.grad = None
-    torch.nn.utils.clip_grad_norm_(
-        [p for p in run.params if p.grad is not None], float(run.s.max_grad_norm)
-    )
-    run.optimizer.step()
-    run.scheduler.step()
-    return total_loss
+    total: int  # optimizer steps
+    warmup: int
+    steps_per_epoch: int  # the last partial global batch of an epoch is dropped
+    accum: int  # micro batches per optimizer step, over all processes
+    ratio: float  # replay share of an epoch
+    eval_at: dict[int, list[float]]  # step -> eval fractions that fall on it
 
 
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
+@dataclass
+class _Progress:
+    """What a checkpoint saves and a resume restores (with weights, optimizer and RNG)."""
 
-    def __exit__(self, *exc: Any) -> None:
-        return None
+    step: int = 0
+    losses: list[float] = field(default_factory=list)  # one per optimizer step
+    records: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl lines so far
+    elapsed_before: float = 0.0  # wall time of the runs this one continues
 
 
-# ---------------------------------------------------------------- the trainer
+class _ThisRun:
+    """What this call measures (timings, tokens, its share of sequences): not resumed."""
+
+    def __init__(self, start_step: int):
+        self.start_step = start_step
+        self.t0 = time.perf_counter()
+        self.last_save = time.monotonic()
+        self.tokens = 0
+        self.overhead_s = 0.0  # eval and checkpoint time, kept out of tokens/s
+        self.counts = {"target": 0, "replay": 0}
+
+    def count(self, idx: np.ndarray, n_target: int, length: int) -> None:
+        """A finished step over the global batch ``idx`` (indices >= n_target: replay)."""
+        n_rep = int((idx >= n_target).sum())
+        self.counts["replay"] += n_rep
+        self.counts["target"] += len(idx) - n_rep
+        self.tokens += len(idx) * length
+
+    def run_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def tokens_per_s(self, run_s: float) -> float:
+        return round(self.tokens / max(run_s - self.overhead_s, 1e-9), 1)
+
+    @contextlib.contextmanager
+    def overhead(self) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.overhead_s += time.perf_counter() - start
+
+
+@dataclass
+class _Trainer:
+    """What the step, evaluation, checkpoint and resume functions share."""
+
+    s: LaptSettings
+    plan: _Plan
+    ranks: _Ranks
+    bf16: bool
+    model: Any
+    tokenizer: Any
+    saved_dtype: torch.dtype
+    params: list[torch.nn.Parameter]  # trained, in a fixed order (the optimizer state's)
+    embedding_ids: set[int]
+    data: _Data
+    valid: np.ndarray
+    metas: dict[str, dict[str, Any]]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    identity: dict[str, Any]
+    work: Path
+    log: Callable[[str], None]
+    loss_fn: torch.nn.Module | None = None  # the plain loss (evaluation)
+    step_fn: Any = None  # what a training micro batch calls: loss_fn, DDP-wrapped, compiled
+    ddp: Any = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.ranks.device
+
+    @property
+    def ckpt(self) -> Path:
+        return self.work / "checkpoint"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.work / "metrics.jsonl"
+
+
+# ---------------------------------------------------------------- setup
 
 
 def _setup_model(model_dir: str | Path, s: LaptSettings, seed: int, device: torch.device
@@ -638,12 +710,307 @@ def _setup_model(model_dir: str | Path, s: LaptSettings, seed: int, device: torc
     return model, params, embeddings, saved_dtype
 
 
+def _main_first(ranks: _Ranks, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on rank 0, then on the others (what rank 0 writes, they read)."""
+    out = None
+    for turn in ("main", "others"):
+        if (turn == "main") == ranks.main:
+            out = fn()
+        ranks.barrier()
+    return out
+
+
+def _load_blocks(model: Any, tokenizer: Any, sources: dict[str, str | Path], s: LaptSettings,
+                 work: Path, ranks: _Ranks) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    """Memory-mapped blocks of every text, tokenised once (rank 0 builds, the others wait)."""
+    max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
+        model.config, "n_positions", None
+    )
+    if max_pos is not None and s.max_length > max_pos:
+        raise ValueError(f"max_length {s.max_length} exceeds the model's {max_pos} positions")
+    config_eos = getattr(model.config, "eos_token_id", None)
+
+    def build() -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+        blocks, metas = {}, {}
+        for name, src in sources.items():
+            blocks[name], metas[name] = blocks_for(src, tokenizer, config_eos, s.max_length,
+                                                   work / "blocks", name)
+        return blocks, metas
+
+    blocks, metas = _main_first(ranks, build)
+    n_tokens, glob, length = int(metas["train"]["tokens"]), s.global_batch_size, s.max_length
+    if n_tokens // length < glob:
+        raise CorpusTooSmallError(
+            f"{sources['train']}: {n_tokens} tokens, fewer than one global batch "
+            f"({glob} sequences x {length} tokens = {glob * length}); lower global_batch_size "
+            f"or max_length, or give more text"
+        )
+    return blocks, metas
+
+
+def _make_plan(s: LaptSettings, data: _Data, world: int) -> _Plan:
+    ratio = float(s.replay.ratio) if s.replay else 0.0
+    glob = s.global_batch_size
+    per_epoch = data.n_target + (replay_count(data.n_target, ratio) if data.n_replay else 0)
+    steps_per_epoch = per_epoch // glob
+    total = int(s.max_steps) if s.max_steps is not None else int(s.epochs) * steps_per_epoch
+    accum = glob // s.micro_batch_size
+    if accum % world:
+        raise ValueError(
+            f"{accum} micro batches per step (global_batch_size {glob} / micro_batch_size "
+            f"{s.micro_batch_size}) do not split evenly over {world} processes"
+        )
+    eval_at: dict[int, list[float]] = {}
+    for frac in s.eval_fractions:
+        eval_at.setdefault(min(total, max(1, round(frac * total))), []).append(float(frac))
+    return _Plan(total=total, warmup=warmup_steps(total, float(s.warmup_ratio)),
+                 steps_per_epoch=steps_per_epoch, accum=accum, ratio=ratio, eval_at=eval_at)
+
+
+def _setup(model_dir: str | Path, train_file: str | Path, valid_file: str | Path,
+           s: LaptSettings, seed: int, work: Path, log: Callable[[str], None]) -> _Trainer:
+    """Model, blocks, plan, optimizer and the run's identity; nothing trained or resumed yet."""
+    ranks = _Ranks()
+    device = ranks.device
+    if not ranks.main:
+        log = lambda _msg: None  # noqa: E731 - one log, from rank 0
+    bf16 = (device.type == "cuda" and torch.cuda.is_bf16_supported()) if s.bf16 == "auto" \
+        else bool(s.bf16)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model, params, embeddings, saved_dtype = _setup_model(model_dir, s, seed, device)
+    sources = {"train": train_file, "valid": valid_file}
+    if s.replay:
+        sources["replay"] = s.replay.file
+    blocks, metas = _load_blocks(model, tokenizer, sources, s, work, ranks)
+    data = _Data(blocks["train"], blocks.get("replay"))
+    plan = _make_plan(s, data, ranks.world)
+    optimizer = torch.optim.AdamW(
+        params, lr=float(s.lr), betas=tuple(s.adam_betas), eps=float(s.adam_eps),
+        weight_decay=float(s.weight_decay),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: lr_factor(i, plan.warmup, plan.total)
+    )
+    return _Trainer(s=s, plan=plan, ranks=ranks, bf16=bf16, model=model, tokenizer=tokenizer,
+                    saved_dtype=saved_dtype, params=params,
+                    embedding_ids={id(p) for p in embeddings}, data=data, valid=blocks["valid"],
+                    metas=metas, optimizer=optimizer, scheduler=scheduler,
+                    identity=_identity(model_dir, metas, s, seed, plan.total), work=work,
+                    log=log)
+
+
+def _wrap_loss(t: _Trainer) -> None:
+    """The loss module, and what training calls: it under DDP (several processes), compiled."""
+    t.loss_fn = _LossModule(t.model, int(t.s.loss_chunk_rows))
+    if t.ranks.world > 1:
+        t.ddp = DistributedDataParallel(
+            t.loss_fn, device_ids=[t.device.index] if t.device.type == "cuda" else None)
+    t.step_fn = t.ddp if t.ddp is not None else t.loss_fn
+    if t.s.compile:
+        t.step_fn = torch.compile(t.step_fn)
+
+
+def _log_start(t: _Trainer) -> None:
+    s, plan, glob = t.s, t.plan, t.s.global_batch_size
+    n_params = sum(p.numel() for p in t.params)
+    loss = f"in chunks of {s.loss_chunk_rows} tokens" if s.loss_chunk_rows else "on whole logits"
+    t.log(f"[lapt] {n_params:,} trained parameters{' (LoRA)' if s.lora else ''}"
+          f"{f' on {t.ranks.world} processes' if t.ranks.world > 1 else ''}; "
+          f"{t.data.n_target} target + {t.data.n_replay} replay blocks of "
+          f"{s.max_length}; {plan.total} steps x {glob} sequences ({plan.accum} x "
+          f"{s.micro_batch_size}), warmup {plan.warmup}, "
+          f"{'bf16' if t.bf16 else 'fp32'} on {t.device.type}, loss {loss}")
+
+
+# ---------------------------------------------------------------- resume and checkpoint
+
+
+def _start(t: _Trainer, seed: int) -> _Progress:
+    """Seed the RNGs, then continue the work directory's checkpoint if it is this run's.
+
+    Rank 0 decides and sets a stale checkpoint aside; the others follow. The metrics
+    file is rewound to the checkpoint: lines of steps after it will be redone.
+    """
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+    state = _main_first(t.ranks, lambda: _resume_state(
+        t.work, t.identity, t.model, t.optimizer, t.scheduler, t.s.global_batch_size, t.log))
+    progress = _Progress()
+    if state is not None:
+        _set_rng_state(state["_rng"])
+        progress = _Progress(step=int(state["step"]), losses=list(state["losses"]),
+                             records=list(state["metrics"]),
+                             elapsed_before=float(state["elapsed_s"]))
+        t.log(f"[lapt] resuming from {t.ckpt} at step {progress.step}/{t.plan.total}")
+    if t.ranks.main:
+        with atomic_path(t.metrics_file) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in progress.records))
+    return progress
+
+
+def _save(t: _Trainer, p: _Progress, this: _ThisRun, rng: dict[str, Any]) -> None:
+    """Checkpoint the state after step ``p.step`` with the RNG state ``rng`` (rank 0 writes)."""
+    if t.ranks.main:
+        state = {"step": p.step, "sequences_seen": p.step * t.s.global_batch_size,
+                 "epoch": p.step // max(1, t.plan.steps_per_epoch), "losses": p.losses,
+                 "metrics": p.records, "identity": t.identity,
+                 "elapsed_s": p.elapsed_before + this.run_s()}
+        _save_checkpoint(t.ckpt, t.model, t.optimizer, t.scheduler, state, rng)
+    t.ranks.barrier()
+
+
+def _checkpoint_due(t: _Trainer, step: int, this: _ThisRun) -> bool:
+    # Every rank asks (a collective) unless the step count decides it for all of them.
+    return step % max(1, int(t.s.checkpoint_every)) == 0 or t.ranks.any(
+        t.s.checkpoint_minutes is not None
+        and time.monotonic() - this.last_save >= 60 * float(t.s.checkpoint_minutes))
+
+
+def _preempt(t: _Trainer, p: _Progress, this: _ThisRun, rng: dict[str, Any],
+             msg: str) -> NoReturn:
+    """Checkpoint (the step to redo comes with ``rng``), say why, raise :class:`Preempted`."""
+    _save(t, p, this, rng)
+    t.log(msg)
+    raise Preempted(p.step, t.ckpt)
+
+
+# ---------------------------------------------------------------- metrics and evaluation
+
+
+def _record(t: _Trainer, p: _Progress, rec: dict[str, Any]) -> None:
+    p.records.append(rec)
+    if t.ranks.main:
+        with open(t.metrics_file, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+
+def _log_train_loss(t: _Trainer, p: _Progress, this: _ThisRun, lr: float) -> None:
+    """Every ``log_every`` steps and at the last: the mean train loss since the last line."""
+    every, step, total = max(1, int(t.s.log_every)), p.step, t.plan.total
+    if step % every and step != total:
+        return
+    run_s = this.run_s()
+    window = p.losses[(step - 1) // every * every :]
+    rec = {"step": step, "train_loss": sum(window) / len(window), "lr": lr,
+           "tokens_per_s": this.tokens_per_s(run_s),
+           "elapsed_s": round(p.elapsed_before + run_s, 3),
+           "eta_s": round(run_s / (step - this.start_step) * (total - step), 1)}
+    _record(t, p, rec)
+    t.log(f"[lapt] step {step}/{total} loss {rec['train_loss']:.4f} lr {lr:.3e} "
+          f"{rec['tokens_per_s']:,.0f} tok/s eta {rec['eta_s']:.0f}s")
+
+
+@torch.no_grad()
+def _evaluate(loss_fn: torch.nn.Module, blocks: np.ndarray, micro: int, n_batches: int | None,
+              device: torch.device, bf16: bool) -> float:
+    """Mean loss over the first ``n_batches`` micro batches of ``blocks`` (all: None)."""
+    loss_fn.eval()
+    total, rows = 0.0, 0
+    stop = len(blocks) if n_batches is None else min(len(blocks), micro * int(n_batches))
+    for start in range(0, stop, micro):
+        ids = torch.from_numpy(np.asarray(blocks[start : start + micro], dtype=np.int64))
+        ids = ids.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(ids)
+        total += float(loss) * len(ids)  # packed blocks: same token count per row
+        rows += len(ids)
+    loss_fn.train()
+    return total / max(rows, 1)
+
+
+def _evaluate_due(t: _Trainer, p: _Progress) -> None:
+    """The held-out loss at each of ``eval_fractions`` that falls on this step."""
+    for frac in t.plan.eval_at.get(p.step, []):
+        ev = _evaluate(t.loss_fn, t.valid, t.s.micro_batch_size, t.s.eval_batches, t.device,
+                       t.bf16)
+        _record(t, p, {"step": p.step, "eval_loss": ev, "fraction": frac})
+        t.log(f"[lapt] eval at {frac:.0%} (step {p.step}): loss {ev:.4f}")
+
+
+# ---------------------------------------------------------------- one optimizer step
+
+
+class _Batches:
+    """The global batch of each step: a slice of its epoch's order (one epoch cached)."""
+
+    def __init__(self, t: _Trainer, seed: int):
+        self.t, self.seed = t, seed
+        self.orders: dict[int, np.ndarray] = {}
+
+    def at(self, step: int) -> np.ndarray:
+        glob, data = self.t.s.global_batch_size, self.t.data
+        epoch, offset = divmod(step * glob, max(1, self.t.plan.steps_per_epoch) * glob)
+        if epoch not in self.orders:
+            self.orders = {epoch: epoch_order(data.n_target, data.n_replay, self.t.plan.ratio,
+                                              self.seed, epoch)}
+        return self.orders[epoch][offset : offset + glob]
+
+
+def _train_step(t: _Trainer, step: int, idx: np.ndarray, stop: _StopRequest) -> float | None:
+    """Optimizer step ``step`` (0-based) over the global batch ``idx``; its mean loss.
+
+    Returns None, leaving the weights and optimizer untouched, when a stop is asked
+    between two micro batches: the caller checkpoints the state before this step
+    and the resumed run redoes the step from its start (same data, same RNG).
+    """
+    ranks, micro, accum = t.ranks, t.s.micro_batch_size, t.plan.accum
+    t.optimizer.zero_grad(set_to_none=True)
+    mine = list(range(ranks.rank, accum, ranks.world))  # this rank's micro batches
+    step_loss = torch.zeros((), dtype=torch.float64, device=t.device)  # no sync per micro
+    try:
+        for n, k in enumerate(mine):
+            if n > 0 and ranks.any(stop.is_set()):
+                t.optimizer.zero_grad(set_to_none=True)
+                return None
+            ids = t.data.rows(idx[k * micro : (k + 1) * micro]).to(t.device)
+            last = n == len(mine) - 1
+            sync = t.ddp.no_sync() if (t.ddp is not None and not last) else contextlib.nullcontext()
+            with sync:
+                with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=t.bf16):
+                    loss = t.step_fn(ids)
+                # Equal-length rows: the mean of the micro batches' means is exact. DDP
+                # averages over ranks, hence x world: the sum = the one-process gradient.
+                (loss * (ranks.world / accum)).backward()
+            step_loss += loss.detach().double() / accum
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if not _is_oom(exc):
+            raise
+        raise MicroBatchOOMError(
+            f"micro batch of {micro} x {t.s.max_length} tokens does not fit in memory; set a "
+            f"smaller micro_batch_size (global_batch_size {t.s.global_batch_size} stays, "
+            f"reached by gradient accumulation), or lapt.activation_checkpointing: true"
+        ) from exc
+    total_loss = ranks.total(float(step_loss))
+    if not math.isfinite(total_loss):
+        raise FloatingPointError(f"non-finite train loss {total_loss} at step {step + 1}; "
+                                 f"{_kept(t.ckpt)}")
+    if step < t.s.embedding_only_steps:  # AdamW skips grad-less parameters: the rest stays
+        for p in t.params:               # bit-identical
+            if id(p) not in t.embedding_ids:
+                p.grad = None
+    torch.nn.utils.clip_grad_norm_(
+        [p for p in t.params if p.grad is not None], float(t.s.max_grad_norm)
+    )
+    t.optimizer.step()
+    t.scheduler.step()
+    return total_loss
+
+
+def _kept(ckpt: Path) -> str:
+    return (f"the last checkpoint in {ckpt} is kept (a rerun with the same inputs resumes from "
+            f"it; change lr or max_grad_norm, or delete {ckpt.parent} to start over)")
+
+
+# ---------------------------------------------------------------- the trainer
+
+
 def train_lapt(
     model_dir: str | Path,
     train_file: str | Path,
     valid_file: str | Path,
     out_dir: str | Path,
-    cfg: dict | None,
+    cfg: LaptSettings | dict | None,
     seed: int,
     *,
     log: Callable[[str], None] = print,
@@ -652,6 +1019,7 @@ def train_lapt(
 ) -> dict[str, Any]:
     """Continue causal-LM training of ``model_dir`` on ``train_file``; write ``out_dir``.
 
+    ``cfg``: :class:`LaptSettings`, or a dict of them (missing keys take the defaults).
     ``train_file``, ``valid_file`` (and the replay file) are text, tokenised once
     into ``work_dir/blocks/``, or ``.npy`` blocks from :mod:`embtransfer.lapt_blocks`.
     Returns a summary (``status`` "done" or "stopped", steps, losses, tokens/s, peak
@@ -660,258 +1028,100 @@ def train_lapt(
     :class:`CorpusTooSmallError` for a corpus smaller than one global batch and
     :class:`MicroBatchOOMError` when one micro batch does not fit in memory.
     """
-    cfg = lapt_config(cfg)
-    s = LaptSettings(**cfg)
+    s = cfg if isinstance(cfg, LaptSettings) else LaptSettings.from_dict(cfg)
     out_dir = Path(out_dir)
     work = Path(work_dir) if work_dir is not None else Path(f"{out_dir}.work")
     work.mkdir(parents=True, exist_ok=True)
-    old_threads = torch.get_num_threads()
-    if s.threads:
-        torch.set_num_threads(int(s.threads))
+    with _torch_threads(s.threads):
+        t = _setup(model_dir, train_file, valid_file, s, seed, work, log)
+        p = _start(t, seed)
+        _wrap_loss(t)
+        _log_start(t)
+        batches, total = _Batches(t, seed), t.plan.total
+        with _StopRequest(int(s.stop_before_end_s), t.log) as stop:
+            this = _ThisRun(p.step)
+            while p.step < total:
+                idx = batches.at(p.step)
+                lr = t.optimizer.param_groups[0]["lr"]
+                rng_at_start = _rng_state()  # a step stopped midway restarts from here
+                step_loss = _train_step(t, p.step, idx, stop)
+                if step_loss is None:
+                    _preempt(t, p, this, rng_at_start,
+                             f"[lapt] {stop.reason}: stopped between micro batches of step "
+                             f"{p.step + 1}; checkpoint saved at step {p.step} in {t.ckpt} "
+                             f"(the step is redone on resume)")
+                this.count(idx, t.data.n_target, s.max_length)
+                p.step += 1
+                p.losses.append(step_loss)
+                _log_train_loss(t, p, this, lr)
+                with this.overhead():
+                    _evaluate_due(t, p)
+                    if p.step < total and t.ranks.any(stop.is_set()):
+                        _preempt(t, p, this, _rng_state(),
+                                 f"[lapt] {stop.reason}: checkpoint saved at step {p.step} in "
+                                 f"{t.ckpt}; stopping")
+                    if _checkpoint_due(t, p.step, this) and p.step < total:
+                        _save(t, p, this, _rng_state())
+                        this.last_save = time.monotonic()
+                if stop_after_steps is not None and stop_after_steps <= p.step < total:
+                    t.log(f"[lapt] stop_after_steps: stopping at step {p.step} without a "
+                          f"checkpoint")
+                    return {"status": "stopped", "step": p.step, "total_steps": total}
+        return _finish(t, p, this, model_dir, out_dir, seed)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
     try:
-        return _train(model_dir, train_file, valid_file, out_dir, s, cfg, seed, work, log,
-                      stop_after_steps)
+        yield
     finally:
-        torch.set_num_threads(old_threads)
+        torch.set_num_threads(old)
 
 
-def _train(model_dir: str | Path, train_file: str | Path, valid_file: str | Path, out_dir: Path,
-           s: LaptSettings, cfg: dict[str, Any], seed: int, work: Path,
-           log: Callable[[str], None], stop_after_steps: int | None) -> dict[str, Any]:
-    ranks = _Ranks()
-    device = ranks.device
-    if not ranks.main:
-        log = lambda _msg: None  # noqa: E731 - one log, from rank 0
-    bf16 = (device.type == "cuda" and torch.cuda.is_bf16_supported()) if s.bf16 == "auto" \
-        else bool(s.bf16)
-    ckpt, metrics_file = work / "checkpoint", work / "metrics.jsonl"
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model, params, embeddings, saved_dtype = _setup_model(model_dir, s, seed, device)
-    max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
-        model.config, "n_positions", None
-    )
-    length, glob, micro = s.max_length, s.global_batch_size, s.micro_batch_size
-    if max_pos is not None and length > max_pos:
-        raise ValueError(f"max_length {length} exceeds the model's {max_pos} positions")
-
-    # -- data: memory-mapped blocks, tokenised once (rank 0 builds, the others wait)
-    config_eos = getattr(model.config, "eos_token_id", None)
-    sources = {"train": train_file, "valid": valid_file}
-    if s.replay:
-        sources["replay"] = s.replay["file"]
-    blocks: dict[str, np.ndarray] = {}
-    metas: dict[str, dict[str, Any]] = {}
-    for turn in ("main", "others"):
-        if (turn == "main") == ranks.main:
-            for name, src in sources.items():
-                blocks[name], metas[name] = blocks_for(src, tokenizer, config_eos, length,
-                                                       work / "blocks", name)
-        ranks.barrier()
-    n_tokens = int(metas["train"]["tokens"])
-    if n_tokens // length < glob:
-        raise CorpusTooSmallError(
-            f"{train_file}: {n_tokens} tokens, fewer than one global batch "
-            f"({glob} sequences x {length} tokens = {glob * length}); lower global_batch_size "
-            f"or max_length, or give more text"
-        )
-    ratio = float(s.replay["ratio"]) if s.replay else 0.0
-    data = _Data(blocks["train"], blocks.get("replay"))
-    n_target = data.n_target
-    per_epoch = n_target + (replay_count(n_target, ratio) if data.n_replay else 0)
-    steps_per_epoch = per_epoch // glob  # the last partial batch of an epoch is dropped
-    total = int(s.max_steps) if s.max_steps is not None else int(s.epochs) * steps_per_epoch
-    warmup = warmup_steps(total, float(s.warmup_ratio))
-    accum = glob // micro
-    if accum % ranks.world:
-        raise ValueError(
-            f"{accum} micro batches per step (global_batch_size {glob} / micro_batch_size "
-            f"{micro}) do not split evenly over {ranks.world} processes"
-        )
-    eval_at: dict[int, list[float]] = {}
-    for frac in s.eval_fractions:
-        eval_at.setdefault(min(total, max(1, round(frac * total))), []).append(float(frac))
-
-    optimizer = torch.optim.AdamW(
-        params, lr=float(s.lr), betas=tuple(s.adam_betas), eps=float(s.adam_eps),
-        weight_decay=float(s.weight_decay),
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: lr_factor(i, warmup, total)
-    )
-    # What the run continues: a checkpoint resumes only when all of it matches.
-    identity = json.loads(json.dumps({
-        "start_checkpoint_sha256": starting_hash(model_dir),
-        "blocks": {k: _blocks_identity(m) for k, m in metas.items()},
-        # The replay text is identified by its blocks' hashes, not by its path.
-        "settings": {k: ({"ratio": v["ratio"]} if k == "replay" and v else v)
-                     for k, v in cfg.items() if k not in _RESUME_FREE},
-        "seed": seed, "total_steps": total,
-    }))
-
-    # -- state: fresh or resumed (rank 0 decides and sets aside; the others follow)
-    step, losses, records, elapsed_before = 0, [], [], 0.0
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-    state = None
-    for turn in ("main", "others"):
-        if (turn == "main") == ranks.main:
-            state = _resume_state(work, identity, model, optimizer, scheduler, glob, log)
-        ranks.barrier()
-    if state is not None:
-        _set_rng_state(state["_rng"])
-        step, losses, records = int(state["step"]), list(state["losses"]), list(state["metrics"])
-        elapsed_before = float(state["elapsed_s"])
-        log(f"[lapt] resuming from {ckpt} at step {step}/{total}")
-    # Rewind the metrics to the checkpoint: lines of steps after it will be redone.
-    if ranks.main:
-        with atomic_path(metrics_file) as tmp:
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-
-    loss_fn: torch.nn.Module = _LossModule(model, int(s.loss_chunk_rows))
-    ddp = None
-    if ranks.world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ddp = DistributedDataParallel(loss_fn, device_ids=[device.index] if device.type ==
-                                      "cuda" else None)
-    step_fn = ddp if ddp is not None else loss_fn
-    if s.compile:
-        step_fn = torch.compile(step_fn)
-    run = _Run(s=s, ranks=ranks, device=device, bf16=bf16, data=data, micro=micro,
-               accum=accum, glob=glob, length=length, optimizer=optimizer, scheduler=scheduler,
-               params=params, embedding_ids={id(p) for p in embeddings}, loss_fn=step_fn,
-               ddp=ddp)
-    n_params = sum(p.numel() for p in params)
-    log(f"[lapt] {n_params:,} trained parameters{' (LoRA)' if s.lora else ''}"
-        f"{f' on {ranks.world} processes' if ranks.world > 1 else ''}; "
-        f"{n_target} target + {data.n_replay} replay blocks of "
-        f"{length}; {total} steps x {glob} sequences ({accum} x {micro}), warmup {warmup}, "
-        f"{'bf16' if bf16 else 'fp32'} on {device.type}, loss "
-        f"{f'in chunks of {s.loss_chunk_rows} tokens' if s.loss_chunk_rows else 'on whole logits'}")
-
-    def record(rec: dict[str, Any]) -> None:
-        records.append(rec)
-        if ranks.main:
-            with open(metrics_file, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(rec) + "\n")
-
-    def save_checkpoint(rng: dict[str, Any]) -> None:
-        if ranks.main:
-            state_now = {"step": step, "sequences_seen": step * glob,
-                         "epoch": step // max(1, steps_per_epoch), "losses": losses,
-                         "metrics": records, "identity": identity,
-                         "elapsed_s": elapsed_before + (time.perf_counter() - t0)}
-            _save_checkpoint(ckpt, model, optimizer, scheduler, state_now, rng)
-        ranks.barrier()
-
-    stop = _StopRequest(int(s.stop_before_end_s), log)
-    counts = {"target": 0, "replay": 0}
-    orders: dict[int, np.ndarray] = {}
-    t0 = time.perf_counter()
-    last_save = time.monotonic()
-    tokens = 0
-    overhead_s = 0.0  # eval and checkpoint time, kept out of tokens/s
-    start_step = step
-    try:
-        while step < total:
-            pos = step * glob
-            epoch, offset = divmod(pos, max(1, steps_per_epoch) * glob)
-            if epoch not in orders:
-                orders = {epoch: epoch_order(n_target, data.n_replay, ratio, seed, epoch)}
-            idx = orders[epoch][offset : offset + glob]
-            lr = optimizer.param_groups[0]["lr"]
-            rng_at_start = _rng_state()  # a step stopped midway restarts from here
-            try:
-                step_loss = _train_step(run, idx, step < s.embedding_only_steps, stop)
-            except FloatingPointError as exc:
-                raise FloatingPointError(f"{exc} at step {step + 1}; {_kept(ckpt)}") from exc
-            if step_loss is None:
-                save_checkpoint(rng_at_start)
-                log(f"[lapt] {stop.reason}: stopped between micro batches of step {step + 1}; "
-                    f"checkpoint saved at step {step} in {ckpt} (the step is redone on resume)")
-                raise Preempted(step, ckpt)
-            n_rep = int((idx >= n_target).sum())
-            counts["replay"] += n_rep
-            counts["target"] += len(idx) - n_rep
-            step += 1
-            losses.append(step_loss)
-            tokens += glob * length
-
-            every = max(1, int(s.log_every))
-            if step % every == 0 or step == total:
-                run_s = time.perf_counter() - t0
-                window = losses[(step - 1) // every * every :]
-                rec = {"step": step, "train_loss": sum(window) / len(window), "lr": lr,
-                       "tokens_per_s": round(tokens / max(run_s - overhead_s, 1e-9), 1),
-                       "elapsed_s": round(elapsed_before + run_s, 3),
-                       "eta_s": round(run_s / (step - start_step) * (total - step), 1)}
-                record(rec)
-                log(f"[lapt] step {step}/{total} loss {rec['train_loss']:.4f} lr {lr:.3e} "
-                    f"{rec['tokens_per_s']:,.0f} tok/s eta {rec['eta_s']:.0f}s")
-            t_extra = time.perf_counter()
-            for frac in eval_at.get(step, []):
-                ev = _evaluate(loss_fn, blocks["valid"], micro, s.eval_batches, device, bf16)
-                record({"step": step, "eval_loss": ev, "fraction": frac})
-                log(f"[lapt] eval at {frac:.0%} (step {step}): loss {ev:.4f}")
-            if step < total and ranks.any(stop.is_set()):
-                save_checkpoint(_rng_state())
-                log(f"[lapt] {stop.reason}: checkpoint saved at step {step} in {ckpt}; stopping")
-                raise Preempted(step, ckpt)
-            due = step % max(1, int(s.checkpoint_every)) == 0 or ranks.any(
-                s.checkpoint_minutes is not None
-                and time.monotonic() - last_save >= 60 * float(s.checkpoint_minutes))
-            if step < total and due:
-                save_checkpoint(_rng_state())
-                last_save = time.monotonic()
-            overhead_s += time.perf_counter() - t_extra
-            if stop_after_steps is not None and step >= stop_after_steps and step < total:
-                log(f"[lapt] stop_after_steps: stopping at step {step} without a checkpoint")
-                return {"status": "stopped", "step": step, "total_steps": total}
-    finally:
-        stop.close()
-
-    run_s = time.perf_counter() - t0
-    peak, peak_kind = _peak_memory(device)
-    tail = losses[-max(1, int(s.log_every)) :]
-    final = {"final": True, "step": step, "final_train_loss": sum(tail) / max(1, len(tail)),
+def _finish(t: _Trainer, p: _Progress, this: _ThisRun, model_dir: str | Path, out_dir: Path,
+            seed: int) -> dict[str, Any]:
+    """The final metrics line and summary; the output checkpoint; the resume one removed."""
+    run_s = this.run_s()
+    peak, peak_kind = _peak_memory(t.device)
+    tail = p.losses[-max(1, int(t.s.log_every)) :]
+    final = {"final": True, "step": p.step,
+             "final_train_loss": sum(tail) / max(1, len(tail)),
              "peak_memory_bytes": peak, "peak_memory_kind": peak_kind,
-             "tokens_per_s": round(tokens / max(run_s - overhead_s, 1e-9), 1),
-             "elapsed_s": round(elapsed_before + run_s, 3)}
-    record(final)
+             "tokens_per_s": this.tokens_per_s(run_s),
+             "elapsed_s": round(p.elapsed_before + run_s, 3)}
+    _record(t, p, final)
     summary = {
-        "status": "done", "total_steps": total, "steps_per_epoch": steps_per_epoch,
-        "warmup_steps": warmup, "target_blocks": n_target, "replay_blocks": data.n_replay,
-        "sequences_this_run": counts, "eval": [r for r in records if "eval_loss" in r],
-        **{k: v for k, v in final.items() if k != "final"}, "seed": seed, "config": cfg,
-        "blocks": {k: _blocks_identity(m) for k, m in metas.items()},
+        "status": "done", "total_steps": t.plan.total,
+        "steps_per_epoch": t.plan.steps_per_epoch, "warmup_steps": t.plan.warmup,
+        "target_blocks": t.data.n_target, "replay_blocks": t.data.n_replay,
+        "sequences_this_run": this.counts, "eval": [r for r in p.records if "eval_loss" in r],
+        **{k: v for k, v in final.items() if k != "final"}, "seed": seed,
+        "config": t.s.as_dict(),
+        "blocks": {k: _blocks_identity(m) for k, m in t.metas.items()},
     }
-    _write_output(model, tokenizer, summary, out_dir, model_dir, s, saved_dtype, ranks)
-    if ranks.main and ckpt.exists():
-        shutil.rmtree(ckpt)  # the final model supersedes it
-    ranks.barrier()
-    log(f"[lapt] done: {step} steps, final train loss {final['final_train_loss']:.4f}, "
-        f"{final['tokens_per_s']:,.0f} tok/s, wrote {out_dir}")
+    _write_output(t, summary, out_dir, model_dir)
+    if t.ranks.main and t.ckpt.exists():
+        shutil.rmtree(t.ckpt)  # the final model supersedes it
+    t.ranks.barrier()
+    t.log(f"[lapt] done: {p.step} steps, final train loss {final['final_train_loss']:.4f}, "
+          f"{final['tokens_per_s']:,.0f} tok/s, wrote {out_dir}")
     return summary
 
 
-def _kept(ckpt: Path) -> str:
-    return (f"the last checkpoint in {ckpt} is kept (a rerun with the same inputs resumes from "
-            f"it; change lr or max_grad_norm, or delete {ckpt.parent} to start over)")
-
-
-def _write_output(model: Any, tokenizer: Any, summary: dict[str, Any], out_dir: Path,
-                  model_dir: str | Path, s: LaptSettings, saved_dtype: torch.dtype,
-                  ranks: _Ranks) -> None:
-    model.eval()
-    if s.lora is not None:
-        model = lora_mod.merge(model, model_dir, s.lora)
-    if not ranks.main:
+def _write_output(t: _Trainer, summary: dict[str, Any], out_dir: Path,
+                  model_dir: str | Path) -> None:
+    t.model.eval()
+    model = t.model
+    if t.s.lora is not None:
+        model = lora_mod.merge(model, model_dir, t.s.lora)
+    if not t.ranks.main:
         return
     with atomic_path(out_dir, directory=True) as tmp:
-        model.to(saved_dtype).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        model.to(t.saved_dtype).save_pretrained(tmp)
+        t.tokenizer.save_pretrained(tmp)
         if not any(tmp.glob("*.safetensors")):
             raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
         # timings and this run's share stay in metrics.jsonl and the log: a resumed or
@@ -953,19 +1163,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def settings_from_config(section: dict[str, Any], threads: int | None,
-                         replay_file: str | None) -> dict[str, Any]:
-    """:func:`train_lapt`'s settings from the config's ``lapt`` section."""
-    cfg = {k: section[k] for k in DEFAULT_LAPT if k in section and k not in ("replay", "lora")}
-    if section.get("variant") == "lora":
-        lora = dict(section.get("lora") or {})
-        cfg["lr"] = lora.pop("lr", 1e-4)
-        cfg["lora"] = lora
-    if section.get("replay"):
-        if replay_file is None:
-            raise ValueError("lapt.replay is set but no replay text was given")
-        cfg["replay"] = {"file": str(replay_file), "ratio": float(section["replay"]["ratio"])}
-    cfg["threads"] = threads
-    return lapt_config(cfg)

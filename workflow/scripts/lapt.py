@@ -18,7 +18,7 @@ from embtransfer.logs import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-cfg = settings_from_config(sm.params.lapt, sm.threads, sm.input.get("replay"))
+settings = settings_from_config(sm.params.lapt, sm.threads, sm.input.get("replay"))
 work = Path(sm.params.work)
 work.mkdir(parents=True, exist_ok=True)
 
@@ -26,7 +26,7 @@ work.mkdir(parents=True, exist_ok=True)
 processes = min(int(sm.resources.get("gpu", 0)), torch.cuda.device_count())
 if processes > 1:
     spec = {"model_dir": sm.input.model, "train_file": sm.input.train,
-            "valid_file": sm.input.valid, "out_dir": sm.output.model, "cfg": cfg,
+            "valid_file": sm.input.valid, "out_dir": sm.output.model, "cfg": settings.as_dict(),
             "seed": sm.params.seed, "work_dir": str(work)}
     (work / "spec.json").write_text(json.dumps(spec))
     log.info("training on %d GPUs through accelerate", processes)
@@ -36,7 +36,7 @@ if processes > 1:
     if proc.returncode != 0:
         raise SystemExit(f"accelerate launch failed (exit {proc.returncode}); see {sm.log[0]}")
 else:
-    train_lapt(sm.input.model, sm.input.train, sm.input.valid, sm.output.model, cfg,
+    train_lapt(sm.input.model, sm.input.train, sm.input.valid, sm.output.model, settings,
                sm.params.seed, work_dir=work, log=log.info)
 
 with atomic_path(sm.output.metrics) as tmp:
