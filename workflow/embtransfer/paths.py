@@ -38,7 +38,14 @@ class _KeepMissing(dict):
 class Template(str):
     """A path with ``{name}`` wildcards (Snakemake's form); the path itself when used as a str."""
 
-    __slots__ = ()
+    constraints: dict[str, str]
+
+    def __new__(cls, text: str, **constraints: str) -> Template:
+        # ``constraints``: a regex per wildcard where one path component is too loose
+        # (two wildcards in one component); the rule uses them as its wildcard_constraints.
+        self = super().__new__(cls, text)
+        self.constraints = constraints
+        return self
 
     @property
     def wildcards(self) -> tuple[str, ...]:
@@ -53,8 +60,8 @@ class Template(str):
         """This ``results/...`` template under the results folder ``results`` instead."""
         if not self.startswith(f"{RESULTS}/"):
             raise ValueError(f"{self} is not under {RESULTS}/")
-        return Template(f"{results}/{self[len(RESULTS) + 1:]}" if results else
-                        self[len(RESULTS) + 1:])
+        rest = self[len(RESULTS) + 1:]
+        return Template(f"{results}/{rest}" if results else rest, **self.constraints)
 
     def _regex(self) -> re.Pattern[str]:
         # A results/ template's leading folder matches any folder, or none (a relative path
@@ -66,7 +73,7 @@ class Template(str):
         for literal, name, _, _ in string.Formatter().parse(rest):
             pattern += re.escape(literal)
             if name:
-                pattern += rf"(?P<{name}>[^/]+)"
+                pattern += rf"(?P<{name}>{self.constraints.get(name, '[^/]+')})"
         return re.compile(pattern + r"\Z")
 
     def parse(self, path: Any) -> dict[str, str] | None:
@@ -142,7 +149,8 @@ FASTTEXT_CRAWL = Template("resources/fasttext/cc.{code}.300.bin")
 WIKIPEDIA_SENTENCES = Template("resources/wikipedia/{lang}/sentences.txt")
 NLTK_DIR = "resources/nltk_data"
 MUSE_DIR = "resources/dictionaries/muse"
-MUSE_DICTIONARY = Template("resources/dictionaries/muse/{src}-{tgt}.txt")
+MUSE_DICTIONARY = Template("resources/dictionaries/muse/{src}-{tgt}.txt", src="[a-z]+",
+                           tgt="[a-z]+")
 
 
 def lm_eval_index(datasets_dir: str) -> str:

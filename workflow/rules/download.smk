@@ -65,8 +65,7 @@ rule fetch_muse_dictionary:
     output:
         paths.MUSE_DICTIONARY,
     wildcard_constraints:
-        src="[a-z]+",
-        tgt="[a-z]+",
+        **paths.MUSE_DICTIONARY.constraints,
     params:
         code=script_hash("download_dictionary.py"),
     conda:
