@@ -1,7 +1,7 @@
 # Evaluation: lm-eval benchmarks of the source LLMs, the transferred checkpoints and the
 # LAPT checkpoints (one contract JSON per task, embtransfer.evaluation.record), the
 # miniature world's benchmarks as local lm-eval tasks, held-out loss of LAPT checkpoints
-# and tokenizer statistics. Which checkpoints: embtransfer.evaluation.catalog.evaluated_runs.
+# and tokenizer statistics. Which checkpoints: embtransfer.grid.evaluated_runs.
 
 
 wildcard_constraints:
