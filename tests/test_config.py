@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embtransfer.config import ConfigError, target_pairs, validate_config
+from embtransfer.config import ConfigError, validate_config
+from embtransfer.grid import target_pairs
 
 DEFAULT = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
 

@@ -18,8 +18,6 @@ from embtransfer.evaluation import catalog, taskindex
 from embtransfer.evaluation.catalog import (
     CATALOG,
     PAPER_TASKS,
-    evaluated_runs,
-    evaluated_sources,
     resolve,
     shipped_task_names,
     stock_task_names,
@@ -38,6 +36,7 @@ from embtransfer.evaluation.world_tasks import (
     relocated_include_dir,
     world_task_docs,
 )
+from embtransfer.grid import evaluated_runs, evaluated_sources
 from embtransfer.world.corpus import fact_frame, render
 from embtransfer.world.languages import build_world
 

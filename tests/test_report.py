@@ -370,7 +370,7 @@ def test_table5_without_the_zero_shot_record_reports_bits_per_byte_missing(fixtu
 
 
 def test_default_stages_follow_the_evaluation_and_lapt_config():
-    from embtransfer.report.tables import report_stages
+    from embtransfer.grid import report_stages
 
     assert report_stages({}) == ["transfer", "lapt"]
     assert report_stages({"evaluation": {"stages": ["source", "lapt"]}}) == ["lapt"]
@@ -551,8 +551,8 @@ def test_lapt_metrics_are_parsed_into_curve_evals_and_final(in_fixtures):
 
 
 def test_figure2_plots_what_the_metrics_files_say(in_fixtures):
+    from embtransfer.grid import Grid
     from embtransfer.report.records import read_lapt_runs
-    from embtransfer.report.tables import Grid
 
     config = fixture_config()
     runs, _ = read_lapt_runs(fixture_inputs().lapt)

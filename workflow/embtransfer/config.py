@@ -287,16 +287,6 @@ def check_lapt(config: dict[str, Any]) -> None:
 # -- accessors used by the Snakefile and scripts ---------------------------------------
 
 
-def target_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (language, source model, target PLM) combination of the experiment grid."""
-    return [
-        (lang, source, target)
-        for lang, plms in config["targets"].items()
-        for source in config["sources"]
-        for target in plms
-    ]
-
-
 def models_of_type(config: dict[str, Any], kind: str) -> list[str]:
     return sorted(k for k, m in config["models"].items() if m["type"] == kind)
 

@@ -1,16 +1,13 @@
 # The constants, input functions and path helpers of every stage, in pipeline order
 # (Snakemake's convention: rule files hold rules only; this file is included first).
 # A function here runs when the rules call it, so it may name constants of any section.
-from embtransfer.config import models_of_type, target_pairs, wildcard_alternatives
+from embtransfer import paths
+from embtransfer.config import models_of_type, wildcard_alternatives
+from embtransfer.grid import target_pairs
 
-RESULTS = "results"
 # With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:
 # point a profile's overrides or this variable at it).
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "cpu.yaml")
-LOGS = "results/logs"
-# Snakemake's `benchmark:` files of the heavy jobs (wall time, peak memory, I/O as TSV):
-# run-dependent like the logs, so beside them (not results/benchmarks/, the world's tasks).
-BENCHMARKS = f"{LOGS}/benchmark"
 MODELS = config["models"]
 PAIRS = target_pairs(config)
 
@@ -41,24 +38,24 @@ def model_language(model):
 
 def model_dir(model):
     spec = MODELS[model]
-    return spec["path"] if spec["type"] == "local" else f"resources/models/{model}"
+    return spec["path"] if spec["type"] == "local" else paths.MODEL.fill(model=model)
 
 
 def tokenizer_dir(model):
     # Miniature models get their tokenizer before pretraining, so the vocabulary
     # stages (and the neighbour tables) need not wait for the model.
     spec = MODELS[model]
-    return f"resources/tokenizers/{model}" if spec["type"] == "mini" else model_dir(model)
+    return paths.TOKENIZER.fill(model=model) if spec["type"] == "mini" else model_dir(model)
 
 
 def corpus_file(lang, split):
-    return f"{RESULTS}/corpus/{lang}/{split}.txt"
+    return paths.CORPUS.fill(lang=lang, split=split)
 
 
 def pretraining_text(model):
     spec = MODELS[model]
     if spec.get("mix"):
-        return f"{RESULTS}/corpus/mix/{model}/train.txt"
+        return paths.MIX_CORPUS.fill(model=model)
     return corpus_file(spec["language"], "train")
 
 
@@ -67,17 +64,17 @@ def fasttext_word_bin(lang):
     if spec["type"] == "file":
         return spec["path"]
     if spec["type"] == "crawl":
-        return f"resources/fasttext/cc.{spec.get('code', lang)}.300.bin"
-    return f"{RESULTS}/fasttext/{lang}/word.bin"
+        return paths.FASTTEXT_CRAWL.fill(code=spec.get("code", lang))
+    return paths.FASTTEXT_WORD.fill(lang=lang)
 
 
 def all_coverage():
-    return sorted({f"{RESULTS}/overlap/{s}/{t}.coverage.json" for _, s, t in PAIRS})
+    return sorted({paths.COVERAGE.fill(source=s, target=t) for _, s, t in PAIRS})
 
 
 def all_neighbors():
     return [
-        f"{RESULTS}/neighbors/{lang}/{s}/{t}/{v}.parquet"
+        paths.NEIGHBORS.fill(lang=lang, source=s, target=t, vectors=v)
         for lang, s, t in PAIRS
         for v in config["neighbors"]["vectors"]
     ]
@@ -118,7 +115,7 @@ def pin_revisions(log):
     if not HUB_MODELS:
         return
     for path in workflow.config_settings.configfiles:
-        for line in pin_config_file(path, "resources/models"):
+        for line in pin_config_file(path, paths.MODELS_DIR):
             print(f"{path}: {line}", file=sys.stderr)
 
 
@@ -134,7 +131,7 @@ def tokenizer_spec(model):
 def fasttext_bin(wildcards):
     if wildcards.vectors == "word":
         return fasttext_word_bin(wildcards.lang)
-    return f"{RESULTS}/fasttext/{wildcards.lang}/token/{wildcards.model}.bin"
+    return paths.FASTTEXT_TOKEN.fill(**wildcards)
 
 
 # --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
@@ -170,31 +167,27 @@ def transfer_inputs(w):
     inputs = {
         "source": model_dir(w.source),
         "target_tokenizer": tokenizer_dir(w.target),
-        "source_vocab": f"{RESULTS}/vocab/{w.source}.parquet",
-        "target_vocab": f"{RESULTS}/vocab/{w.target}.parquet",
-        "overlap": f"{RESULTS}/overlap/{w.source}/{w.target}.parquet",
+        "source_vocab": paths.VOCAB.fill(model=w.source),
+        "target_vocab": paths.VOCAB.fill(model=w.target),
+        "overlap": paths.OVERLAP.fill(**w),
     }
     for kind in ("word", "token"):
         if f"neighbors_{kind}" in needs:
-            inputs[f"neighbors_{kind}"] = (
-                f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{kind}.parquet"
-            )
+            inputs[f"neighbors_{kind}"] = paths.NEIGHBORS.fill(**w, vectors=kind)
     if "plm" in needs:
         inputs["plm"] = model_dir(w.target)
     if "regression" in needs:
-        inputs["projected"] = rules.salt_regression.output.tensors.format(**w)
+        inputs["projected"] = paths.REGRESSION.fill(**w)
     if "aligned" in needs:
-        inputs["aligned"] = rules.aligned_vectors.output[0].format(**w)
+        inputs["aligned"] = paths.ALIGNED.fill(**w)
     if "source_tokenizer" in needs:
         inputs["source_tokenizer"] = tokenizer_dir(w.source)
     return inputs
 
 
 def all_zeroshot():
-    files = [
-        f"{RESULTS}/zeroshot/{r.lang}/{r.source}/{r.target}/{r.method}.json" for r in TRANSFER_RUNS
-    ]
-    files += sorted({f"{RESULTS}/zeroshot/{lang}/{s}/source_model.json" for lang, s, _ in PAIRS})
+    files = [paths.ZEROSHOT.fill(**r._asdict()) for r in TRANSFER_RUNS]
+    files += sorted({paths.ZEROSHOT_SOURCE.fill(lang=lang, source=s) for lang, s, _ in PAIRS})
     return files
 
 
@@ -206,7 +199,7 @@ LAPT_RUNS = lapt_runs(config)
 
 
 def blocks_file(w, text):
-    return f"{RESULTS}/lapt_blocks/{w.lang}/{w.source}/{w.target}/{text}.npy"
+    return paths.LAPT_BLOCKS.fill(**w, text=text)
 
 
 def blocks_tokenizer(w):
@@ -215,7 +208,7 @@ def blocks_tokenizer(w):
     method = next(
         r.method for r in LAPT_RUNS if (r.lang, r.source, r.target) == (w.lang, w.source, w.target)
     )
-    return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{method}"
+    return paths.TRANSFER_MODEL.fill(**w, method=method)
 
 
 def blocks_text(w):
@@ -226,7 +219,7 @@ def blocks_text(w):
 
 def lapt_inputs(w):
     inputs = {
-        "model": f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}",
+        "model": paths.TRANSFER_MODEL.fill(**w),
         "train": blocks_file(w, "train"),
         "valid": blocks_file(w, "valid"),
     }
@@ -236,26 +229,21 @@ def lapt_inputs(w):
 
 
 def all_lapt():
-    return [
-        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}" for r in LAPT_RUNS
-    ] + all_lapt_metrics()
+    return [paths.LAPT_MODEL.fill(**r._asdict()) for r in LAPT_RUNS] + all_lapt_metrics()
 
 
 def all_lapt_metrics():
-    return [
-        f"{RESULTS}/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.metrics.jsonl" for r in LAPT_RUNS
-    ]
+    return [paths.LAPT_METRICS.fill(**r._asdict()) for r in LAPT_RUNS]
 
 
 # --- evaluation (evaluate.smk) -------------------------------------------------------------
 from embtransfer.evaluation.catalog import (
     CATALOG as EVAL_CATALOG,
-    evaluated_runs,
-    evaluated_sources,
     shipped_tasks_hash,
     spec_dicts,
     world_task_keys,
 )
+from embtransfer.grid import evaluated_runs, evaluated_sources
 
 EVAL = config["evaluation"]
 EVAL_TASKS = EVAL["tasks"]
@@ -276,10 +264,8 @@ def eval_checkpoint(w):
     if stage == "source":
         return model_dir(w.source)
     if stage == "lapt":
-        return rules.lapt.output.model.format(
-            lang=w.lang, source=w.source, target=w.target, method=w.method
-        )
-    return f"{RESULTS}/transfer/{w.lang}/{w.source}/{w.target}/{w.method}"
+        return paths.LAPT_MODEL.fill(**w)
+    return paths.TRANSFER_MODEL.fill(**w)
 
 
 def hub_datasets(keys):
@@ -294,7 +280,7 @@ def eval_inputs(w):
     inputs = {"model": eval_checkpoint(w)}
     keys = [w.task] if "task" in w.keys() else EVAL_TASKS
     if any(EVAL_CATALOG[k].source == "world" for k in keys):
-        inputs["benchmarks"] = f"{RESULTS}/benchmarks/{w.lang}"
+        inputs["benchmarks"] = paths.WORLD_BENCHMARKS.fill(lang=w.lang)
     return inputs | hub_datasets(keys)
 
 
@@ -326,20 +312,20 @@ def tokenizer_stats_inputs(w):
         "valid": corpus_file(w.lang, "valid"),
     }
     if EVAL_WORLD:
-        inputs["benchmarks"] = f"{RESULTS}/benchmarks/{w.lang}"
+        inputs["benchmarks"] = paths.WORLD_BENCHMARKS.fill(lang=w.lang)
     return inputs | hub_datasets(EVAL_TASKS)
 
 
 def all_evaluation():
     """The lm-eval result JSONs (the report's inputs): every evaluated checkpoint x task."""
     files = [
-        f"{RESULTS}/eval/{stage}/{r.lang}/{r.source}/{r.target}/{r.method}/{task}.json"
+        paths.EVAL.fill(stage=stage, **r._asdict(), task=task)
         for stage, runs in EVAL_RUNS.items()
         for r in runs
         for task in EVAL_TASKS
     ]
     files += [
-        f"{RESULTS}/eval/source/{lang}/{source}/{task}.json"
+        paths.EVAL_SOURCE.fill(lang=lang, source=source, task=task)
         for lang, source in evaluated_sources(config)
         for task in EVAL_TASKS
     ]
@@ -350,20 +336,16 @@ def all_intrinsic():
     """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
     files = []
     if EVAL["intrinsic"]:
-        files += [
-            f"{RESULTS}/intrinsic/lapt/{r.lang}/{r.source}/{r.target}/{r.method}.json"
-            for r in EVAL_RUNS["lapt"]
-        ]
+        files += [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in EVAL_RUNS["lapt"]]
     if EVAL["tokenizer_stats"]:
-        files += [f"{RESULTS}/intrinsic/tokenizers/{lang}.json" for lang in config["targets"]]
+        files += [paths.TOKENIZER_STATS.fill(lang=lang) for lang in config["targets"]]
     return files
 
 
 # --- report (report.smk) -------------------------------------------------------------------
 from embtransfer.report.build import output_names
 
-REPORT_DIR = f"{RESULTS}/report"
-REPORT_OUTPUTS = output_names(REPORT_DIR)
+REPORT_OUTPUTS = output_names(paths.REPORT_DIR)
 REPORT_SUBCATEGORIES = {
     1: "Table 1: knowledge",
     2: "Table 2: reading comprehension",
@@ -409,8 +391,6 @@ def all_report():
 from embtransfer.download import needed_languages
 from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
 
-NLTK_DIR = "resources/nltk_data"
-MUSE_DIR = "resources/dictionaries/muse"
 LANGS = config["languages"]
 WIKIPEDIA_LANGS = sorted(l for l, s in LANGS.items() if s["corpus"]["type"] == "wikipedia")
 CRAWL_CODES = sorted(
@@ -425,17 +405,18 @@ LM_EVAL_SHIPPED = shipped_task_names(config)
 
 
 def wikipedia_sentences_file(lang):
-    return f"resources/wikipedia/{lang}/sentences.txt"
+    return paths.WIKIPEDIA_SENTENCES.fill(lang=lang)
 
 
 def muse_dictionaries():
     """Dictionary files of the config that live under resources/dictionaries/muse/."""
-    paths = []
+    files = []
     for spec in LANGS.values():
-        path = spec.get("dictionary", {}).get("path", "")
-        if spec.get("dictionary", {}).get("type") == "file" and path.startswith(f"{MUSE_DIR}/"):
-            paths.append(path)
-    return sorted(set(paths))
+        dictionary = spec.get("dictionary", {})
+        path = dictionary.get("path", "")
+        if dictionary.get("type") == "file" and path.startswith(f"{paths.MUSE_DIR}/"):
+            files.append(path)
+    return sorted(set(files))
 
 
 def lm_eval_downloads():

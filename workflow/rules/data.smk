@@ -2,7 +2,7 @@
 # pretraining mixes (mostly source language with a small target share).
 rule world:
     output:
-        f"{RESULTS}/world/world.json",
+        paths.WORLD,
     params:
         world=config["world"],
         seed=config["seed"],
@@ -10,7 +10,7 @@ rule world:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/world.log",
+        f"{paths.LOGS}/world.log",
     script:
         "../scripts/world.py"
 
@@ -19,8 +19,8 @@ rule corpus:
     input:
         unpack(corpus_inputs),
     output:
-        train=corpus_file("{lang}", "train"),
-        valid=corpus_file("{lang}", "valid"),
+        train=paths.CORPUS.fill(split="train"),
+        valid=paths.CORPUS.fill(split="valid"),
     params:
         spec=lambda w: config["languages"][w.lang]["corpus"],
         world=config["world"],
@@ -29,7 +29,7 @@ rule corpus:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/corpus/{{lang}}.log",
+        f"{paths.LOGS}/corpus/{{lang}}.log",
     script:
         "../scripts/corpus.py"
 
@@ -40,7 +40,7 @@ rule mix_corpus:
         others=lambda w: [corpus_file(lang, "train") for lang in mixed_languages(w, mini=False)],
         world=lambda w: [rules.world.output[0]] if mixed_languages(w, mini=True) else [],
     output:
-        f"{RESULTS}/corpus/mix/{{model}}/train.txt",
+        paths.MIX_CORPUS,
     params:
         shares=lambda w: MODELS[w.model]["mix"],
         mini=lambda w: mixed_languages(w, mini=True),
@@ -49,6 +49,6 @@ rule mix_corpus:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/corpus/mix_{{model}}.log",
+        f"{paths.LOGS}/corpus/mix_{{model}}.log",
     script:
         "../scripts/mix_corpus.py"

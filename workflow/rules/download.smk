@@ -10,7 +10,7 @@ rule fetch_fasttext_crawl:
     # cc.{code}.300.bin from dl.fbaipublicfiles.com (about 4.5 GB gzipped, 7 GB unpacked).
     localrule: True
     output:
-        "resources/fasttext/cc.{code}.300.bin",
+        paths.FASTTEXT_CRAWL,
     wildcard_constraints:
         code=wildcard_alternatives(CRAWL_CODES),
     params:
@@ -18,7 +18,7 @@ rule fetch_fasttext_crawl:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/download/fasttext_cc.{{code}}.log",
+        f"{paths.LOGS}/download/fasttext_cc.{{code}}.log",
     script:
         "../scripts/download_fasttext.py"
 
@@ -26,13 +26,13 @@ rule fetch_fasttext_crawl:
 rule fetch_nltk_punkt:
     localrule: True
     output:
-        directory(NLTK_DIR),
+        directory(paths.NLTK_DIR),
     params:
         code=script_hash("download_nltk.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/download/nltk_punkt.log",
+        f"{paths.LOGS}/download/nltk_punkt.log",
     script:
         "../scripts/download_nltk.py"
 
@@ -42,9 +42,9 @@ rule fetch_wikipedia:
     # the corpus rule splits them 9:1 (sequentially) offline.
     localrule: True
     input:
-        nltk=NLTK_DIR,
+        nltk=paths.NLTK_DIR,
     output:
-        wikipedia_sentences_file("{lang}"),
+        paths.WIKIPEDIA_SENTENCES,
     wildcard_constraints:
         lang=wildcard_alternatives(WIKIPEDIA_LANGS),
     params:
@@ -53,7 +53,7 @@ rule fetch_wikipedia:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/download/wikipedia_{{lang}}.log",
+        f"{paths.LOGS}/download/wikipedia_{{lang}}.log",
     script:
         "../scripts/download_wikipedia.py"
 
@@ -63,16 +63,15 @@ rule fetch_muse_dictionary:
     # e.g. resources/dictionaries/muse/en-de.txt for WECHSEL and OFA.
     localrule: True
     output:
-        f"{MUSE_DIR}/{{src}}-{{tgt}}.txt",
+        paths.MUSE_DICTIONARY,
     wildcard_constraints:
-        src="[a-z]+",
-        tgt="[a-z]+",
+        **paths.MUSE_DICTIONARY.constraints,
     params:
         code=script_hash("download_dictionary.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/download/muse_{{src}}-{{tgt}}.log",
+        f"{paths.LOGS}/download/muse_{{src}}-{{tgt}}.log",
     script:
         "../scripts/download_dictionary.py"
 
@@ -86,7 +85,7 @@ from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR
 rule fetch_lm_eval_datasets:
     localrule: True
     output:
-        f"{config['evaluation']['datasets_dir']}/tasks.json",
+        paths.lm_eval_index(config["evaluation"]["datasets_dir"]),
     params:
         stock=LM_EVAL_STOCK,
         shipped=LM_EVAL_SHIPPED,
@@ -95,7 +94,7 @@ rule fetch_lm_eval_datasets:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/download/lm_eval_datasets.log",
+        f"{paths.LOGS}/download/lm_eval_datasets.log",
     script:
         "../scripts/download_lm_eval.py"
 

@@ -1,7 +1,7 @@
 # Evaluation: lm-eval benchmarks of the source LLMs, the transferred checkpoints and the
 # LAPT checkpoints (one contract JSON per task, embtransfer.evaluation.record), the
 # miniature world's benchmarks as local lm-eval tasks, held-out loss of LAPT checkpoints
-# and tokenizer statistics. Which checkpoints: embtransfer.evaluation.catalog.evaluated_runs.
+# and tokenizer statistics. Which checkpoints: embtransfer.grid.evaluated_runs.
 
 
 wildcard_constraints:
@@ -27,7 +27,7 @@ rule world_benchmarks:
     input:
         world=rules.world.output[0],
     output:
-        directory(f"{RESULTS}/benchmarks/{{lang}}"),
+        directory(paths.WORLD_BENCHMARKS),
     params:
         sizes=EVAL["world"],
         seed=config["seed"],
@@ -35,7 +35,7 @@ rule world_benchmarks:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/benchmarks/{{lang}}.log",
+        f"{paths.LOGS}/benchmarks/{{lang}}.log",
     script:
         "../scripts/evaluate_benchmarks.py"
 
@@ -47,7 +47,7 @@ if EVAL_TASKS and EVAL["jobs"] == "checkpoint":
         input:
             unpack(eval_inputs),
         output:
-            [f"{RESULTS}/eval/{CKPT}/{task}.json" for task in EVAL_TASKS],
+            [paths.EVAL.fill(task=task) for task in EVAL_TASKS],
         params:
             specs=eval_specs,
             meta=eval_meta,
@@ -61,19 +61,19 @@ if EVAL_TASKS and EVAL["jobs"] == "checkpoint":
         conda:
             CONDA_ENV
         log:
-            f"{LOGS}/eval/{CKPT}.log",
+            f"{paths.LOGS}/eval/{CKPT}.log",
         benchmark:
-            f"{BENCHMARKS}/evaluate/{CKPT}.tsv"
+            f"{paths.BENCHMARKS}/evaluate/{CKPT}.tsv"
         script:
             "../scripts/evaluate.py"
 
     use rule evaluate as evaluate_source with:
         output:
-            [f"{RESULTS}/eval/{SRC}/{task}.json" for task in EVAL_TASKS],
+            [paths.EVAL_SOURCE.fill(task=task) for task in EVAL_TASKS],
         log:
-            f"{LOGS}/eval/{SRC}.log",
+            f"{paths.LOGS}/eval/{SRC}.log",
         benchmark:
-            f"{BENCHMARKS}/evaluate/{SRC}.tsv"
+            f"{paths.BENCHMARKS}/evaluate/{SRC}.tsv"
 
 elif EVAL_TASKS:
     # One job per (checkpoint, task).
@@ -82,7 +82,7 @@ elif EVAL_TASKS:
         input:
             unpack(eval_inputs),
         output:
-            f"{RESULTS}/eval/{CKPT}/{{task}}.json",
+            paths.EVAL,
         params:
             specs=eval_specs,
             meta=eval_meta,
@@ -96,40 +96,38 @@ elif EVAL_TASKS:
         conda:
             CONDA_ENV
         log:
-            f"{LOGS}/eval/{CKPT}/{{task}}.log",
+            f"{paths.LOGS}/eval/{CKPT}/{{task}}.log",
         benchmark:
-            f"{BENCHMARKS}/evaluate/{CKPT}/{{task}}.tsv"
+            f"{paths.BENCHMARKS}/evaluate/{CKPT}/{{task}}.tsv"
         script:
             "../scripts/evaluate.py"
 
     use rule evaluate as evaluate_source with:
         output:
-            f"{RESULTS}/eval/{SRC}/{{task}}.json",
+            paths.EVAL_SOURCE,
         log:
-            f"{LOGS}/eval/{SRC}/{{task}}.log",
+            f"{paths.LOGS}/eval/{SRC}/{{task}}.log",
         benchmark:
-            f"{BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
+            f"{paths.BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
 
 
 use rule zeroshot_source as intrinsic_lapt with:
     # Held-out loss, perplexity, bits per byte and fertility of a LAPT checkpoint (the
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:
-        model=lambda w: rules.lapt.output.model.format(
-            lang=w.lang, source=w.source, target=w.target, method=w.method
-        ),
+        model=lambda w: paths.LAPT_MODEL.fill(**w),
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
-        f"{RESULTS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.json",
+        paths.INTRINSIC_LAPT,
     log:
-        f"{LOGS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
 
 
 rule tokenizer_stats:
     input:
         unpack(tokenizer_stats_inputs),
     output:
-        f"{RESULTS}/intrinsic/tokenizers/{{lang}}.json",
+        paths.TOKENIZER_STATS,
     params:
         models=lambda w: tokenizer_stats_models(w.lang),
         specs=lambda w: spec_dicts(config, w.lang),
@@ -139,7 +137,7 @@ rule tokenizer_stats:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/intrinsic/tokenizers/{{lang}}.log",
+        f"{paths.LOGS}/intrinsic/tokenizers/{{lang}}.log",
     script:
         "../scripts/tokenizer_stats.py"
 

@@ -4,9 +4,9 @@
 
 rule fasttext_word:
     input:
-        corpus=corpus_file("{lang}", "train"),
+        corpus=paths.CORPUS.fill(split="train"),
     output:
-        f"{RESULTS}/fasttext/{{lang}}/word.bin",
+        paths.FASTTEXT_WORD,
     params:
         params=config["fasttext"]["word"],
         seed=config["seed"],
@@ -15,53 +15,53 @@ rule fasttext_word:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/fasttext/{{lang}}/word.log",
+        f"{paths.LOGS}/fasttext/{{lang}}/word.log",
     script:
         "../scripts/fasttext_train.py"
 
 
 rule fasttext_tokenize:
     input:
-        corpus=corpus_file("{lang}", "train"),
+        corpus=paths.CORPUS.fill(split="train"),
         tokenizer=lambda w: tokenizer_dir(w.model),
     output:
-        temp(f"{RESULTS}/fasttext/{{lang}}/token/{{model}}.txt"),
+        temp(paths.FASTTEXT_TOKEN_TEXT),
     params:
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("fasttext_tokenize.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/fasttext/{{lang}}/tokenize_{{model}}.log",
+        f"{paths.LOGS}/fasttext/{{lang}}/tokenize_{{model}}.log",
     script:
         "../scripts/fasttext_tokenize.py"
 
 
 use rule fasttext_word as fasttext_token with:
     input:
-        corpus=f"{RESULTS}/fasttext/{{lang}}/token/{{model}}.txt",
+        corpus=paths.FASTTEXT_TOKEN_TEXT,
     output:
-        f"{RESULTS}/fasttext/{{lang}}/token/{{model}}.bin",
+        paths.FASTTEXT_TOKEN,
     params:
         params=config["fasttext"]["token"],
         seed=config["seed"],
         code=script_hash("fasttext_train.py"),
     log:
-        f"{LOGS}/fasttext/{{lang}}/token_{{model}}.log",
+        f"{paths.LOGS}/fasttext/{{lang}}/token_{{model}}.log",
 
 
 rule token_vectors:
     input:
-        vocab=f"{RESULTS}/vocab/{{model}}.parquet",
+        vocab=paths.VOCAB,
         fasttext=fasttext_bin,
     output:
-        vectors=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.npy",
-        missing=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.missing.npy",
+        vectors=paths.TOKEN_VECTORS,
+        missing=paths.TOKEN_VECTORS_MISSING,
     params:
         code=script_hash("token_vectors.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
+        f"{paths.LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
     script:
         "../scripts/token_vectors.py"

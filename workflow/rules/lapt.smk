@@ -10,8 +10,8 @@ rule lapt_blocks:
         model=blocks_tokenizer,
         text=blocks_text,
     output:
-        blocks=f"{RESULTS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.npy",
-        meta=f"{RESULTS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.json",
+        blocks=paths.LAPT_BLOCKS,
+        meta=paths.LAPT_BLOCKS_META,
     wildcard_constraints:
         text=LAPT_TEXTS,
     params:
@@ -20,7 +20,7 @@ rule lapt_blocks:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.log",
+        f"{paths.LOGS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.log",
     script:
         "../scripts/lapt_blocks.py"
 
@@ -29,12 +29,12 @@ rule lapt:
     input:
         unpack(lapt_inputs),
     output:
-        model=directory(f"{RESULTS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}"),
-        metrics=f"{RESULTS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.metrics.jsonl",
+        model=directory(paths.LAPT_MODEL),
+        metrics=paths.LAPT_METRICS,
     params:
         lapt={k: v for k, v in LAPT.items() if k not in ("enabled", "select")},
         seed=config["seed"],
-        work=lambda w: f"{RESULTS}/lapt/{w.lang}/{w.source}/{w.target}/{w.method}.work",
+        work=lambda w: paths.LAPT_WORK.fill(**w),
         code=script_hash("lapt.py"),
     threads: config["threads"]
     resources:
@@ -44,8 +44,8 @@ rule lapt:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     benchmark:
-        f"{BENCHMARKS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
+        f"{paths.BENCHMARKS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/lapt.py"

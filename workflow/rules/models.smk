@@ -15,7 +15,7 @@ rule train_tokenizer:
     input:
         text=lambda w: pretraining_text(w.model),
     output:
-        directory("resources/tokenizers/{model}"),
+        directory(paths.TOKENIZER),
     wildcard_constraints:
         model=wildcard_alternatives(MINI_MODELS),
     params:
@@ -24,18 +24,18 @@ rule train_tokenizer:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/tokenizers/{{model}}.log",
+        f"{paths.LOGS}/tokenizers/{{model}}.log",
     script:
         "../scripts/train_tokenizer.py"
 
 
 rule pretrain_model:
     input:
-        tokenizer="resources/tokenizers/{model}",
+        tokenizer=paths.TOKENIZER,
         train=lambda w: pretraining_text(w.model),
         valid=lambda w: corpus_file(MODELS[w.model]["language"], "valid"),
     output:
-        directory("resources/models/{model}"),
+        directory(paths.MODEL),
     wildcard_constraints:
         model=wildcard_alternatives(MINI_MODELS),
     params:
@@ -49,9 +49,9 @@ rule pretrain_model:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/models/{{model}}.log",
+        f"{paths.LOGS}/models/{{model}}.log",
     benchmark:
-        f"{BENCHMARKS}/pretrain_model/{{model}}.tsv"
+        f"{paths.BENCHMARKS}/pretrain_model/{{model}}.tsv"
     script:
         "../scripts/pretrain_model.py"
 
@@ -60,16 +60,16 @@ rule fetch_model:
     # Runs where there is internet (a login node); compute jobs then read the snapshot.
     localrule: True
     output:
-        directory("resources/models/{model}"),
+        directory(paths.MODEL),
     wildcard_constraints:
         model=wildcard_alternatives(HUB_MODELS),
     params:
         # pinning the config to the downloaded commit must not re-download it
-        spec=lambda w: fetch_params(MODELS[w.model], w.model, "resources/models"),
+        spec=lambda w: fetch_params(MODELS[w.model], w.model, paths.MODELS_DIR),
         code=script_hash("fetch_model.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/models/{{model}}.log",
+        f"{paths.LOGS}/models/{{model}}.log",
     script:
         "../scripts/fetch_model.py"

@@ -3,11 +3,11 @@
 
 rule neighbors:
     input:
-        vectors=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{target}}.npy",
-        missing=f"{RESULTS}/token_vectors/{{lang}}/{{vectors}}/{{target}}.missing.npy",
-        overlap=f"{RESULTS}/overlap/{{source}}/{{target}}.parquet",
+        vectors=paths.TOKEN_VECTORS.fill(model="{target}"),
+        missing=paths.TOKEN_VECTORS_MISSING.fill(model="{target}"),
+        overlap=paths.OVERLAP,
     output:
-        f"{RESULTS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.parquet",
+        paths.NEIGHBORS,
     params:
         prefilter_k=config["neighbors"]["prefilter_k"],
         chunk_rows=config["neighbors"]["chunk_rows"],
@@ -19,6 +19,6 @@ rule neighbors:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
+        f"{paths.LOGS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
     script:
         "../scripts/neighbors.py"

@@ -31,6 +31,6 @@ rule report:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/report/report.log",
+        f"{paths.LOGS}/report/report.log",
     script:
         "../scripts/report.py"

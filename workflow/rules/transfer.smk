@@ -8,14 +8,12 @@ wildcard_constraints:
 
 rule salt_regression:
     input:
-        neighbors=lambda w: (
-            f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{salt_vectors()}.parquet"
-        ),
+        neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors()),
         source=lambda w: model_dir(w.source),
         target=lambda w: model_dir(w.target),
     output:
-        tensors=f"{RESULTS}/regression/{{lang}}/{{source}}/{{target}}/projected.safetensors",
-        meta=f"{RESULTS}/regression/{{lang}}/{{source}}/{{target}}/projected.json",
+        tensors=paths.REGRESSION,
+        meta=paths.REGRESSION_META,
     params:
         options=method_options("salt"),
         device=TRANSFER["device"],
@@ -30,9 +28,9 @@ rule salt_regression:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/regression/{{lang}}/{{source}}/{{target}}/projected.log",
+        f"{paths.LOGS}/regression/{{lang}}/{{source}}/{{target}}/projected.log",
     benchmark:
-        f"{BENCHMARKS}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
+        f"{paths.BENCHMARKS}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/salt_regression.py"
 
@@ -41,8 +39,8 @@ rule aligned_vectors:
     input:
         source_fasttext=lambda w: fasttext_word_bin(config["source_language"]),
         target_fasttext=lambda w: fasttext_word_bin(w.lang),
-        source_vocab=f"{RESULTS}/vocab/{{source}}.parquet",
-        target_vocab=f"{RESULTS}/vocab/{{target}}.parquet",
+        source_vocab=paths.VOCAB.fill(model="{source}"),
+        target_vocab=paths.VOCAB.fill(model="{target}"),
         dictionary=lambda w: dictionary_input(w.lang),
         # the tokenizers only for aligned.token_strings: decode
         tokenizers=lambda w: (
@@ -51,7 +49,7 @@ rule aligned_vectors:
             else []
         ),
     output:
-        f"{RESULTS}/aligned/{{lang}}/{{source}}/{{target}}.safetensors",
+        paths.ALIGNED,
     params:
         dictionary=lambda w: config["languages"][w.lang].get("dictionary", {"type": "world"}),
         source_language=config.get("source_language"),
@@ -61,7 +59,7 @@ rule aligned_vectors:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/aligned_vectors.py"
 
@@ -72,8 +70,8 @@ rule transfer:
         unpack(transfer_inputs),
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
-        model=directory(f"{RESULTS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}"),
-        zeroshot=f"{RESULTS}/zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.json",
+        model=directory(paths.TRANSFER_MODEL),
+        zeroshot=paths.ZEROSHOT,
     params:
         options=lambda w: method_options(w.method),
         mode=TRANSFER["vocab_mode"],
@@ -89,9 +87,9 @@ rule transfer:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     benchmark:
-        f"{BENCHMARKS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
+        f"{paths.BENCHMARKS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/transfer.py"
 
@@ -103,7 +101,7 @@ rule zeroshot_source:
         model=lambda w: model_dir(w.source),
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
-        f"{RESULTS}/zeroshot/{{lang}}/{{source}}/source_model.json",
+        paths.ZEROSHOT_SOURCE,
     params:
         options=config["zeroshot"],
         device=TRANSFER["device"],
@@ -112,7 +110,7 @@ rule zeroshot_source:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
+        f"{paths.LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
     script:
         "../scripts/zeroshot.py"
 
@@ -121,13 +119,13 @@ rule zeroshot_table:
     input:
         all_zeroshot(),
     output:
-        csv=f"{RESULTS}/tables/zeroshot.csv",
-        md=f"{RESULTS}/tables/zeroshot.md",
+        csv=paths.ZEROSHOT_TABLE_CSV,
+        md=paths.ZEROSHOT_TABLE_MD,
     params:
         code=script_hash("zeroshot_table.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/tables/zeroshot.log",
+        f"{paths.LOGS}/tables/zeroshot.log",
     script:
         "../scripts/zeroshot_table.py"

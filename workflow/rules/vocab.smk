@@ -5,27 +5,27 @@ rule vocab:
     input:
         tokenizer=lambda w: tokenizer_dir(w.model),
     output:
-        f"{RESULTS}/vocab/{{model}}.parquet",
+        paths.VOCAB,
     params:
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("vocab.py"),
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/vocab/{{model}}.log",
+        f"{paths.LOGS}/vocab/{{model}}.log",
     script:
         "../scripts/vocab.py"
 
 
 rule overlap:
     input:
-        source=f"{RESULTS}/vocab/{{source}}.parquet",
-        target=f"{RESULTS}/vocab/{{target}}.parquet",
+        source=paths.VOCAB.fill(model="{source}"),
+        target=paths.VOCAB.fill(model="{target}"),
         target_tokenizer=lambda w: tokenizer_dir(w.target),
         valid=lambda w: corpus_file(model_language(w.target), "valid"),
     output:
-        pairs=f"{RESULTS}/overlap/{{source}}/{{target}}.parquet",
-        coverage=f"{RESULTS}/overlap/{{source}}/{{target}}.coverage.json",
+        pairs=paths.OVERLAP,
+        coverage=paths.COVERAGE,
     params:
         match=config["overlap"]["match"],
         trust_remote_code=config["trust_remote_code"],
@@ -33,6 +33,6 @@ rule overlap:
     conda:
         CONDA_ENV
     log:
-        f"{LOGS}/overlap/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/overlap/{{source}}/{{target}}.log",
     script:
         "../scripts/overlap.py"

@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embtransfer.grid import Run, lapt_runs, transfer_runs
+from embtransfer.grid import evaluation_languages
 
 SHIPPED_TASK_DIR = Path(__file__).resolve().parents[2] / "lm_eval_tasks"
 KINDS = ("knowledge", "mrc", "crosslingual")
-STAGES = ("source", "transfer", "lapt")
 
 OKAPI_LANGS = ("ar bn ca da de es eu fr gu hi hr hu hy id it kn ml mr ne nl pt ro ru sk sr "
                "sv ta te uk vi zh").split()
@@ -215,11 +214,6 @@ def resolve(config: dict[str, Any], key: str, lang: str) -> TaskSpec:
                     bench.note, bench.metrics, int(shots), answers)
 
 
-def evaluation_languages(config: dict[str, Any]) -> list[str]:
-    """The config languages whose checkpoints are evaluated (the target languages)."""
-    return list(config["targets"])
-
-
 def stock_task_names(config: dict[str, Any]) -> list[str]:
     """The stock lm-eval task names ``config`` evaluates (sorted, unique).
 
@@ -247,49 +241,6 @@ def _names(config: dict[str, Any], source: str) -> list[str]:
 
 def world_task_keys(config: dict[str, Any]) -> list[str]:
     return [k for k in config["evaluation"]["tasks"] if CATALOG[k].source == "world"]
-
-
-# --- which checkpoints are evaluated --------------------------------------------------------
-
-
-def _keep(config: dict[str, Any], value: str, key: str) -> bool:
-    chosen = config["evaluation"]["select"].get(key)
-    return chosen is None or value in chosen
-
-
-def evaluated_runs(config: dict[str, Any], stage: str) -> list[Run]:
-    """The checkpoints evaluated at ``stage`` (``transfer`` or ``lapt``).
-
-    ``lapt``: the runs LAPT trains (:func:`embtransfer.grid.lapt_runs`). ``transfer``: the
-    same runs before LAPT, so every LAPT checkpoint has its before/after pair; when LAPT is
-    disabled (no LAPT runs), every transferred checkpoint. Both are then narrowed by
-    ``evaluation.select`` (sources/targets/methods; null keeps all).
-    """
-    if stage not in config["evaluation"]["stages"]:
-        return []
-    if stage == "lapt":
-        base = lapt_runs(config)
-    elif stage == "transfer":
-        base = lapt_runs(config) or transfer_runs(config)
-    else:
-        raise ValueError(f"evaluated_runs: stage {stage!r} has no transfer runs")
-    return [
-        r for r in base
-        if _keep(config, r.source, "sources") and _keep(config, r.target, "targets")
-        and _keep(config, r.method, "methods")
-    ]
-
-
-def evaluated_sources(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """(language, source model) pairs whose untouched source LLM is evaluated."""
-    if "source" not in config["evaluation"]["stages"]:
-        return []
-    return [
-        (lang, source)
-        for lang in evaluation_languages(config)
-        for source in config["sources"]
-        if _keep(config, source, "sources")
-    ]
 
 
 def shipped_tasks_hash() -> str:

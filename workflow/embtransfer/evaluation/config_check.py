@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from embtransfer.grid import evaluation_languages
+
 
 def check_evaluation(config: dict[str, Any]) -> None:
     """Raise ConfigError for a bad ``evaluation`` section."""
     from embtransfer.config import ConfigError
-    from embtransfer.evaluation.catalog import CATALOG, evaluation_languages, resolve
+    from embtransfer.evaluation.catalog import CATALOG, resolve
 
     ev = config.get("evaluation")
     if not ev:

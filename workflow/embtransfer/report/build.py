@@ -7,11 +7,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from embtransfer import paths
 from embtransfer.atomic import atomic_path
+from embtransfer.grid import Grid, evaluated_stages, report_stages
 from embtransfer.report.figures import Curves, missing_curves, write_figure2
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import (
     MalformedResultError,
+    coverage_identity,
     eval_path_identity,
     lapt_path_identity,
     read_coverage,
@@ -23,11 +26,8 @@ from embtransfer.report.records import (
 )
 from embtransfer.report.tables import (
     TABLE_SPECS,
-    Grid,
     Table,
     eval_table,
-    evaluated_stages,
-    report_stages,
     table5,
     table6,
     table8,
@@ -36,7 +36,7 @@ from embtransfer.report.tables import (
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 
 
-def output_names(directory: str = "results/report") -> dict[str, str]:
+def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     """Every output of the report, by name: table{N}_md, table{N}_csv, figure2, report_md."""
     names = {}
     for n in TABLE_NUMBERS:
@@ -59,15 +59,14 @@ class Inputs:
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
-    """``{results}/zeroshot/{lang}/{source}/{target}/{method}.json`` of every
-    ``{results}/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl``."""
-    paths = []
+    """The zero-shot record (:data:`paths.ZEROSHOT`) of every LAPT metrics file
+    (:data:`paths.LAPT_METRICS`), in the same results folder."""
+    records = []
     for path in lapt_metrics:
         ident = lapt_path_identity(path)
-        results = Path(path).parents[4] if len(Path(path).parts) > 5 else Path(".")
-        paths.append(str(results / "zeroshot" / ident["lang"] / ident["source"]
-                         / ident["target"] / f"{ident['method']}.json"))
-    return paths
+        root = paths.LAPT_METRICS.root_of(path)
+        records.append(paths.ZEROSHOT.at(root).fill(**ident))
+    return records
 
 
 def config_subset(config: dict[str, Any]) -> dict[str, Any]:
@@ -100,12 +99,6 @@ def planned_eval_runs(paths: list[str]) -> set[tuple]:
             )
         runs.add(tuple(ident[k] for k in ("stage", "lang", "source", "target", "method")))
     return runs
-
-
-def coverage_identity(path: str | os.PathLike) -> tuple[str, str]:
-    """(source, target) of ``.../overlap/{source}/{target}.coverage.json``."""
-    p = Path(path)
-    return p.parent.name, p.name.removesuffix(".coverage.json")
 
 
 def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "results"

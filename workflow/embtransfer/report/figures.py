@@ -11,9 +11,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from embtransfer.atomic import atomic_path
+from embtransfer.grid import Grid
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
-from embtransfer.report.tables import Grid
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -1,5 +1,8 @@
 """Read the result files the report is built from.
 
+Their paths are :mod:`embtransfer.paths`'s templates; a run's identity is parsed from a
+path with the same template that names the file (under any results folder).
+
 * Evaluation JSONs: ``results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json``
   (stage ``transfer`` | ``lapt``) and ``results/eval/source/{lang}/{source}/{task}.json``
   (the untouched source model). The run's identity is read from the JSON where it
@@ -29,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embtransfer import paths
+from embtransfer.grid import STAGES
+
 ZEROSHOT_KEYS = ("lang", "source", "method", "loss", "bits_per_byte")
 
 
@@ -52,7 +58,6 @@ def read_records(paths: Iterable[str | os.PathLike], required: tuple[str, ...] =
     return records
 
 
-STAGES = ("source", "transfer", "lapt")
 KINDS = ("knowledge", "mrc", "crosslingual")
 REFERENCE_COLUMNS = ("table", "source_model", "target_arch", "method", "lang", "metric", "value",
                      "note")
@@ -97,19 +102,13 @@ def _finite_number(value: Any) -> bool:
 
 
 def eval_path_identity(path: str | os.PathLike) -> dict[str, str | None]:
-    """Run identity from an evaluation path (the part after ``eval/``); {} if no match."""
-    parts = Path(path).parts
-    if "eval" not in parts:
-        return {}
-    rest = parts[len(parts) - parts[::-1].index("eval"):]
-    task = Path(rest[-1]).stem if rest else None
-    if len(rest) == 4 and rest[0] == "source":
-        return {"stage": "source", "lang": rest[1], "source": rest[2], "target": None,
-                "method": None, "task": task}
-    if len(rest) == 6:
-        return {"stage": rest[0], "lang": rest[1], "source": rest[2], "target": rest[3],
-                "method": rest[4], "task": task}
-    return {}
+    """Run identity from an evaluation path (:data:`paths.EVAL` or :data:`paths.EVAL_SOURCE`,
+    under any results folder); {} if it is neither."""
+    source = paths.EVAL_SOURCE.parse(path)
+    if source is not None:
+        return {"stage": "source", "lang": source["lang"], "source": source["source"],
+                "target": None, "method": None, "task": source["task"]}
+    return paths.EVAL.parse(path) or {}
 
 
 def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord], list[str]]:
@@ -177,16 +176,13 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
 
 
 def lapt_path_identity(path: str | os.PathLike) -> dict[str, str]:
-    """(lang, source, target, method) of ``{lang}/{source}/{target}/{method}.metrics.jsonl``."""
-    p = Path(path)
-    suffix = ".metrics.jsonl"
-    if not p.name.endswith(suffix) or len(p.parts) < 4:
+    """(lang, source, target, method) of a LAPT metrics file (:data:`paths.LAPT_METRICS`)."""
+    ident = paths.LAPT_METRICS.parse(path)
+    if ident is None:
         raise MalformedResultError(
-            f"LAPT metrics file {path}: the path is not .../{{lang}}/{{source}}/{{target}}/"
-            f"{{method}}{suffix}"
+            f"LAPT metrics file {path}: the path is not {paths.LAPT_METRICS}"
         )
-    return {"lang": p.parts[-4], "source": p.parts[-3], "target": p.parts[-2],
-            "method": p.name[: -len(suffix)]}
+    return ident
 
 
 def read_lapt_metrics(path: str | os.PathLike) -> LaptRun:
@@ -246,14 +242,19 @@ def read_coverage(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def zeroshot_identity(path: str | os.PathLike) -> tuple[str, str, str, str]:
-    """(lang, source, target, method) of ``.../zeroshot/{lang}/{source}/{target}/{method}.json``."""
-    p = Path(path)
-    if p.suffix != ".json" or len(p.parts) < 5 or p.parts[-5] != "zeroshot":
-        raise MalformedResultError(
-            f"zero-shot record {path}: the path is not .../zeroshot/{{lang}}/{{source}}/"
-            "{target}/{method}.json"
-        )
-    return p.parts[-4], p.parts[-3], p.parts[-2], p.stem
+    """(lang, source, target, method) of a zero-shot record (:data:`paths.ZEROSHOT`)."""
+    ident = paths.ZEROSHOT.parse(path)
+    if ident is None:
+        raise MalformedResultError(f"zero-shot record {path}: the path is not {paths.ZEROSHOT}")
+    return ident["lang"], ident["source"], ident["target"], ident["method"]
+
+
+def coverage_identity(path: str | os.PathLike) -> tuple[str, str]:
+    """(source, target) of a coverage record (:data:`paths.COVERAGE`)."""
+    ident = paths.COVERAGE.parse(path)
+    if ident is None:
+        raise MalformedResultError(f"coverage file {path}: the path is not {paths.COVERAGE}")
+    return ident["source"], ident["target"]
 
 
 def read_zeroshot(path: str | os.PathLike) -> dict[str, Any]:

@@ -34,8 +34,10 @@ from typing import Any
 
 import pandas as pd
 
+from embtransfer import paths
+from embtransfer.grid import STAGES, Grid
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.records import STAGES, EvalRecord, LaptRun, MalformedResultError
+from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 
 MISSING = "missing"
 NOT_COMPARABLE = "not comparable"
@@ -45,7 +47,6 @@ PAPER_METRIC_ORDER = (
     "ARC", "HellaSwag", "TruthfulQA", "Belebele acc", "MLQA EM", "MLQA F1", "XQuAD EM",
     "XQuAD F1", "Avg",
 )
-STAGE_ORDER = ("source", "transfer", "lapt")
 SOURCE_MODEL_LABEL = "source model (no transfer)"
 
 
@@ -63,78 +64,16 @@ def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
     return "\n".join([header, rule, *rows])
 
 
-def report_stages(config: dict[str, Any]) -> list[str]:
-    """``report.stages``, or by default the checkpoint stages the evaluation covers
-    (``evaluation.stages``: transfer, lapt), lapt only when LAPT is enabled."""
-    chosen = (config.get("report") or {}).get("stages")
-    if chosen:
-        return list(chosen)
-    evaluated = (config.get("evaluation") or {}).get("stages", ["transfer", "lapt"])
-    lapt_on = (config.get("lapt") or {}).get("enabled", True)
-    stages = [s for s in ("transfer", "lapt") if s in evaluated and (s != "lapt" or lapt_on)]
-    return stages or ["lapt"]
-
-
-def evaluated_stages(config: dict[str, Any]) -> list[str]:
-    """``evaluation.stages`` (the schema's default: every stage)."""
-    return list((config.get("evaluation") or {}).get("stages", STAGES))
-
-
-@dataclass(frozen=True)
-class Grid:
-    """What the configuration asks for: the rows every table should have."""
-
-    targets: dict[str, list[str]]  # lang -> target PLM keys, in config order
-    sources: list[str]
-    methods: list[str]
-    stages: list[str]
-    focus_method: str
-    overlap_match: str = "fuzzy"
-    results_dir: str = "results"
-    #: Runs the workflow evaluates / trains (from the rule's input paths): (stage, lang,
-    #: source, target, method) and (lang, source, target, method). None: the whole grid.
-    planned_eval: frozenset[tuple] | None = None
-    planned_lapt: frozenset[tuple] | None = None
-    #: ``evaluation.stages`` has ``source``: Tables 1-3 open with the source model's rows.
-    source_control: bool = True
-
-    def wants_eval(self, stage: str, lang: str, source: str, target: str | None,
-                   method: str | None) -> bool:
-        return self.planned_eval is None or (stage, lang, source, target, method) in (
-            self.planned_eval)
-
-    def wants_lapt(self, lang: str, source: str, target: str | None, method: str) -> bool:
-        return self.planned_lapt is None or (lang, source, target, method) in self.planned_lapt
-
-    @property
-    def langs(self) -> list[str]:
-        return list(self.targets)
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any], results_dir: str = "results") -> Grid:
-        report = config.get("report") or {}
-        methods = report.get("methods") or config.get("transfer", {}).get("methods", [])
-        return cls(
-            targets={lang: list(plms) for lang, plms in config["targets"].items()},
-            sources=list(config["sources"]),
-            methods=list(methods),
-            stages=report_stages(config),
-            focus_method=report.get("focus_method") or "salt",
-            overlap_match=config.get("overlap", {}).get("match", "fuzzy"),
-            results_dir=results_dir,
-            source_control="source" in evaluated_stages(config),
-        )
-
-    def order(self, column: str, value: Any) -> tuple[int, str]:
-        """Sort key of a row value: config order first, then alphabetical."""
-        known: list[Any] = {
-            "lang": self.langs,
-            "source": self.sources,
-            "target": [t for plms in self.targets.values() for t in plms],
-            "method": [SOURCE_MODEL_LABEL, *self.methods],
-            "stage": list(STAGE_ORDER),
-        }.get(column, [])
-        return (known.index(value), "") if value in known else (len(known), str(value))
+def grid_order(grid: Grid, column: str, value: Any) -> tuple[int, str]:
+    """Sort key of a row value: config order first, then alphabetical."""
+    known: list[Any] = {
+        "lang": grid.langs,
+        "source": grid.sources,
+        "target": [t for plms in grid.targets.values() for t in plms],
+        "method": [SOURCE_MODEL_LABEL, *grid.methods],
+        "stage": list(STAGES),
+    }.get(column, [])
+    return (known.index(value), "") if value in known else (len(known), str(value))
 
 
 @dataclass
@@ -280,7 +219,7 @@ def sort_rows(rows: list[Row], grid: Grid) -> list[Row]:
         ordered = [c for c in priority if c in row.keys] + [
             c for c in row.keys if c not in priority
         ]
-        return tuple(grid.order(c, row.keys[c]) for c in ordered)
+        return tuple(grid_order(grid, c, row.keys[c]) for c in ordered)
 
     return sorted(rows, key=key)
 
@@ -352,8 +291,9 @@ def _reference_note(spec: EvalTableSpec, variant: str) -> str:
 def eval_path(grid: Grid, stage: str, lang: str, source: str, target: str | None,
               method: str | None, task: str) -> str:
     if stage == "source":
-        return f"{grid.results_dir}/eval/source/{lang}/{source}/{task}.json"
-    return f"{grid.results_dir}/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json"
+        return paths.EVAL_SOURCE.at(grid.results_dir).fill(lang=lang, source=source, task=task)
+    return paths.EVAL.at(grid.results_dir).fill(stage=stage, lang=lang, source=source,
+                                                target=target, method=method, task=task)
 
 
 def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names: PaperNames,
@@ -500,12 +440,12 @@ def _describe_missing(grid: Grid, key: tuple, lacking: list[str], per: dict[str,
     parts = []
     for metric in lacking:
         tasks = sorted(per.get(metric, ()))
-        paths = [eval_path(grid, stage, lang, source, target, method, t) for t in tasks]
-        present = [p for p in paths if any(_same_path(p, f) for f in files)]
+        expected = [eval_path(grid, stage, lang, source, target, method, t) for t in tasks]
+        present = [p for p in expected if any(_same_path(p, f) for f in files)]
         if present:
             parts.append(f"{metric} (not in {', '.join(present)})")
         else:
-            parts.append(f"{metric} (no result file: {', '.join(paths)})")
+            parts.append(f"{metric} (no result file: {', '.join(expected)})")
     return "; ".join(parts)
 
 
@@ -528,11 +468,13 @@ def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
 
 
 def zeroshot_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
-    return f"{grid.results_dir}/zeroshot/{lang}/{source}/{target}/{method}.json"
+    return paths.ZEROSHOT.at(grid.results_dir).fill(lang=lang, source=source, target=target,
+                                                    method=method)
 
 
 def lapt_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
-    return f"{grid.results_dir}/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl"
+    return paths.LAPT_METRICS.at(grid.results_dir).fill(lang=lang, source=source,
+                                                        target=target, method=method)
 
 
 def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
@@ -650,9 +592,9 @@ def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
                 if grid.overlap_match == "fuzzy" and all(paper):
                     row.paper = paper  # type: ignore[assignment]
                 if record is None:
-                    row.missing.append(
-                        f"no coverage file ({grid.results_dir}/overlap/{source}/{target}"
-                        ".coverage.json)")
+                    path = paths.COVERAGE.at(grid.results_dir).fill(source=source,
+                                                                    target=target)
+                    row.missing.append(f"no coverage file ({path})")
                     row.values = dict.fromkeys(metrics)
                 else:
                     row.values = {"copied": float(record["copied"]),

@@ -1,0 +1,164 @@
+"""Every artifact path of the workflow, as a template with Snakemake wildcards.
+
+The one place an artifact's path is written: the rules use these templates as their
+outputs and inputs (``output: paths.VOCAB``, ``paths.VOCAB.fill(model=w.source)`` in an input
+function), the report fills them to name the files it expects and parses them back to
+read a run's identity from a path. Changing a template here moves the artifact for both.
+
+A :class:`Template` is a ``str`` (Snakemake takes it as is, wildcards included; it is not
+callable, so Snakemake never mistakes it for an input function); :meth:`Template.fill` fills
+the wildcards given and leaves the others as wildcards; :meth:`Template.parse` reads
+the wildcards back from a path; :meth:`Template.at` moves a ``results/`` template into
+another results folder (the report's tests build theirs under a temporary directory).
+
+Torch-free and import-light: the Snakefile imports it.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+RESULTS = "results"
+#: Job logs and Snakemake's ``benchmark:`` files of the heavy jobs (wall time, peak memory,
+#: I/O as TSV): run-dependent, so beside each other (not results/benchmarks/, the world's
+#: benchmark tasks).
+LOGS = "results/logs"
+BENCHMARKS = f"{LOGS}/benchmark"
+
+
+class _KeepMissing(dict):
+    """Format values that leave a wildcard nobody filled as the wildcard."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+class Template(str):
+    """A path with ``{name}`` wildcards (Snakemake's form); the path itself when used as a str."""
+
+    constraints: dict[str, str]
+
+    def __new__(cls, text: str, **constraints: str) -> Template:
+        # ``constraints``: a regex per wildcard where one path component is too loose
+        # (two wildcards in one component); the rule uses them as its wildcard_constraints.
+        self = super().__new__(cls, text)
+        self.constraints = constraints
+        return self
+
+    @property
+    def wildcards(self) -> tuple[str, ...]:
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self) if name)
+
+    def fill(self, **values: Any) -> str:
+        """The path with ``values`` filled in; wildcards not given stay wildcards (extra
+        values, e.g. a rule's other wildcards, are ignored)."""
+        return self.format_map(_KeepMissing({k: str(v) for k, v in values.items()}))
+
+    def at(self, results: str) -> Template:
+        """This ``results/...`` template under the results folder ``results`` instead."""
+        if not self.startswith(f"{RESULTS}/"):
+            raise ValueError(f"{self} is not under {RESULTS}/")
+        rest = self[len(RESULTS) + 1:]
+        return Template(f"{results}/{rest}" if results else rest, **self.constraints)
+
+    def _regex(self) -> re.Pattern[str]:
+        # A results/ template's leading folder matches any folder, or none (a relative path
+        # inside it); each wildcard matches one path component (greedy: the longest).
+        pattern = ""
+        rest: str = self
+        if self.startswith(f"{RESULTS}/"):
+            pattern, rest = r"(?:(?P<_root>.*)/)?", self[len(RESULTS) + 1:]
+        for literal, name, _, _ in string.Formatter().parse(rest):
+            pattern += re.escape(literal)
+            if name:
+                pattern += rf"(?P<{name}>{self.constraints.get(name, '[^/]+')})"
+        return re.compile(pattern + r"\Z")
+
+    def parse(self, path: Any) -> dict[str, str] | None:
+        """The wildcards of ``path`` (any str or os.PathLike) if it is this template's, else
+        None. A ``results/...`` template matches under any results folder."""
+        match = self._regex().fullmatch(str(path))
+        if match is None:
+            return None
+        return {k: v for k, v in match.groupdict().items() if k != "_root"}
+
+    def root_of(self, path: Any) -> str | None:
+        """The results folder of ``path`` under this ``results/...`` template ('' when the
+        path starts inside it), None if it is not this template's."""
+        match = self._regex().fullmatch(str(path))
+        return None if match is None else (match.group("_root") or "")
+
+
+# --- corpora (data.smk) -----------------------------------------------------------------------
+WORLD = Template("results/world/world.json")
+CORPUS = Template("results/corpus/{lang}/{split}.txt")
+MIX_CORPUS = Template("results/corpus/mix/{model}/train.txt")
+
+# --- models (models.smk) ----------------------------------------------------------------------
+MODELS_DIR = "resources/models"
+MODEL = Template("resources/models/{model}")
+TOKENIZER = Template("resources/tokenizers/{model}")
+
+# --- vocabularies and overlap (vocab.smk) -----------------------------------------------------
+VOCAB = Template("results/vocab/{model}.parquet")
+OVERLAP = Template("results/overlap/{source}/{target}.parquet")
+COVERAGE = Template("results/overlap/{source}/{target}.coverage.json")
+
+# --- fastText and token vectors (fasttext.smk) ------------------------------------------------
+FASTTEXT_WORD = Template("results/fasttext/{lang}/word.bin")
+FASTTEXT_TOKEN_TEXT = Template("results/fasttext/{lang}/token/{model}.txt")
+FASTTEXT_TOKEN = Template("results/fasttext/{lang}/token/{model}.bin")
+TOKEN_VECTORS = Template("results/token_vectors/{lang}/{vectors}/{model}.npy")
+TOKEN_VECTORS_MISSING = Template("results/token_vectors/{lang}/{vectors}/{model}.missing.npy")
+
+# --- neighbours (neighbors.smk) ---------------------------------------------------------------
+NEIGHBORS = Template("results/neighbors/{lang}/{source}/{target}/{vectors}.parquet")
+
+# --- regression, aligned vectors, transfer, zero-shot (transfer.smk) --------------------------
+REGRESSION = Template("results/regression/{lang}/{source}/{target}/projected.safetensors")
+REGRESSION_META = Template("results/regression/{lang}/{source}/{target}/projected.json")
+ALIGNED = Template("results/aligned/{lang}/{source}/{target}.safetensors")
+TRANSFER_MODEL = Template("results/transfer/{lang}/{source}/{target}/{method}")
+ZEROSHOT = Template("results/zeroshot/{lang}/{source}/{target}/{method}.json")
+ZEROSHOT_SOURCE = Template("results/zeroshot/{lang}/{source}/source_model.json")
+ZEROSHOT_TABLE_CSV = Template("results/tables/zeroshot.csv")
+ZEROSHOT_TABLE_MD = Template("results/tables/zeroshot.md")
+
+# --- LAPT (lapt.smk) --------------------------------------------------------------------------
+LAPT_BLOCKS = Template("results/lapt_blocks/{lang}/{source}/{target}/{text}.npy")
+LAPT_BLOCKS_META = Template("results/lapt_blocks/{lang}/{source}/{target}/{text}.json")
+LAPT_MODEL = Template("results/lapt/{lang}/{source}/{target}/{method}")
+LAPT_METRICS = Template("results/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl")
+#: The trainer's resumable state (checkpoint, metrics so far) while a LAPT job runs.
+LAPT_WORK = Template("results/lapt/{lang}/{source}/{target}/{method}.work")
+
+# --- evaluation (evaluate.smk) ----------------------------------------------------------------
+WORLD_BENCHMARKS = Template("results/benchmarks/{lang}")
+EVAL = Template("results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json")
+EVAL_SOURCE = Template("results/eval/source/{lang}/{source}/{task}.json")
+INTRINSIC_LAPT = Template("results/intrinsic/lapt/{lang}/{source}/{target}/{method}.json")
+TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
+
+# --- report (report.smk; its file names: embtransfer.report.build.output_names) ---------------
+REPORT_DIR = "results/report"
+
+# --- downloads (download.smk) -----------------------------------------------------------------
+FASTTEXT_CRAWL = Template("resources/fasttext/cc.{code}.300.bin")
+WIKIPEDIA_SENTENCES = Template("resources/wikipedia/{lang}/sentences.txt")
+NLTK_DIR = "resources/nltk_data"
+MUSE_DIR = "resources/dictionaries/muse"
+MUSE_DICTIONARY = Template("resources/dictionaries/muse/{src}-{tgt}.txt", src="[a-z]+",
+                           tgt="[a-z]+")
+
+
+def lm_eval_index(datasets_dir: str) -> str:
+    """The download rule's index of the lm-eval datasets under ``evaluation.datasets_dir``."""
+    return f"{datasets_dir}/tasks.json"
+
+
+#: Every template, by its name here (the round-trip test walks them).
+TEMPLATES: dict[str, Template] = {
+    name: value for name, value in globals().items() if isinstance(value, Template)
+}
