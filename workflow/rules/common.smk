@@ -138,7 +138,7 @@ def fasttext_bin(wildcards):
 
 
 # --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
-from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs
+from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
 
 from embtransfer.grid import transfer_runs
 
@@ -151,7 +151,7 @@ def method_options(method):
 
 
 def salt_vectors():
-    return method_options("salt").get("vectors", "word")
+    return resolve_options("salt", method_options("salt"))["vectors"]
 
 
 def transfer_code(wildcards):
@@ -166,7 +166,7 @@ def dictionary_input(lang):
 
 
 def transfer_inputs(w):
-    needs = method_needs(w.method, method_options(w.method))
+    # Every method reads these; method_needs (the catalog) picks the rest by input name.
     inputs = {
         "source": model_dir(w.source),
         "target_tokenizer": tokenizer_dir(w.target),
@@ -174,19 +174,17 @@ def transfer_inputs(w):
         "target_vocab": f"{RESULTS}/vocab/{w.target}.parquet",
         "overlap": f"{RESULTS}/overlap/{w.source}/{w.target}.parquet",
     }
-    for kind in ("word", "token"):
-        if f"neighbors_{kind}" in needs:
-            inputs[f"neighbors_{kind}"] = (
-                f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}/{kind}.parquet"
-            )
-    if "plm" in needs:
-        inputs["plm"] = model_dir(w.target)
-    if "regression" in needs:
-        inputs["projected"] = rules.salt_regression.output.tensors.format(**w)
-    if "aligned" in needs:
-        inputs["aligned"] = rules.aligned_vectors.output[0].format(**w)
-    if "source_tokenizer" in needs:
-        inputs["source_tokenizer"] = tokenizer_dir(w.source)
+    neighbors = f"{RESULTS}/neighbors/{w.lang}/{w.source}/{w.target}"
+    by_need = {
+        "neighbors_word": f"{neighbors}/word.parquet",
+        "neighbors_token": f"{neighbors}/token.parquet",
+        "plm": model_dir(w.target),
+        "projected": rules.salt_regression.output.tensors.format(**w),
+        "aligned": rules.aligned_vectors.output[0].format(**w),
+        "source_tokenizer": tokenizer_dir(w.source),
+    }
+    for need in sorted(method_needs(w.method, method_options(w.method))):
+        inputs[need] = by_need[need]
     return inputs
 
 
