@@ -208,7 +208,8 @@ def check_references(config: dict[str, Any]) -> None:
 
 
 def check_transfer(config: dict[str, Any]) -> None:
-    """Methods get what they need, named at start-up rather than after hours of compute."""
+    """Method options pass the catalog's check and methods get what they need, named at
+    start-up rather than after hours of compute."""
     languages = config["languages"]
     transfer = config["transfer"]
     if config.get("source_language") is None and "world" in config and any(
