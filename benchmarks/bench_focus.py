@@ -95,8 +95,8 @@ def run_focus(folder: Path, threads: int) -> dict:
     import torch
 
     from embtransfer.methods import focus  # noqa: F401  (registers the method)
-    from embtransfer.methods.base import Neighbors, TransferInputs, get_method
-    from embtransfer.neighbors import read_neighbors
+    from embtransfer.methods.base import TransferInputs, get_method
+    from embtransfer.neighbors import Neighbors, read_neighbors
 
     torch.set_num_threads(threads)
     table, _ = read_neighbors(folder / "neighbors.parquet")

@@ -242,9 +242,8 @@ def stage_regression(work: Path, args: argparse.Namespace) -> str:
     """SALT step 4 as ``workflow/scripts/salt_regression.py`` runs it, on the CPU."""
     import torch
 
-    from embtransfer.methods.base import Neighbors
     from embtransfer.models import load_embeddings
-    from embtransfer.neighbors import read_neighbors
+    from embtransfer.neighbors import Neighbors, read_neighbors
     from embtransfer.regression import salt_project, write_projection
 
     # One thread: on 2 cores shared with other work, two threads spin-wait on the many
@@ -300,9 +299,9 @@ def stage_transfer(work: Path, args: argparse.Namespace) -> str:
     import numpy as np
 
     from embtransfer.checkpoint import write_transferred_checkpoint
-    from embtransfer.methods.base import Neighbors, TransferInputs, get_method
+    from embtransfer.methods.base import TransferInputs, get_method
     from embtransfer.models import load_embeddings
-    from embtransfer.neighbors import read_neighbors
+    from embtransfer.neighbors import Neighbors, read_neighbors
     from embtransfer.overlap import compute_overlap
     from embtransfer.vocab import read_vocab
 

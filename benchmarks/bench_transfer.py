@@ -96,8 +96,7 @@ def build_table(path: str, threads: int) -> dict:
 
 
 def load_neighbors(path: str):
-    from embtransfer.methods.base import Neighbors
-    from embtransfer.neighbors import read_neighbors
+    from embtransfer.neighbors import Neighbors, read_neighbors
 
     return Neighbors.from_table(read_neighbors(path)[0])
 
@@ -135,7 +134,7 @@ def case_salt(path: str, both: bool, device: str) -> dict:
 
 
 def case_naive(path: str, sample: int, device: str) -> dict:
-    from embtransfer.methods.base import Neighbors
+    from embtransfer.neighbors import Neighbors
     from embtransfer.regression import DEFAULT_RCOND, salt_project
 
     plm, source_in, _ = embeddings()

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from embtransfer.aligned import (
+    AlignedVectors,
     align_from_dictionary,
     procrustes,
     read_aligned,
@@ -20,7 +21,6 @@ from embtransfer.aligned import (
     write_aligned,
 )
 from embtransfer.fasttext_vectors import load_fasttext, token_vectors, train_fasttext
-from embtransfer.methods.base import AlignedVectors
 
 
 def random_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:

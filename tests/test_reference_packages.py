@@ -34,8 +34,8 @@ from embtransfer.fasttext_vectors import (
     tokenize_for_fasttext,
     train_fasttext,
 )
-from embtransfer.methods.base import Neighbors, TransferInputs, get_method
-from embtransfer.neighbors import compute_neighbors
+from embtransfer.methods.base import TransferInputs, get_method
+from embtransfer.neighbors import Neighbors, compute_neighbors
 from embtransfer.overlap import compute_overlap
 from embtransfer.vocab import vocab_table
 
@@ -204,7 +204,7 @@ def test_wechsel_equals_package(world: dict) -> None:
         source_vocab=world["source_vocab"], target_vocab=world["target_vocab"],
         overlap=overlap, seed=0, aligned=aligned,
     )
-    result = get_method("wechsel").fn(inputs, {}, "input")
+    result = get_method("wechsel").fn(inputs, get_method("wechsel").defaults, "input")
 
     # the package decodes U+FFFD pieces and special tokens: the option must see them
     decoded = [world["target_tok"].decode(i).strip() for i in range(len(result.how))]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from embtransfer.methods.base import Neighbors
+from embtransfer.neighbors import Neighbors
 from embtransfer.regression import (
     DEFAULT_RCOND,
     STATUSES,

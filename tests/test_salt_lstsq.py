@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from safetensors.numpy import load_file
 
 from embtransfer.methods import lstsq as lstsq_module
 from embtransfer.methods import salt as salt_module  # noqa: F401  (registers "salt")
-from embtransfer.methods.base import REGISTRY, Neighbors, TransferInputs
-from embtransfer.regression import salt_project, write_projection
+from embtransfer.methods.base import TransferInputs, get_method
+from embtransfer.neighbors import Neighbors
+from embtransfer.regression import read_projection, salt_project, write_projection
 
 V_T, V_S, H_T, H_S = 120, 90, 8, 16
 SHARED = 50
@@ -69,7 +69,7 @@ def project(inputs: TransferInputs, **options) -> dict:
 
 
 def run(name: str, inputs: TransferInputs, side: str, **params):
-    spec = REGISTRY[name]
+    spec = get_method(name)
     return spec.fn(inputs, {**spec.defaults, **params}, side)
 
 
@@ -80,7 +80,7 @@ def test_salt_assembles_copied_projected_and_fallback_rows(tmp_path):
     inputs = make_inputs()
     result = project(inputs, min_neighbors=2)
     write_projection(result, tmp_path / "p.safetensors", tmp_path / "p.json")
-    inputs.projected = load_file(tmp_path / "p.safetensors")  # status as int8 codes
+    inputs.projected = read_projection(tmp_path / "p.safetensors")  # as the transfer job reads it
     shared_t, shared_s = inputs.shared()
     for side in ("input", "output"):
         out = run("salt", inputs, side)

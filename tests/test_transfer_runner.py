@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from embtransfer import method_catalog
-from embtransfer.methods import base
+from embtransfer.config import load_schema
+from embtransfer.method_catalog import METHODS, NEEDS, Option, OptionError, resolve_options
+from embtransfer.methods import base, common
 from embtransfer.methods.base import SideResult, TransferInputs, get_method, load_all
 from embtransfer.transfer import NonFiniteRowsError, run_method
 
@@ -34,30 +38,76 @@ def fake_method(monkeypatch):
     behaviour = {"poison": None}
 
     def fake(inputs: TransferInputs, params: dict, side: str) -> SideResult:
-        rows, how = base.empty_result(inputs, side)
-        base.copy_shared(inputs, side, rows, how)
+        rows, how = common.empty_result(inputs, side)
+        common.copy_shared(inputs, side, rows, how)
         unset = how == "unset"
-        rows[unset] = base.source_normal(inputs, side, inputs.rng("fake", side), int(unset.sum()))
+        rows[unset] = common.source_normal(inputs, side, inputs.rng("fake", side), int(unset.sum()))
         how[unset] = "random"
         if behaviour["poison"] is not None:
             rows[behaviour["poison"], 1] = np.nan
         return SideResult(rows, how, {"scale": params["scale"]})
 
-    monkeypatch.setitem(method_catalog.METHODS, "fake", {"module": "base", "needs": []})
-    monkeypatch.setitem(
-        base.REGISTRY, "fake", base.MethodSpec("fake", fake, frozenset(), "", {"scale": 1.0})
-    )
+    monkeypatch.setitem(METHODS, "fake", {
+        "module": "base", "needs": [], "description": "a test's method",
+        "options": {"scale": Option(1.0, {"type": "number"})},
+    })
+    monkeypatch.setitem(base.REGISTRY, "fake", fake)
     return behaviour
 
 
-def test_catalog_agrees_with_the_registry():
+def test_catalog_and_registry_name_the_same_methods():
+    # A method added to the catalog without a registered function (or registered
+    # under a name the catalog lacks) fails here.
     registry = load_all()
-    assert set(registry) == set(method_catalog.METHODS)
+    assert set(base.REGISTRY) == set(METHODS) == set(registry)
     for name, spec in registry.items():
-        declared = method_catalog.method_needs(name, spec.defaults)
-        assert spec.needs == declared, name
-        if "options" in method_catalog.METHODS[name]:
-            assert set(method_catalog.METHODS[name]["options"]) == set(spec.defaults), name
+        assert spec.fn is base.REGISTRY[name]
+        assert spec.fn.__module__ == f"embtransfer.methods.{METHODS[name]['module']}", name
+        assert spec.defaults == {k: o.default for k, o in METHODS[name]["options"].items()}
+        assert set(METHODS[name]["needs"]) <= set(NEEDS) | {"neighbors"}, name
+        assert spec.needs <= set(NEEDS) and spec.description, name
+        assert resolve_options(name, None) == spec.defaults  # the defaults pass the checks
+    with pytest.raises(ValueError, match="not in embtransfer.method_catalog.METHODS"):
+        base.register("salty")
+
+
+def test_method_modules_hold_no_catalog_data():
+    """A module exports its function; names, options, defaults and needs are the catalog's."""
+    load_all()
+    for module in {spec["module"] for spec in METHODS.values()}:
+        mod = sys.modules[f"embtransfer.methods.{module}"]
+        for attr in ("DEFAULTS", "NEEDS", "VECTORS", "DESCRIPTION"):
+            assert not hasattr(mod, attr), f"embtransfer.methods.{module}.{attr}"
+
+
+def test_schema_method_names_come_from_the_catalog(monkeypatch):
+    transfer = load_schema()["properties"]["transfer"]["properties"]
+    assert transfer["methods"]["items"]["enum"] == list(METHODS)
+    assert transfer["methods"]["default"] == list(METHODS)
+    assert transfer["options"]["propertyNames"]["enum"] == list(METHODS)
+    monkeypatch.setitem(METHODS, "new_method", {"module": "x", "needs": [], "options": {}})
+    transfer = load_schema()["properties"]["transfer"]["properties"]
+    assert "new_method" in transfer["methods"]["items"]["enum"]
+    assert "new_method" in transfer["options"]["propertyNames"]["enum"]
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"min_neighbours": 2}, r"transfer.options.salt: unknown option\(s\) \['min_neighbours'\]; "
+                            r"salt takes: vectors, min_neighbors, "),
+    ({"ridge": -1}, r"transfer.options.salt.ridge: -1 is less than the minimum of 0; salt takes"),
+    ({"vectors": "tokn"}, r"transfer.options.salt.vectors: 'tokn' is not one of"),
+    ({"max_neighbors": None, "rcond": 1e-8}, None),
+])
+def test_options_are_checked_in_one_place(options, expected):
+    if expected is None:
+        params = resolve_options("salt", options)
+        assert params == {**method_catalog.defaults("salt"), **options}
+        assert list(params) == list(METHODS["salt"]["options"])  # transfer.json's order
+        return
+    with pytest.raises(OptionError, match=expected):
+        resolve_options("salt", options)
+    with pytest.raises(OptionError, match=expected):  # the runner goes through it too
+        run_method("salt", make_inputs(), options)
 
 
 def test_unknown_method_lists_the_known_ones():
@@ -66,7 +116,7 @@ def test_unknown_method_lists_the_known_ones():
 
 
 def test_unknown_option_is_named(fake_method):
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['scael'\] for method 'fake'"):
+    with pytest.raises(ValueError, match=r"fake: unknown option\(s\) \[.scael.\]; fake takes"):
         run_method("fake", make_inputs(), {"scael": 2})
 
 

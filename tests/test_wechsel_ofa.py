@@ -10,7 +10,9 @@ import pytest
 
 import embtransfer.methods.ofa as ofa_module
 import embtransfer.methods.wechsel  # noqa: F401  (registers "wechsel")
-from embtransfer.methods.base import REGISTRY, AlignedVectors, TransferInputs
+from embtransfer.aligned import AlignedVectors
+from embtransfer.method_catalog import OptionError, resolve_options
+from embtransfer.methods.base import TransferInputs, get_method
 
 V_S, V_T, H, D = 150, 60, 24, 8
 SIDES = ("input", "output")
@@ -79,7 +81,7 @@ def naive_wechsel(inputs: TransferInputs, side: str, k: int, temperature: float,
 
 
 def run(name: str, inputs: TransferInputs, side: str, **params):
-    result = REGISTRY[name].fn(inputs, params, side)
+    result = get_method(name).fn(inputs, resolve_options(name, params), side)
     assert result.rows.shape == (V_T, H) and result.rows.dtype == np.float32
     assert np.isfinite(result.rows).all()
     assert set(result.how) <= {"copied", "weighted", "missing_vector"}
@@ -91,11 +93,11 @@ def run(name: str, inputs: TransferInputs, side: str, **params):
 
 
 def test_registered_with_reference_defaults() -> None:
-    spec = REGISTRY["wechsel"]
+    spec = get_method("wechsel")
     assert spec.needs == {"aligned"}
     assert spec.defaults["k"] == 10 and spec.defaults["temperature"] == 0.1
     assert spec.defaults["copy_shared"] is False
-    spec = REGISTRY["ofa"]
+    spec = get_method("ofa")
     assert spec.needs == {"aligned"}
     assert (spec.defaults["k"], spec.defaults["temperature"]) == (10, 0.1)
 
@@ -172,13 +174,13 @@ def test_methods_refuse_bad_calls() -> None:
     inputs = make_inputs(tied=True)
     for name in ("wechsel", "ofa"):
         with pytest.raises(ValueError, match="tied"):
-            REGISTRY[name].fn(inputs, {}, "output")
-        with pytest.raises(ValueError, match="unknown parameters"):
-            REGISTRY[name].fn(inputs, {"topk": 5}, "input")
+            get_method(name).fn(inputs, resolve_options(name, {}), "output")
+        with pytest.raises(OptionError, match=rf"{name}: unknown option\(s\) \['topk'\]"):
+            resolve_options(name, {"topk": 5})
         no_vectors = make_inputs()
         no_vectors.aligned = None
         with pytest.raises(ValueError, match="aligned"):
-            REGISTRY[name].fn(no_vectors, {}, "input")
+            get_method(name).fn(no_vectors, resolve_options(name, {}), "input")
 
 
 # --------------------------------------------------------------------------- OFA

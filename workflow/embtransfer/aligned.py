@@ -26,8 +26,8 @@ Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
   "not found" and fall back to random rows.
 
 :func:`topk_cosine` / :func:`softmax_neighbors` are the chunked neighbour search
-both methods share; :func:`merge_params`, :func:`check_aligned` and
-:func:`weighted_rows` are their other common steps.
+both methods share and :func:`weighted_rows` their weighted sum of rows
+(:func:`embtransfer.methods.common.check_aligned` checks their input).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,17 @@ import torch
 
 from embtransfer.atomic import atomic_path
 from embtransfer.fasttext_vectors import MIN_NORM, token_vectors
-from embtransfer.methods.base import AlignedVectors, TransferInputs
+
+
+@dataclass
+class AlignedVectors:
+    """Static vectors of source and target tokens in one (aligned) space: WECHSEL, OFA."""
+
+    source: np.ndarray  # (V_s, d)
+    source_missing: np.ndarray  # (V_s,) bool
+    target: np.ndarray  # (V_t, d)
+    target_missing: np.ndarray  # (V_t,) bool
+
 
 # --------------------------------------------------------------------------- Procrustes
 
@@ -161,34 +172,6 @@ def softmax_neighbors(
 
 
 # --------------------------------------------------------------------------- method helpers
-
-
-def merge_params(name: str, defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise ValueError(f"{name}: unknown parameters {unknown}; known: {sorted(defaults)}")
-    return {**defaults, **params}
-
-
-def check_aligned(inputs: TransferInputs, side: str,
-                  name: str) -> tuple[np.ndarray, AlignedVectors]:
-    """The aligned vectors' shapes against the vocabularies; returns the source matrix
-    and the aligned vectors."""
-    aligned = inputs.aligned
-    if aligned is None:
-        raise ValueError(f"{name} needs aligned vectors (inputs.aligned)")
-    matrix = inputs.source_matrix(side)
-    if aligned.target.shape[0] != inputs.n_target:
-        raise ValueError(
-            f"{name}: {aligned.target.shape[0]} aligned target vectors for "
-            f"{inputs.n_target} target tokens"
-        )
-    if aligned.source.shape[0] > matrix.shape[0]:
-        raise ValueError(
-            f"{name}: {aligned.source.shape[0]} aligned source vectors but only "
-            f"{matrix.shape[0]} source embedding rows"
-        )
-    return matrix, aligned
 
 
 def weighted_rows(

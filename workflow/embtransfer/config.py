@@ -17,6 +17,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from embtransfer.method_catalog import METHODS, OptionError, method_needs, resolve_options
+
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 
@@ -67,12 +69,12 @@ def load_schema() -> dict[str, Any]:
     for section, name in (("lapt", "lapt"), ("evaluation", "evaluation"), ("report", "report")):
         sub = _read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
-    # Option values are typed in the method catalog, the one place that lists options.
-    from embtransfer.method_catalog import options_schema
-
-    schema["properties"]["transfer"]["properties"]["options"]["properties"] = (
-        options_schema()["properties"]
-    )
+    # The method names come from the method catalog, the one place that lists methods; their
+    # options are checked by check_transfer with the catalog's resolve_options.
+    transfer = schema["properties"]["transfer"]["properties"]
+    transfer["methods"]["items"] = {"enum": list(METHODS)}
+    transfer["methods"]["default"] = list(METHODS)
+    transfer["options"]["propertyNames"] = {"enum": list(METHODS)}
     return schema
 
 
@@ -206,26 +208,21 @@ def check_references(config: dict[str, Any]) -> None:
 
 
 def check_transfer(config: dict[str, Any]) -> None:
-    """Methods get what they need, named at start-up rather than after hours of compute."""
-    from embtransfer.method_catalog import METHODS, method_needs
-
+    """Method options pass the catalog's check and methods get what they need, named at
+    start-up rather than after hours of compute."""
     languages = config["languages"]
     transfer = config["transfer"]
     if config.get("source_language") is None and "world" in config and any(
         spec["corpus"]["type"] == "mini" for spec in languages.values()
     ):
         config["source_language"] = config["world"]["source_language"]
+    for method, options in transfer["options"].items():
+        try:
+            resolve_options(method, options)
+        except OptionError as err:
+            raise ConfigError(f"config key {err}") from None
     for method in transfer["methods"]:
-        options = transfer["options"].get(method, {})
-        known = METHODS[method].get("options")
-        if known is not None:
-            unknown = sorted(set(options) - set(known))
-            _require(
-                not unknown,
-                f"config key transfer.options.{method}: unknown option(s) {unknown}; "
-                f"{method} takes: {', '.join(sorted(known)) or '(no options)'}",
-            )
-        if "aligned" not in method_needs(method, options):
+        if "aligned" not in method_needs(method, transfer["options"].get(method, {})):
             continue
         source_lang = config.get("source_language")
         _require(
@@ -254,8 +251,6 @@ def check_transfer(config: dict[str, Any]) -> None:
 def _check_select(config: dict[str, Any], section: str) -> None:
     """A grid selection (``transfer.select``, ``lapt.select``) names known keys: typos are
     errors; a defined key outside the grid selects nothing."""
-    from embtransfer.method_catalog import METHODS
-
     known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
              "methods": sorted(METHODS)}
     for i, group in enumerate(config[section].get("select") or []):

@@ -41,6 +41,7 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,47 @@ from embtransfer.sparsemax import FALLBACK_BUDGET_BYTES, Workspace, sparsemax_bl
 
 #: Vectors with a smaller norm have no direction; they count as missing.
 MIN_NORM = 1e-8
+
+
+@dataclass
+class Neighbors:
+    """A neighbour table in CSR form, as methods read it (columns: the module docstring)."""
+
+    target_ids: np.ndarray  # (n,) int64, non-shared target tokens
+    offsets: np.ndarray  # (n + 1,) int64 into the flat arrays below
+    neighbor_target_ids: np.ndarray  # (nnz,) int64
+    neighbor_source_ids: np.ndarray  # (nnz,) int64
+    similarities: np.ndarray  # (nnz,) float32
+    weights: np.ndarray  # (nnz,) float32, each row sums to 1
+    missing: np.ndarray  # (n,) bool: no fastText vector, empty row
+
+    @classmethod
+    def from_table(cls, table: Any) -> Neighbors:
+        """From the pyarrow table (or DataFrame) written by the neighbours stage."""
+        if not isinstance(table, pa.Table):
+            table = pa.Table.from_pandas(table, preserve_index=False)
+
+        def flat(name: str, dtype: Any) -> np.ndarray:
+            column = table.column(name).combine_chunks()
+            return column.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+        lists = table.column("neighbor_target_ids").combine_chunks()
+        return cls(
+            target_ids=table.column("target_id").to_numpy().astype(np.int64),
+            offsets=lists.offsets.to_numpy().astype(np.int64),
+            neighbor_target_ids=flat("neighbor_target_ids", np.int64),
+            neighbor_source_ids=flat("neighbor_source_ids", np.int64),
+            similarities=flat("similarities", np.float32),
+            weights=flat("weights", np.float32),
+            missing=table.column("missing").to_numpy().astype(bool),
+        )
+
+    def row(self, i: int) -> slice:
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    @property
+    def k(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
 
 @contextmanager

@@ -61,13 +61,19 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file, save_file
 
 from embtransfer.atomic import atomic_path, check_finite, write_json
 from embtransfer.logs import without_run_values
-from embtransfer.methods.base import SIDES, Neighbors
+from embtransfer.method_catalog import defaults
+from embtransfer.methods.base import SIDES
+from embtransfer.neighbors import Neighbors
+
+#: SALT's options with their defaults (the method catalog holds them): salt_project's defaults.
+SALT = defaults("salt")
 
 #: Relative singular-value cut-off (numpy.linalg.pinv semantics); see the module docstring.
-DEFAULT_RCOND = 1e-6
+DEFAULT_RCOND: float = SALT["rcond"]
 
 #: Gathered float64 neighbour rows per batch (both sides together) stay below this, by
 #: device type. On CPU a cache-sized batch is fastest (measured at paper scale: 16 MiB
@@ -196,13 +202,13 @@ def salt_project(
     source_matrices: dict[str, np.ndarray],
     neighbors: Neighbors,
     *,
-    min_neighbors: int = 1,
-    max_neighbors: int | None = None,
-    ridge: float = 0.0,
+    min_neighbors: int = SALT["min_neighbors"],
+    max_neighbors: int | None = SALT["max_neighbors"],
+    ridge: float = SALT["ridge"],
     rcond: float = DEFAULT_RCOND,
     device: str | torch.device = "auto",
-    batch_tokens: int = 4096,
-    dtype: torch.dtype | str = torch.float64,
+    batch_tokens: int = SALT["batch_tokens"],
+    dtype: torch.dtype | str = SALT["dtype"],
     batch_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Project every non-shared token of ``neighbors`` (see the module docstring).
@@ -402,8 +408,6 @@ def write_projection(result: dict[str, Any], tensors_path: str | Any, meta_path:
     lists the code names. Loaded back with ``safetensors.numpy.load_file`` this is
     what the ``salt`` method reads as ``inputs.projected``.
     """
-    from safetensors.numpy import save_file
-
     arrays = {
         "target_ids": np.asarray(result["target_ids"], np.int64),
         "k_used": np.asarray(result["k_used"], np.int32),
@@ -418,3 +422,11 @@ def write_projection(result: dict[str, Any], tensors_path: str | Any, meta_path:
     # Timings go to the job's log, not into the artifact (byte-identical reruns).
     write_json(meta_path, {"status_codes": list(STATUSES),
                            "stats": without_run_values(result["stats"])})
+
+
+def read_projection(path: str | Any) -> dict[str, np.ndarray]:
+    """The arrays :func:`write_projection` wrote, ``status`` as labels: the ``salt``
+    method's ``inputs.projected``."""
+    projected = load_file(str(path))
+    projected["status"] = status_labels(projected["status"])
+    return projected

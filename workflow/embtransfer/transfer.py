@@ -1,10 +1,11 @@
 """Run one initialisation method on both embedding sides and check what it made.
 
 The runner is the single place that (a) merges a method's defaults with the
-config's options, (b) calls it for the input and, for untied sources, the
-output embeddings, (c) refuses NaN/Inf rows naming the tokens, and (d) picks
-the rows the vocabulary mode keeps (``replace``: every target token;
-``extend``: the target tokens the source lacks, appended after its vocabulary).
+config's options (:func:`embtransfer.method_catalog.resolve_options` checks them),
+(b) calls it for the input and, for untied sources, the output embeddings,
+(c) refuses NaN/Inf rows naming the tokens, and (d) picks the rows the vocabulary
+mode keeps (``replace``: every target token; ``extend``: the target tokens the
+source lacks, appended after its vocabulary).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from embtransfer.method_catalog import resolve_options
 from embtransfer.methods.base import SideResult, TransferInputs, get_method
 from embtransfer.models import name_rows, nonfinite_rows
 
@@ -63,25 +65,12 @@ def check_rows(name: str, rows: np.ndarray, inputs: TransferInputs) -> None:
         )
 
 
-def resolve_params(method: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    spec = get_method(method)
-    params = dict(spec.defaults)
-    unknown = sorted(set(options or {}) - set(params))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {unknown} for method {method!r}; "
-            f"its options are: {', '.join(sorted(params)) or '(none)'}"
-        )
-    params.update(options or {})
-    return params
-
-
 def run_method(
     method: str, inputs: TransferInputs, options: dict[str, Any] | None = None,
     mode: str = "replace",
 ) -> TransferOutput:
     spec = get_method(method)
-    params = resolve_params(method, options)
+    params = resolve_options(method, options)
     check_inputs(inputs)
     sides = ["input"] + (["output"] if inputs.source_output is not None else [])
     results: dict[str, SideResult] = {}

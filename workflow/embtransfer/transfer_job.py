@@ -2,9 +2,8 @@
 
 Separate from the Snakemake script so it can be called (and tested) directly.
 ``paths`` holds the rule's named inputs: ``source``, ``target_tokenizer``,
-``source_vocab``, ``target_vocab``, ``overlap`` and, as the method needs them,
-``neighbors_word`` / ``neighbors_token``, ``plm``, ``projected``, ``aligned``,
-``source_tokenizer``.
+``source_vocab``, ``target_vocab``, ``overlap`` and those the method needs, named as in
+:data:`embtransfer.method_catalog.NEEDS`.
 """
 
 from __future__ import annotations
@@ -16,10 +15,14 @@ import time
 from importlib import metadata
 from typing import Any
 
+from embtransfer.aligned import read_aligned
+from embtransfer.checkpoint import write_transferred_checkpoint
 from embtransfer.logs import without_run_values
-from embtransfer.methods.base import Neighbors, TransferInputs
+from embtransfer.methods.base import TransferInputs
 from embtransfer.models import check_tokenizer_model_agreement, load_embeddings, load_tokenizer
+from embtransfer.neighbors import Neighbors, read_neighbors
 from embtransfer.overlap import read_overlap
+from embtransfer.regression import read_projection
 from embtransfer.transfer import run_method
 from embtransfer.vocab import read_vocab
 
@@ -43,8 +46,6 @@ def config_hash(payload: dict[str, Any]) -> str:
 def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = False,
                 allow_pickle: bool = False) -> tuple[TransferInputs, dict[str, Any]]:
     """Build :class:`TransferInputs` from the rule's input paths; also neighbour statistics."""
-    from embtransfer.neighbors import read_neighbors
-
     # Refuse a source whose tokenizer has ids beyond its embedding rows before any compute.
     check_tokenizer_model_agreement(paths["source"], paths["source"])
     source = load_embeddings(paths["source"], trust_remote_code=trust_remote_code,
@@ -70,12 +71,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
                                            allow_pickle=allow_pickle).input
     if "projected" in paths:
-        from safetensors.numpy import load_file
-
-        inputs.projected = load_file(paths["projected"])
+        inputs.projected = read_projection(paths["projected"])
     if "aligned" in paths:
-        from embtransfer.aligned import read_aligned
-
         inputs.aligned = read_aligned(paths["aligned"])[0]
     if "source_tokenizer" in paths:
         inputs.source_tokenizer = load_tokenizer(
@@ -89,8 +86,6 @@ def run_transfer_job(
     seed: int, trust_remote_code: bool = False, context: dict[str, Any] | None = None,
     allow_pickle: bool = False,
 ) -> dict[str, Any]:
-    from embtransfer.checkpoint import write_transferred_checkpoint
-
     start = time.perf_counter()
     inputs, neighbor_stats = load_inputs(paths, seed, trust_remote_code, allow_pickle)
     load_seconds = time.perf_counter() - start

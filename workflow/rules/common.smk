@@ -135,7 +135,7 @@ def fasttext_bin(wildcards):
 
 
 # --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
-from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs
+from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
 
 from embtransfer.grid import transfer_runs
 
@@ -148,7 +148,7 @@ def method_options(method):
 
 
 def salt_vectors():
-    return method_options("salt").get("vectors", "word")
+    return resolve_options("salt", method_options("salt"))["vectors"]
 
 
 def transfer_code(wildcards):
@@ -163,7 +163,7 @@ def dictionary_input(lang):
 
 
 def transfer_inputs(w):
-    needs = method_needs(w.method, method_options(w.method))
+    # Every method reads these; method_needs (the catalog) picks the rest by input name.
     inputs = {
         "source": model_dir(w.source),
         "target_tokenizer": tokenizer_dir(w.target),
@@ -171,17 +171,16 @@ def transfer_inputs(w):
         "target_vocab": paths.VOCAB.fill(model=w.target),
         "overlap": paths.OVERLAP.fill(**w),
     }
-    for kind in ("word", "token"):
-        if f"neighbors_{kind}" in needs:
-            inputs[f"neighbors_{kind}"] = paths.NEIGHBORS.fill(**w, vectors=kind)
-    if "plm" in needs:
-        inputs["plm"] = model_dir(w.target)
-    if "regression" in needs:
-        inputs["projected"] = paths.REGRESSION.fill(**w)
-    if "aligned" in needs:
-        inputs["aligned"] = paths.ALIGNED.fill(**w)
-    if "source_tokenizer" in needs:
-        inputs["source_tokenizer"] = tokenizer_dir(w.source)
+    by_need = {
+        "neighbors_word": paths.NEIGHBORS.fill(**w, vectors="word"),
+        "neighbors_token": paths.NEIGHBORS.fill(**w, vectors="token"),
+        "plm": model_dir(w.target),
+        "projected": paths.REGRESSION.fill(**w),
+        "aligned": paths.ALIGNED.fill(**w),
+        "source_tokenizer": tokenizer_dir(w.source),
+    }
+    for need in sorted(method_needs(w.method, method_options(w.method))):
+        inputs[need] = by_need[need]
     return inputs
 
 

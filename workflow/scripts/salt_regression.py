@@ -1,9 +1,9 @@
 """SALT step 4: project every non-shared target token's PLM embedding into the source space."""
 
 from embtransfer.logs import job_logger
-from embtransfer.methods.base import Neighbors
+from embtransfer.method_catalog import resolve_options
 from embtransfer.models import check_tokenizer_model_agreement, load_embeddings
-from embtransfer.neighbors import read_neighbors
+from embtransfer.neighbors import Neighbors, read_neighbors
 from embtransfer.regression import salt_project, write_projection
 
 sm = snakemake  # noqa: F821
@@ -17,7 +17,8 @@ plm = load_embeddings(sm.input.target, trust_remote_code=trust, allow_pickle=all
 matrices = {"input": source.input}
 if source.output is not None:
     matrices["output"] = source.output
-options = {k: v for k, v in sm.params.options.items() if k != "vectors"}
+options = resolve_options("salt", sm.params.options)
+del options["vectors"]  # it chose the neighbour table (this rule's input), not a solve option
 result = salt_project(
     plm.input, matrices, Neighbors.from_table(table), device=sm.params.device, **options
 )

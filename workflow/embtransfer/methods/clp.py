@@ -46,15 +46,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import (
     copy_shared,
+    count_labels,
     empty_result,
-    register,
+    nonshared_ids,
     source_normal,
+    sparse_combine,
 )
-from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine
 from embtransfer.sparsemax import Workspace, sparsemax_block
 
 #: |sum of cosines| below this leaves a CLP row without usable weights.
@@ -118,15 +118,9 @@ class _Setup:
         )
 
 
-@register(
-    "clp",
-    needs={"plm"},
-    description="copy shared rows; others = PLM-cosine-weighted mean of the shared tokens' "
-    "source rows, weights = cosines / their sum (CLP-Transfer)",
-    defaults={"k": None, "chunk_rows": 512},
-)
+@register("clp")
 def clp(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    k = params.get("k")
+    k = params["k"]
     if k is not None and int(k) < 1:
         raise ValueError(f"clp: k must be >= 1 or null, got {k}")
     st = _Setup(inputs, side, "clp")
@@ -137,7 +131,7 @@ def clp(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
         cand_rows = torch.from_numpy(
             np.ascontiguousarray(source[st.cand_source], dtype=np.float32)
         )
-    for ids, sims in st.similarity_chunks(int(params.get("chunk_rows", 512))):
+    for ids, sims in st.similarity_chunks(int(params["chunk_rows"])):
         sims_t = torch.from_numpy(sims)
         with torch.inference_mode():
             if dense:
@@ -161,21 +155,15 @@ def clp(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     return result
 
 
-@register(
-    "clp_plus",
-    needs={"plm"},
-    description="copy shared rows; others = sparsemax(PLM cosines to the shared tokens)-"
-    "weighted sum of their source rows (CLP+)",
-    defaults={"chunk_rows": 512, "prefilter_k": 256},
-)
+@register("clp_plus")
 def clp_plus(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    prefilter_k = int(params.get("prefilter_k", 256))
+    prefilter_k = int(params["prefilter_k"])
     st = _Setup(inputs, side, "clp_plus")
     source = inputs.source_matrix(side)
     workspace = Workspace()
     support: list[np.ndarray] = []
     fallback = 0
-    for ids, sims in st.similarity_chunks(int(params.get("chunk_rows", 512))):
+    for ids, sims in st.similarity_chunks(int(params["chunk_rows"])):
         part = sparsemax_block(np.ascontiguousarray(sims), prefilter_k, None, workspace)
         st.rows[ids] = sparse_combine(
             part.indptr, st.cand_source[part.indices], part.weights, source

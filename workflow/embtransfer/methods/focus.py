@@ -22,9 +22,9 @@ generator and the population std, deepfocus ``torch.normal`` and the sample std.
 
 Parameter ``vectors``: which neighbour table, ``token`` (FOCUS's own token-level
 fastText trained on the target corpus, the paper's default) or ``word``
-(word-level fastText, SALT's auxiliary space). The method is registered as
-needing ``neighbors_token``; with ``vectors: word`` the caller must supply
-``inputs.neighbors["word"]`` instead (the registry's needs are static).
+(word-level fastText, SALT's auxiliary space); the catalog
+(:func:`embtransfer.method_catalog.method_needs`) turns it into the input
+``neighbors_token`` or ``neighbors_word``.
 
 The weighted sums are one sparse (CSR) x dense product over the distinct
 neighbour source rows, so the cost is O(nnz * h_s) with no per-token loop.
@@ -36,23 +36,19 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.methods.base import (
-    Neighbors,
-    SideResult,
-    TransferInputs,
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import (
     copy_shared,
+    count_labels,
     empty_result,
-    register,
+    nonshared_ids,
     source_normal,
+    sparse_combine,
 )
-from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine
-
-VECTORS = ("token", "word")
+from embtransfer.neighbors import Neighbors
 
 
 def neighbors_for(inputs: TransferInputs, vectors: str) -> Neighbors:
-    if vectors not in VECTORS:
-        raise ValueError(f"vectors must be one of {VECTORS}, got {vectors!r}")
     if vectors not in inputs.neighbors:
         raise ValueError(
             f"no {vectors!r} neighbour table in the inputs (have: {sorted(inputs.neighbors)})"
@@ -97,15 +93,9 @@ def apply_neighbors(
     return SideResult(rows, how, stats)
 
 
-@register(
-    "focus",
-    needs={"neighbors_token"},
-    description="copy shared rows; others = sparsemax-weighted sum of the fastText "
-    "neighbours' source rows (FOCUS)",
-    defaults={"vectors": "token"},
-)
+@register("focus")
 def focus(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    vectors = str(params.get("vectors", "token"))
+    vectors = str(params["vectors"])
     result = apply_neighbors(inputs, side, neighbors_for(inputs, vectors), "weighted", "focus")
     result.stats["vectors"] = vectors
     return result

@@ -37,16 +37,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import (
     copy_shared,
+    count_labels,
     diagonal_normal,
     empty_result,
-    register,
-)
-from embtransfer.methods.common import (
-    count_labels,
     nonshared_ids,
 )
 from embtransfer.vocab import token_text
@@ -118,14 +114,9 @@ def _groups(vocab: pd.DataFrame, n_rows: int) -> pd.DataFrame:
     return table[table["id"] < n_rows]
 
 
-@register(
-    "heuristics",
-    description="copy shared rows; others from N(mean, per-dim std) of the source rows of the "
-    "same Unicode script and word position (Downey et al. 2023)",
-    defaults={"min_rows": 10},
-)
+@register("heuristics")
 def heuristics(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    min_rows = int(params.get("min_rows", 10))
+    min_rows = int(params["min_rows"])
     if min_rows < 2:
         raise ValueError("heuristics: min_rows must be >= 2 (a std needs two rows)")
     matrix = inputs.source_matrix(side)

@@ -20,15 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
-    copy_shared,
-    empty_result,
-    register,
-)
-
-DEFAULTS: dict[str, Any] = {"rcond": None, "ridge": 0.0, "bias": True}
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import copy_shared, empty_result
 
 
 def fit_lstsq(
@@ -68,17 +61,8 @@ def apply_lstsq(coef: np.ndarray, x: np.ndarray, bias: bool = True) -> np.ndarra
     return (x @ coef).astype(np.float32)
 
 
-@register(
-    "lstsq",
-    needs={"plm"},
-    description="one global least-squares map with bias, PLM space to source space",
-    defaults=DEFAULTS,
-)
+@register("lstsq")
 def lstsq(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"lstsq: unknown parameters {unknown}; known: {sorted(DEFAULTS)}")
-    p = {**DEFAULTS, **params}
     plm = inputs.plm_input
     if plm is None:
         raise ValueError("lstsq needs the target PLM's input embeddings (inputs.plm_input)")
@@ -93,10 +77,10 @@ def lstsq(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResu
         raise ValueError("lstsq: no shared tokens to fit the map on")
     coef, stats = fit_lstsq(
         plm[shared_t], inputs.source_matrix(side)[shared_s],
-        rcond=p["rcond"], ridge=float(p["ridge"]), bias=bool(p["bias"]),
+        rcond=params["rcond"], ridge=float(params["ridge"]), bias=bool(params["bias"]),
     )
     others = np.flatnonzero(how == "unset")
-    rows[others] = apply_lstsq(coef, plm[others], bool(p["bias"]))
+    rows[others] = apply_lstsq(coef, plm[others], bool(params["bias"]))
     how[others] = "projected"
     stats["counts"] = {"copied": int(shared_t.size), "projected": int(others.size)}
     if stats["n_fit"] < stats["columns"]:

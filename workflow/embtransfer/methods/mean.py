@@ -28,16 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import (
     copy_shared,
+    count_labels,
     empty_result,
-    register,
+    nonshared_ids,
     source_mean,
     source_normal,
+    sparse_combine,
 )
-from embtransfer.methods.common import count_labels, nonshared_ids, sparse_combine
 from embtransfer.vocab import token_text
 
 #: Texts per ``encode_batch`` call.
@@ -72,7 +72,7 @@ def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return out
 
 
-@register("mean", description="copy shared rows; others = the mean source row")
+@register("mean")
 def mean(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)
@@ -82,11 +82,7 @@ def mean(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResul
     return SideResult(rows, how, {"counts": count_labels(how)})
 
 
-@register(
-    "subword_mean",
-    needs={"source_tokenizer"},
-    description="copy shared rows; others = mean source row of the source tokenization",
-)
+@register("subword_mean")
 def subword_mean(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     if inputs.source_tokenizer is None:
         raise ValueError("subword_mean needs the source tokenizer (inputs.source_tokenizer)")

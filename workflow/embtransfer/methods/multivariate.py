@@ -25,15 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import (
     copy_shared,
+    count_labels,
     empty_result,
-    register,
+    nonshared_ids,
     row_blocks,
 )
-from embtransfer.methods.common import count_labels, nonshared_ids
 
 _MAX_ATTEMPTS = 8
 _BLOCK_ROWS = 8192
@@ -67,14 +66,10 @@ def covariance_cholesky(
     )
 
 
-@register(
-    "multivariate",
-    description="copy shared rows; others from N(mean, scale * full covariance) of source rows",
-    defaults={"scale": 1.0, "jitter": 1e-6},
-)
+@register("multivariate")
 def multivariate(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    scale = float(params.get("scale", 1.0))
-    jitter = float(params.get("jitter", 1e-6))
+    scale = float(params["scale"])
+    jitter = float(params["jitter"])
     if scale <= 0 or jitter <= 0:
         raise ValueError("multivariate: scale and jitter must be > 0")
     rows, how = empty_result(inputs, side)

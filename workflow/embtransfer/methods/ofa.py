@@ -34,23 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.aligned import check_aligned, merge_params, softmax_neighbors, weighted_rows
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
-    empty_result,
-    register,
-)
-
-DEFAULTS: dict[str, Any] = {
-    "rank": None,
-    "rank_fraction": 400 / 768,
-    "k": 10,
-    "temperature": 0.1,
-    "copy_shared": True,
-    "chunk_rows": 1024,
-    "chunk_cols": 65536,
-}
+from embtransfer.aligned import softmax_neighbors, weighted_rows
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import check_aligned, empty_result
 
 #: Singular values below this fraction of the largest are dropped (a rank-deficient
 #: matrix would otherwise divide by ~0 when forming the coordinates).
@@ -99,22 +85,16 @@ def factorize(
     return P, Q.astype(np.float32)
 
 
-@register(
-    "ofa",
-    needs={"aligned"},
-    description="OFA: low-rank coordinates averaged over aligned neighbours",
-    defaults=DEFAULTS,
-)
+@register("ofa")
 def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    p = merge_params("ofa", DEFAULTS, params)
     matrix, aligned = check_aligned(inputs, side, "ofa")
     h = matrix.shape[1]
-    rank = resolve_rank(p["rank"], float(p["rank_fraction"]), h)
+    rank = resolve_rank(params["rank"], float(params["rank_fraction"]), h)
     P, Q = factorize(matrix, rank)
     coords = np.zeros((inputs.n_target, P.shape[1]), np.float32)
     _, how = empty_result(inputs, side)
 
-    shared_t, shared_s = inputs.shared() if p["copy_shared"] else (np.zeros(0, np.int64),) * 2
+    shared_t, shared_s = inputs.shared() if params["copy_shared"] else (np.zeros(0, np.int64),) * 2
     coords[shared_t] = P[shared_s]
     how[shared_t] = "copied"
 
@@ -124,10 +104,10 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     lost = np.nonzero(todo & aligned.target_missing)[0]
 
     src_ids, sims, weights = softmax_neighbors(
-        aligned, targets, p["k"], p["temperature"], n_source=matrix.shape[0],
-        chunk_rows=p["chunk_rows"], chunk_cols=p["chunk_cols"],
+        aligned, targets, params["k"], params["temperature"], n_source=matrix.shape[0],
+        chunk_rows=params["chunk_rows"], chunk_cols=params["chunk_cols"],
     )
-    coords[targets] = weighted_rows(P, src_ids, weights, p["chunk_rows"])
+    coords[targets] = weighted_rows(P, src_ids, weights, params["chunk_rows"])
     how[targets] = "weighted"
     rng = inputs.rng("ofa", side)
     text_rows = P[inputs.statistic_ids()]  # no special / placeholder rows
@@ -136,7 +116,7 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     how[lost] = "missing_vector"
 
     rows = np.empty((inputs.n_target, h), np.float32)
-    chunk = int(p["chunk_rows"])
+    chunk = int(params["chunk_rows"])
     for s in range(0, inputs.n_target, chunk):
         rows[s : s + chunk] = coords[s : s + chunk] @ Q
 
@@ -145,9 +125,9 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
         "factorized": bool(rank < h),
         "rank_requested": int(rank),
         "hidden": int(h),
-        "k": int(p["k"]),
-        "temperature": float(p["temperature"]),
-        "copy_shared": bool(p["copy_shared"]),
+        "k": int(params["k"]),
+        "temperature": float(params["temperature"]),
+        "copy_shared": bool(params["copy_shared"]),
         "n_copied": int(shared_t.size),
         "n_weighted": int(targets.size),
         "n_missing_vector": int(lost.size),

@@ -15,21 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import (
     copy_shared,
+    count_labels,
     empty_result,
-    register,
+    nonshared_ids,
     source_normal,
 )
-from embtransfer.methods.common import count_labels, nonshared_ids
 
 
-@register(
-    "random",
-    description="every row (shared too) from N(mean, std) of the source rows, per dimension",
-)
+@register("random")
 def random_all(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     rows, how = empty_result(inputs, side)
     rows[:] = source_normal(inputs, side, inputs.rng("random", side), inputs.n_target)
@@ -37,10 +33,7 @@ def random_all(inputs: TransferInputs, params: dict[str, Any], side: str) -> Sid
     return SideResult(rows, how, {"counts": count_labels(how)})
 
 
-@register(
-    "random_copy",
-    description="copy shared rows; the others from N(mean, std) of the source rows",
-)
+@register("random_copy")
 def random_copy(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)

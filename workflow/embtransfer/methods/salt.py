@@ -2,8 +2,8 @@
 
 The projection itself runs in the regression stage
 (:func:`embtransfer.regression.salt_project`, possibly on a GPU) and arrives as
-``inputs.projected``: ``target_ids``, ``status`` (int8 codes into
-:data:`embtransfer.regression.STATUSES`, or the labels), ``input`` and, for an
+``inputs.projected`` (:func:`embtransfer.regression.read_projection`): ``target_ids``,
+``status`` (labels of :data:`embtransfer.regression.STATUSES`), ``input`` and, for an
 untied source, ``output`` rows. This method assembles the matrix:
 
 * shared tokens copy their source row (``copied``);
@@ -14,9 +14,8 @@ untied source, ``output`` rows. This method assembles the matrix:
   overlap disagree) are drawn from N(mean, std) of the source rows, with the
   generator ``inputs.rng("salt", side)``, in target-id order.
 
-The options (``min_neighbors``, ``max_neighbors``, ``ridge``, ``rcond``, ...) act in
-the regression stage; they are accepted here so one ``transfer.options.salt``
-block configures both.
+SALT's options (``transfer.options.salt``: ``vectors``, ``min_neighbors``, ``ridge``,
+``rcond``, ...) all act in the regression stage; this function reads none of them.
 """
 
 from __future__ import annotations
@@ -25,39 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
-    copy_shared,
-    empty_result,
-    register,
-    source_normal,
-)
-from embtransfer.regression import DEFAULT_RCOND, status_labels
-
-DEFAULTS: dict[str, Any] = {
-    "vectors": "word",  # which neighbour table the regression used
-    "min_neighbors": 1,
-    "max_neighbors": None,
-    "ridge": 0.0,
-    "rcond": DEFAULT_RCOND,
-    "batch_tokens": 4096,
-    "dtype": "float64",
-}
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import copy_shared, empty_result, source_normal
 
 FALLBACK_LABELS = ("missing_vector", "too_few_neighbors", "not_in_table")
 
 
-@register(
-    "salt",
-    needs={"regression"},
-    description="SALT: per-token least squares on the sparsemax neighbours in the PLM space",
-    defaults=DEFAULTS,
-)
+@register("salt")
 def salt(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"salt: unknown parameters {unknown}; known: {sorted(DEFAULTS)}")
     projected = inputs.projected
     if projected is None:
         raise ValueError("salt needs the regression stage's projected rows (inputs.projected)")
@@ -70,7 +44,7 @@ def salt(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResul
     copy_shared(inputs, side, rows, how)
 
     target_ids = np.asarray(projected["target_ids"], np.int64)
-    status = status_labels(projected["status"])
+    status = np.asarray(projected["status"], dtype=object)
     values = np.asarray(projected[side])
     if values.shape != (target_ids.size, rows.shape[1]):
         raise ValueError(

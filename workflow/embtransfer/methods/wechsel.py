@@ -34,41 +34,22 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.aligned import check_aligned, merge_params, softmax_neighbors, weighted_rows
-from embtransfer.methods.base import (
-    SideResult,
-    TransferInputs,
-    empty_result,
-    register,
-    source_normal,
-)
-
-DEFAULTS: dict[str, Any] = {
-    "k": 10,
-    "temperature": 0.1,
-    "copy_shared": False,
-    "chunk_rows": 1024,
-    "chunk_cols": 65536,
-}
+from embtransfer.aligned import softmax_neighbors, weighted_rows
+from embtransfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.methods.common import check_aligned, empty_result, source_normal
 
 
 def _summary(x: np.ndarray) -> float | None:
     return float(x.mean()) if x.size else None
 
 
-@register(
-    "wechsel",
-    needs={"aligned"},
-    description="WECHSEL: softmax over top-k source tokens in aligned fastText space",
-    defaults=DEFAULTS,
-)
+@register("wechsel")
 def wechsel(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
-    p = merge_params("wechsel", DEFAULTS, params)
     matrix, aligned = check_aligned(inputs, side, "wechsel")
     rows, how = empty_result(inputs, side)
 
     shared_t, shared_s = inputs.shared()
-    if not p["copy_shared"]:
+    if not params["copy_shared"]:
         special = inputs.overlap["how"].to_numpy() == "special"
         order = np.argsort(inputs.overlap["target_id"].to_numpy(), kind="stable")
         keep = special[order]
@@ -83,19 +64,19 @@ def wechsel(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideRe
     targets = np.nonzero(have)[0]
 
     src_ids, sims, weights = softmax_neighbors(
-        aligned, targets, p["k"], p["temperature"], n_source=matrix.shape[0],
-        chunk_rows=p["chunk_rows"], chunk_cols=p["chunk_cols"],
+        aligned, targets, params["k"], params["temperature"], n_source=matrix.shape[0],
+        chunk_rows=params["chunk_rows"], chunk_cols=params["chunk_cols"],
     )
-    rows[targets] = weighted_rows(matrix, src_ids, weights, p["chunk_rows"])
+    rows[targets] = weighted_rows(matrix, src_ids, weights, params["chunk_rows"])
     how[targets] = "weighted"
     rows[lost] = source_normal(inputs, side, inputs.rng("wechsel", side), lost.size)
     how[lost] = "missing_vector"
 
     stats = {
-        "k": int(p["k"]),
+        "k": int(params["k"]),
         "k_effective": int(src_ids.shape[1]) if targets.size else 0,
-        "temperature": float(p["temperature"]),
-        "copy_shared": bool(p["copy_shared"]),
+        "temperature": float(params["temperature"]),
+        "copy_shared": bool(params["copy_shared"]),
         "n_copied": int(shared_t.size),
         "n_weighted": int(targets.size),
         "n_missing_vector": int(lost.size),
