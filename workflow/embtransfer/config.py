@@ -10,6 +10,7 @@ start-up, not after hours of compute.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,11 @@ from typing import Any
 import jsonschema
 import yaml
 
+from embtransfer.errors import ConfigError  # also imported from here (errors.py says why)
+from embtransfer.evaluation.config_check import check_evaluation
+from embtransfer.method_catalog import METHODS, method_needs, options_schema
+
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key and the fix."""
 
 
 def _embed(root: dict[str, Any], sub: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -68,8 +69,6 @@ def load_schema() -> dict[str, Any]:
         sub = _read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
     # Option values are typed in the method catalog, the one place that lists options.
-    from embtransfer.method_catalog import options_schema
-
     schema["properties"]["transfer"]["properties"]["options"]["properties"] = (
         options_schema()["properties"]
     )
@@ -140,8 +139,6 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     check_references(config)
     check_transfer(config)
     check_lapt(config)
-    from embtransfer.evaluation.config_check import check_evaluation
-
     check_evaluation(config)
     return config
 
@@ -207,8 +204,6 @@ def check_references(config: dict[str, Any]) -> None:
 
 def check_transfer(config: dict[str, Any]) -> None:
     """Methods get what they need, named at start-up rather than after hours of compute."""
-    from embtransfer.method_catalog import METHODS, method_needs
-
     languages = config["languages"]
     transfer = config["transfer"]
     if config.get("source_language") is None and "world" in config and any(
@@ -254,8 +249,6 @@ def check_transfer(config: dict[str, Any]) -> None:
 def _check_select(config: dict[str, Any], section: str) -> None:
     """A grid selection (``transfer.select``, ``lapt.select``) names known keys: typos are
     errors; a defined key outside the grid selects nothing."""
-    from embtransfer.method_catalog import METHODS
-
     known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
              "methods": sorted(METHODS)}
     for i, group in enumerate(config[section].get("select") or []):
@@ -303,8 +296,6 @@ def models_of_type(config: dict[str, Any], kind: str) -> list[str]:
 
 def wildcard_alternatives(keys: Iterable[str]) -> str:
     """A regex matching exactly one of ``keys`` (for wildcard_constraints)."""
-    import re
-
     keys = sorted(keys)
     return "|".join(re.escape(k) for k in keys) if keys else "(?!x)x"
 

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from embtransfer.errors import ConfigError
+from embtransfer.evaluation.catalog import (
+    CATALOG,
+    SHIPPED_TASK_DIR,
+    evaluation_languages,
+    resolve,
+)
+from embtransfer.evaluation.taskindex import stock_task_index
+
 
 def check_evaluation(config: dict[str, Any]) -> None:
     """Raise ConfigError for a bad ``evaluation`` section."""
-    from embtransfer.config import ConfigError
-    from embtransfer.evaluation.catalog import CATALOG, evaluation_languages, resolve
-
     ev = config.get("evaluation")
     if not ev:
         return
@@ -78,8 +84,6 @@ def check_evaluation(config: dict[str, Any]) -> None:
             elif bench.source == "shipped":
                 _check_shipped(spec.lm_eval_task, key, lang)
     if stock:
-        from embtransfer.evaluation.taskindex import stock_task_index
-
         index = stock_task_index()
         for name, what in stock.items():
             if name not in index:
@@ -91,9 +95,6 @@ def check_evaluation(config: dict[str, Any]) -> None:
 
 
 def _check_shipped(name: str, key: str, lang: str) -> None:
-    from embtransfer.config import ConfigError
-    from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR
-
     if not any(SHIPPED_TASK_DIR.glob(f"*/{name}.yaml")):
         raise ConfigError(
             f"config key evaluation.tasks: task {key!r} for language {lang!r} needs "

@@ -69,8 +69,8 @@ def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[s
     nrows = math.ceil(len(panels) / ncols)
     # matplotlib is imported here, not at module level: the Snakefile imports this module
     # (through report.build) and a dry run should not pay for matplotlib.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 (Snakefile start-up: matplotlib)
+    from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up: matplotlib)
 
     fig = Figure(figsize=(6 * ncols, 4 * nrows), dpi=dpi)
     FigureCanvasAgg(fig)
