@@ -362,7 +362,7 @@ def write_aligned(
     path: str | os.PathLike, aligned: AlignedVectors, W: np.ndarray, stats: dict[str, Any]
 ) -> None:
     """Write vectors, masks and ``W`` as one safetensors file (stats in its metadata)."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # noqa: PLC0415 (lead: to review)
 
     arrays = {
         "source": np.ascontiguousarray(aligned.source, dtype=np.float32),
@@ -382,7 +382,7 @@ def write_aligned(
 
 
 def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load_file  # noqa: PLC0415 (lead: to review)
 
     arrays = load_file(str(path))
     missing = [k for k in (*_KEYS, "W") if k not in arrays]
@@ -393,7 +393,7 @@ def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
 
 
 def read_aligned_stats(path: str | os.PathLike) -> dict[str, Any]:
-    from safetensors import safe_open
+    from safetensors import safe_open  # noqa: PLC0415 (lead: to review)
 
     with safe_open(str(path), framework="numpy") as f:
         meta = f.metadata() or {}

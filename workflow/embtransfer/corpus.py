@@ -99,10 +99,10 @@ def wikipedia_sentences(
     ``split_sentences`` default to ``datasets.load_dataset`` and NLTK's
     ``sent_tokenize`` (tests pass fakes).
     """
-    if load_dataset is None:
-        from datasets import load_dataset  # noqa: PLC0415 (Snakefile start-up, via download)
+    if load_dataset is None:  # the Snakefile imports this module (through download)
+        from datasets import load_dataset  # noqa: PLC0415 (Snakefile start-up)
     if split_sentences is None:
-        import nltk  # noqa: PLC0415 (Snakefile start-up, via download)
+        import nltk  # noqa: PLC0415 (Snakefile start-up)
 
         split_sentences = nltk.sent_tokenize
     dataset = load_dataset(

@@ -323,8 +323,10 @@ def fetch_lm_eval_datasets(
         if "datasets" in sys.modules:  # imported already: its cache path was read at import
             sys.modules["datasets"].config.HF_DATASETS_CACHE = Path(cache)
         if get_task_dict is None or task_manager is None:
-            from lm_eval.tasks import TaskManager, get_task_dict  # noqa: PLC0415 (Snakefile start-up; after HF_DATASETS_CACHE)
-            task_manager = TaskManager
+            # also after HF_DATASETS_CACHE is set: lm-eval imports `datasets`, which reads it
+            import lm_eval.tasks  # noqa: PLC0415 (Snakefile start-up)
+
+            get_task_dict, task_manager = lm_eval.tasks.get_task_dict, lm_eval.tasks.TaskManager
         for names, include in ((built, None), (shipped, shipped_dir)):
             if not names:
                 continue

@@ -64,7 +64,7 @@ def load_base(model_dir: str | Path, lora: dict[str, Any] | None,
                 "lapt.lora.int8: false to train LoRA on a full-precision base"
             )
         try:
-            from transformers import BitsAndBytesConfig  # noqa: PLC0415 (optional dependency: bitsandbytes)
+            from transformers import BitsAndBytesConfig  # noqa: PLC0415 (optional dependency)
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError("lapt.lora.int8 needs bitsandbytes: pip install "
                                "'embtransfer[cuda]'") from exc

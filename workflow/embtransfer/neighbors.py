@@ -258,6 +258,6 @@ def write_neighbors(table: pa.Table, stats: dict[str, Any], path: str | os.PathL
 
 def read_neighbors(path: str | os.PathLike) -> tuple[pa.Table, dict[str, Any]]:
     """Read a neighbour table and its stats."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415 (lead: to review)
 
     return pq.read_table(path), read_parquet_metadata(path)

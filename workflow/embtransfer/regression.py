@@ -402,7 +402,7 @@ def write_projection(result: dict[str, Any], tensors_path: str | Any, meta_path:
     lists the code names. Loaded back with ``safetensors.numpy.load_file`` this is
     what the ``salt`` method reads as ``inputs.projected``.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # noqa: PLC0415 (lead: to review)
 
     arrays = {
         "target_ids": np.asarray(result["target_ids"], np.int64),

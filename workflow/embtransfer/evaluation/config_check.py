@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.errors import ConfigError
+from embtransfer.evaluation import taskindex  # the module: tests replace its index
 from embtransfer.evaluation.catalog import (
     CATALOG,
     SHIPPED_TASK_DIR,
     evaluation_languages,
     resolve,
 )
-from embtransfer.evaluation.taskindex import stock_task_index
 
 
 def check_evaluation(config: dict[str, Any]) -> None:
@@ -84,7 +84,7 @@ def check_evaluation(config: dict[str, Any]) -> None:
             elif bench.source == "shipped":
                 _check_shipped(spec.lm_eval_task, key, lang)
     if stock:
-        index = stock_task_index()
+        index = taskindex.stock_task_index()
         for name, what in stock.items():
             if name not in index:
                 raise ConfigError(

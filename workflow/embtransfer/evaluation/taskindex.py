@@ -52,7 +52,7 @@ def stock_task_index() -> frozenset[str]:
             return frozenset(json.loads(path.read_text())["names"])
         except (OSError, ValueError, KeyError):
             pass  # a corrupt cache is rebuilt
-    from lm_eval.tasks import TaskManager  # noqa: PLC0415 (Snakefile start-up: on a cache miss only)
+    from lm_eval.tasks import TaskManager  # noqa: PLC0415 (Snakefile start-up)
 
     names = sorted(TaskManager().all_tasks)
     version, where = _lm_eval_identity()

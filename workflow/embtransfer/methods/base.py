@@ -53,7 +53,7 @@ class Neighbors:
     @classmethod
     def from_table(cls, table: Any) -> Neighbors:
         """From the pyarrow table (or DataFrame) written by the neighbours stage."""
-        import pyarrow as pa
+        import pyarrow as pa  # noqa: PLC0415 (lead: to review)
 
         if not isinstance(table, pa.Table):
             table = pa.Table.from_pandas(table, preserve_index=False)
