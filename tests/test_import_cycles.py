@@ -7,15 +7,7 @@ import hidden inside a function counts as much as one at the top of a module.
 
 from __future__ import annotations
 
-import pytest
-
 from embtransfer import codehash
-
-#: Cycles still to break, outside the method catalog / SALT / neighbours / aligned work.
-REMAINING = [
-    ["embtransfer.config", "embtransfer.evaluation.config_check"],
-    ["embtransfer.config", "embtransfer.evaluation"],
-]
 
 
 def package_modules() -> list[str]:
@@ -83,11 +75,7 @@ def test_the_cycle_finder_finds_cycles():
     assert strongly_connected({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_cycles_beyond_the_remaining_ones():
-    new = [c for c in import_cycles() if c not in REMAINING]
-    assert not new, f"import cycles: {new}"
-
-
-@pytest.mark.xfail(strict=True, reason=f"import cycles left to break: {REMAINING}")
 def test_no_import_cycles():
+    modules = package_modules()
+    assert len(modules) > 50, "the module list was not built"
     assert import_cycles() == []

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 
 from embtransfer.atomic import atomic_path
 from embtransfer.fasttext_vectors import MIN_NORM, token_vectors
@@ -345,7 +347,6 @@ def write_aligned(
     path: str | os.PathLike, aligned: AlignedVectors, W: np.ndarray, stats: dict[str, Any]
 ) -> None:
     """Write vectors, masks and ``W`` as one safetensors file (stats in its metadata)."""
-    from safetensors.numpy import save_file
 
     arrays = {
         "source": np.ascontiguousarray(aligned.source, dtype=np.float32),
@@ -365,7 +366,6 @@ def write_aligned(
 
 
 def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
-    from safetensors.numpy import load_file
 
     arrays = load_file(str(path))
     missing = [k for k in (*_KEYS, "W") if k not in arrays]
@@ -376,7 +376,6 @@ def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
 
 
 def read_aligned_stats(path: str | os.PathLike) -> dict[str, Any]:
-    from safetensors import safe_open
 
     with safe_open(str(path), framework="numpy") as f:
         meta = f.metadata() or {}

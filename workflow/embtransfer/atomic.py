@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 @contextmanager
@@ -149,9 +151,6 @@ def write_parquet(
 
     ``metadata`` is stored as JSON under the schema key ``embtransfer``.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if not isinstance(table, pa.Table):
         table = pa.Table.from_pandas(table, preserve_index=False)
     if metadata is not None:
@@ -164,8 +163,6 @@ def write_parquet(
 
 
 def read_parquet_metadata(path: str | os.PathLike) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
     meta = pq.read_schema(path).metadata or {}
     raw = meta.get(b"embtransfer")
     return json.loads(raw) if raw else {}

@@ -56,6 +56,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+import transformers
+from safetensors import safe_open
+from tokenizers import Tokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from embtransfer.atomic import NonFiniteError, atomic_path, write_json
 from embtransfer.models import (
@@ -172,8 +177,6 @@ def _as_rows(name: str, rows: Any, n: int, width: int | None = None) -> np.ndarr
 
 def _to_param(name: str, rows: np.ndarray, like: Any, ids: np.ndarray, tok: Any) -> Any:
     """Rows as a tensor of the model's dtype, re-checked after the cast (fp16 overflow)."""
-    import torch
-
     tensor = torch.from_numpy(np.ascontiguousarray(rows)).to(like.dtype)
     finite = torch.isfinite(tensor.float()).all(dim=1).numpy()
     if not finite.all():
@@ -232,8 +235,6 @@ def extend_tokenizer(
     special, an added token, repeated, or already in the source vocabulary is
     refused: its row would have nowhere to go.
     """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     schemes = (_bpe_scheme(source_tokenizer), _bpe_scheme(target_tokenizer))
     if schemes != ("byte_level/BPE", "byte_level/BPE"):
         raise ValueError(
@@ -275,7 +276,6 @@ def extend_tokenizer(
         if (a, b) not in known and a in vocab and b in vocab and a + b in vocab:
             merges.append(f"{a} {b}" if as_strings else [a, b])
             known.add((a, b))
-    from tokenizers import Tokenizer
 
     backend = Tokenizer.from_str(json.dumps(src))
 
@@ -305,8 +305,6 @@ def extend_tokenizer(
 def _load_source(source_dir: Path, trust_remote_code: bool, allow_pickle: bool = False
                  ) -> tuple[Any, bool]:
     """The source causal LM with its tie decided from the checkpoint's tensors."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     tied = load_embeddings(source_dir, trust_remote_code=trust_remote_code,
                            allow_pickle=allow_pickle).tied
     config = AutoConfig.from_pretrained(source_dir, trust_remote_code=trust_remote_code)
@@ -353,9 +351,6 @@ def write_transferred_checkpoint(
     tokenizer and ``transfer.json`` (``metadata`` plus :func:`checkpoint_summary`
     under ``"checkpoint"``), which is also returned.
     """
-    import torch
-    import transformers
-
     if mode not in MODES:
         raise ValueError(f"unknown vocabulary mode {mode!r}; expected one of {MODES}")
     source_dir = Path(source_dir)
@@ -471,8 +466,6 @@ def checkpoint_summary(out_dir: str | os.PathLike, trust_remote_code: bool = Fal
     Tie and rows are read from the tensors (as :func:`load_embeddings` does);
     parameters count each stored tensor once (a tied head is stored once).
     """
-    from safetensors import safe_open
-
     out_dir = Path(out_dir)
     config = json.loads((out_dir / "config.json").read_text())
     text = config.get("text_config") or config

@@ -10,6 +10,7 @@ start-up, not after hours of compute.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,11 @@ from typing import Any
 import jsonschema
 import yaml
 
+from embtransfer.errors import ConfigError  # also imported from here (errors.py says why)
+from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.method_catalog import METHODS, OptionError, method_needs, resolve_options
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key and the fix."""
 
 
 def _embed(root: dict[str, Any], sub: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -142,8 +141,6 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     check_references(config)
     check_transfer(config)
     check_lapt(config)
-    from embtransfer.evaluation.config_check import check_evaluation
-
     check_evaluation(config)
     return config
 
@@ -288,8 +285,6 @@ def models_of_type(config: dict[str, Any], kind: str) -> list[str]:
 
 def wildcard_alternatives(keys: Iterable[str]) -> str:
     """A regex matching exactly one of ``keys`` (for wildcard_constraints)."""
-    import re
-
     keys = sorted(keys)
     return "|".join(re.escape(k) for k in keys) if keys else "(?!x)x"
 

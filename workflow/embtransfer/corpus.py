@@ -17,6 +17,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from embtransfer.world.corpus import generate_sentences
+
 
 def split_sequential(lines: list[str], valid_fraction: float) -> tuple[list[str], list[str]]:
     """Sequential split as in the paper: the first (1-f) of the lines train, the rest validate."""
@@ -33,8 +35,6 @@ def split_seed(seed: int, lang: str, split: str) -> int:
 
 def mini_corpus(world: dict[str, Any], lang: str, seed: int) -> tuple[list[str], list[str]]:
     """Train and valid sentences of one miniature-world language."""
-    from embtransfer.world.corpus import generate_sentences
-
     sizes = world["config"]["sentences"]
     n_train = sizes["source_train"] if lang == world["source_language"] else sizes["target_train"]
     train = generate_sentences(world, lang, n_train, split_seed(seed, lang, "train"))
@@ -48,8 +48,6 @@ def source_llm_share(world: dict[str, Any], lang: str, seed: int) -> list[str]:
     fact base (``source_llm_fact_fraction``), as multilingual web text restates what
     English text says. The target PLMs and LAPT read the corpus itself, which keeps the facts
     out unless ``target_fact_sentence_fraction`` is set."""
-    from embtransfer.world.corpus import generate_sentences
-
     cfg = world["config"]
     return generate_sentences(world, lang, cfg["sentences"]["target_train"],
                               split_seed(seed, lang, "source_llm"),
@@ -101,10 +99,10 @@ def wikipedia_sentences(
     ``split_sentences`` default to ``datasets.load_dataset`` and NLTK's
     ``sent_tokenize`` (tests pass fakes).
     """
-    if load_dataset is None:
-        from datasets import load_dataset
+    if load_dataset is None:  # the Snakefile imports this module (through download)
+        from datasets import load_dataset  # noqa: PLC0415 (Snakefile start-up)
     if split_sentences is None:
-        import nltk
+        import nltk  # noqa: PLC0415 (Snakefile start-up)
 
         split_sentences = nltk.sent_tokenize
     dataset = load_dataset(

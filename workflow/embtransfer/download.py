@@ -13,16 +13,22 @@ to a temporary sibling and renamed into place only when complete.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shutil
+import sys
+import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from embtransfer.atomic import atomic_path
+from embtransfer.corpus import wikipedia_sentences
+from embtransfer.evaluation.datasets import SUFFIX, dataset_dir, export_task_dataset
 
 DOWNLOAD_ALL = "snakemake --cores 1 download_all"
 MLQA_URL = "https://dl.fbaipublicfiles.com/MLQA/MLQA_V1.zip"
@@ -168,7 +174,7 @@ def fetch_punkt(dest: str | os.PathLike, *, downloader: Callable[..., Any] | Non
     """NLTK's punkt sentence models into ``dest`` (an nltk_data directory), atomically."""
     refuse_offline(f"NLTK punkt data ({dest})", "fetch_nltk_punkt", str(dest))
     if downloader is None:
-        import nltk
+        import nltk  # noqa: PLC0415 (Snakefile start-up: nltk takes 1 s)
 
         downloader = nltk.download
     dest = Path(dest)
@@ -183,7 +189,7 @@ def fetch_punkt(dest: str | os.PathLike, *, downloader: Callable[..., Any] | Non
 
 def punkt_splitter(nltk_dir: str | os.PathLike, language: str) -> Callable[[str], list[str]]:
     """NLTK's sent_tokenize for ``language`` (ISO code), reading punkt from ``nltk_dir``."""
-    import nltk
+    import nltk  # noqa: PLC0415 (Snakefile start-up: nltk takes 1 s)
 
     if str(nltk_dir) not in nltk.data.path:
         nltk.data.path.insert(0, str(nltk_dir))
@@ -217,8 +223,6 @@ def fetch_wikipedia(
     Written in dump order, one per line, to ``dest``; the corpus rule then splits
     them sequentially 9:1 offline. Fails if the dump has fewer sentences.
     """
-    from embtransfer.corpus import wikipedia_sentences
-
     refuse_offline(f"the Wikipedia sentences {dest}", "fetch_wikipedia", target)
     split = split_sentences or punkt_splitter(nltk_dir, language)
     try:
@@ -268,11 +272,6 @@ def save_mlqa(zip_file: str | os.PathLike, tasks: Iterable[str], root: str | os.
     """Write lm-eval's ``mlqa_{context}_{question}`` tasks' datasets (``facebook/mlqa``,
     config ``mlqa.{c}.{q}``, splits validation = dev and test) from the official release
     ``MLQA_V1.zip``: the hub dataset is a loading script, which ``datasets`` >= 4 refuses."""
-    import json
-    import zipfile
-
-    from embtransfer.evaluation.datasets import SUFFIX, dataset_dir
-
     with zipfile.ZipFile(zip_file) as archive:
         for task in tasks:
             c, q = _MLQA_TASK.fullmatch(task).groups()  # type: ignore[union-attr]
@@ -307,12 +306,6 @@ def fetch_lm_eval_datasets(
     is then written as JSON lines. MLQA comes from its official release instead
     (:func:`save_mlqa`). ``marker`` (JSON: task names) is written last, atomically.
     """
-    import json
-    import sys
-    import tempfile
-
-    from embtransfer.evaluation.datasets import export_task_dataset
-
     stock, shipped = sorted(set(stock_tasks)), sorted(set(shipped_tasks))
     refuse_offline(f"the lm-eval datasets directory {root}", "fetch_lm_eval_datasets", target)
     mlqa = [t for t in stock if _MLQA_TASK.fullmatch(t)]
@@ -330,8 +323,10 @@ def fetch_lm_eval_datasets(
         if "datasets" in sys.modules:  # imported already: its cache path was read at import
             sys.modules["datasets"].config.HF_DATASETS_CACHE = Path(cache)
         if get_task_dict is None or task_manager is None:
-            from lm_eval.tasks import TaskManager, get_task_dict
-            task_manager = TaskManager
+            # also after HF_DATASETS_CACHE is set: lm-eval imports `datasets`, which reads it
+            import lm_eval.tasks  # noqa: PLC0415 (Snakefile start-up)
+
+            get_task_dict, task_manager = lm_eval.tasks.get_task_dict, lm_eval.tasks.TaskManager
         for names, include in ((built, None), (shipped, shipped_dir)):
             if not names:
                 continue

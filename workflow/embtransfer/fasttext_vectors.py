@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fasttext
 import numpy as np
 import pandas as pd
 
@@ -311,8 +312,6 @@ def load_fasttext(path: str | os.PathLike) -> Any:
     The file is checked first (:func:`_check_fasttext_file`): missing, empty,
     text, wrong-version and truncated files are refused with the path named.
     """
-    import fasttext
-
     path = Path(path)
     _check_fasttext_file(path)
     try:

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from embtransfer.models import load_tokenizer
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
@@ -103,8 +106,6 @@ def pack_documents(tokenizer: Any, docs: list[str], max_length: int) -> Packed:
 
 
 def _device(device: str) -> str:
-    import torch
-
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
@@ -136,9 +137,6 @@ def evaluate_text(
     checkpoint dtype; log-probabilities are taken in float32. ``tokenizer``: the
     checkpoint's own, when the caller has loaded it already.
     """
-    import torch
-    from transformers import AutoModelForCausalLM
-
     if tokenizer is None:
         tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
     dev = _device(device)

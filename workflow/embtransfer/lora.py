@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 DEFAULT_LORA: dict[str, Any] = {
@@ -63,11 +64,10 @@ def load_base(model_dir: str | Path, lora: dict[str, Any] | None,
                 "lapt.lora.int8: false to train LoRA on a full-precision base"
             )
         try:
-            from transformers import BitsAndBytesConfig
+            from transformers import BitsAndBytesConfig  # noqa: PLC0415 (optional dependency)
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError("lapt.lora.int8 needs bitsandbytes: pip install "
                                "'embtransfer[cuda]'") from exc
-        from peft import prepare_model_for_kbit_training
 
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, quantization_config=BitsAndBytesConfig(load_in_8bit=True),
@@ -78,8 +78,6 @@ def load_base(model_dir: str | Path, lora: dict[str, Any] | None,
 
 
 def _lora_config(lora: dict[str, Any]) -> Any:
-    from peft import LoraConfig
-
     return LoraConfig(
         r=int(lora["r"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora["dropout"]),
         target_modules=lora["target_modules"], bias="none", task_type="CAUSAL_LM",
@@ -88,8 +86,6 @@ def _lora_config(lora: dict[str, Any]) -> Any:
 
 def add_adapters(model: PreTrainedModel, lora: dict[str, Any]) -> Any:
     """Wrap ``model`` with LoRA adapters; base weights frozen, embeddings trainable."""
-    from peft import get_peft_model
-
     base_embeddings = embedding_params(model)
     peft_model = get_peft_model(model, _lora_config(lora))
     if lora["train_embeddings"]:

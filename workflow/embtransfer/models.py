@@ -18,6 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+import transformers
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from safetensors import safe_open
+from tokenizers import AddedToken, Tokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 # Tensor names of the input and output embeddings by model type, most specific first.
 # A hub checkpoint saved from the base class (GPT-2's own, BLOOM's) has no prefix.
@@ -89,13 +101,6 @@ class HubDownloadError(RuntimeError):
 
 def _hub_error_hint(err: Exception, repo_id: str, revision: str, key: str) -> str:
     """What to do about a hub failure, by its kind (checked most specific first)."""
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        OfflineModeIsEnabled,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
     if isinstance(err, RevisionNotFoundError):
         return (
             f"the repository exists but has no revision {revision!r}: set "
@@ -134,8 +139,6 @@ def fetch_hub_snapshot(
     ``.partial`` directory, so an interrupted download resumes and ``dest`` only
     ever appears complete; ``snapshot.json`` records the resolved commit.
     """
-    from huggingface_hub import HfApi, snapshot_download
-
     dest = Path(dest)
     partial = dest.with_name(f".{dest.name}.partial")
     try:
@@ -190,8 +193,6 @@ def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> 
     ``PhobertTokenizer``) is used slow: every stage accepts it (:func:`is_fast`
     tells them apart).
     """
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     if is_fast(tok):
         _keep_never_split(tok, Path(path))
@@ -207,8 +208,6 @@ def _keep_never_split(tokenizer: Any, path: Path) -> None:
     Each listed token of the vocabulary becomes a whole-word added token (same
     id), so the fast tokenizer tokenizes as the PLM was trained.
     """
-    from tokenizers import AddedToken
-
     config = path / "tokenizer_config.json"
     if not config.is_file():
         return
@@ -251,7 +250,6 @@ def _safetensors_index(model_dir: Path) -> dict[str, Path]:
     if index.exists():
         weight_map = json.loads(index.read_text())["weight_map"]
         return {name: model_dir / fname for name, fname in weight_map.items()}
-    from safetensors import safe_open
 
     out: dict[str, Path] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
@@ -262,8 +260,6 @@ def _safetensors_index(model_dir: Path) -> dict[str, Path]:
 
 
 def _read_tensor(file: Path, name: str) -> np.ndarray:
-    from safetensors import safe_open
-
     # framework="pt": bfloat16 has no numpy dtype, torch converts it.
     with safe_open(file, framework="pt") as fh:
         return fh.get_tensor(name).float().numpy()
@@ -306,8 +302,6 @@ def name_rows(ids: np.ndarray, tokens: Sequence[str] | None, limit: int = 10) ->
 def _tokens_in(model_dir: Path) -> list[str] | None:
     """The checkpoint's tokens by id (for error messages), or None without a tokenizer."""
     try:
-        from tokenizers import Tokenizer
-
         tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         return [tok.id_to_token(i) or "" for i in range(tok.get_vocab_size(True))]
     except Exception:  # only an error message needs them
@@ -395,10 +389,6 @@ def _embeddings_by_instantiation(
     model_dir: Path, model_type: str, trust_remote_code: bool
 ) -> Embeddings:
     """Fallback: build the model and ask it (costs the model's memory)."""
-    import torch
-    import transformers
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
     classes = []
     for arch in getattr(config, "architectures", None) or []:
@@ -454,8 +444,6 @@ def _embeddings_by_instantiation(
 
 def read_bin_state(path: str | os.PathLike) -> dict[str, Any]:
     """Load a legacy ``pytorch_model.bin`` without executing pickled code."""
-    import torch
-
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
@@ -489,8 +477,6 @@ def _model_rows(model: Any) -> tuple[int, str]:
         name = _find(names, INPUT_NAMES.get(_text_config(config).get("model_type", ""), ()),
                      INPUT_SUFFIXES)
         if name is not None:
-            from safetensors import safe_open
-
             with safe_open(names[name], framework="pt") as fh:
                 rows = int(fh.get_slice(name).get_shape()[0])
     except Exception:  # config's vocab_size is good enough

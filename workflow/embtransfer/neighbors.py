@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from embtransfer.atomic import read_parquet_metadata, write_parquet
@@ -300,6 +301,5 @@ def write_neighbors(table: pa.Table, stats: dict[str, Any], path: str | os.PathL
 
 def read_neighbors(path: str | os.PathLike) -> tuple[pa.Table, dict[str, Any]]:
     """Read a neighbour table and its stats."""
-    import pyarrow.parquet as pq
 
     return pq.read_table(path), read_parquet_metadata(path)

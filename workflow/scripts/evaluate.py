@@ -1,6 +1,12 @@
 """lm-eval benchmarks of one checkpoint: one contract JSON per task (embtransfer.evaluation)."""
 
 import os
+
+# Stock and shipped tasks read their data from the datasets directory (its tasks.json
+# marker is the input); nothing comes from the hub. Set before lm-eval imports `datasets`,
+# which reads it at import.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 from pathlib import Path
 
 import torch
@@ -10,9 +16,6 @@ from embtransfer.evaluation.runner import evaluate_checkpoint
 from embtransfer.logs import job_logger
 
 sm = snakemake  # noqa: F821
-# Stock and shipped tasks read their data from the datasets directory (its tasks.json
-# marker is the input); nothing comes from the hub.
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 log = job_logger(sm.log[0])
 torch.set_num_threads(sm.threads)

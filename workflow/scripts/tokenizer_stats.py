@@ -1,6 +1,11 @@
 """Fertility and prompt-token ratios of the source and target tokenizers of one language."""
 
 import os
+
+# Data come from the datasets directory; set before lm-eval imports `datasets`, which reads
+# it at import.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 import tempfile
 from pathlib import Path
 
@@ -12,7 +17,6 @@ from embtransfer.intrinsic import read_documents
 from embtransfer.logs import job_logger
 
 sm = snakemake  # noqa: F821
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # data come from the datasets directory
 datasets_dir = Path(sm.input.datasets).parent if sm.input.get("datasets") else None
 log = job_logger(sm.log[0])
 specs = [TaskSpec(**{**s, "metrics": {k: tuple(v) for k, v in s["metrics"].items()}})

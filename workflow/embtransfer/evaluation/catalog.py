@@ -23,7 +23,8 @@ code, ``evaluation.languages[lang]`` (ISO 639-1, e.g. ``de``), else the language
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -245,8 +246,6 @@ def world_task_keys(config: dict[str, Any]) -> list[str]:
 
 def shipped_tasks_hash() -> str:
     """Hash of the shipped task configs (workflow/lm_eval_tasks), for rule params."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(SHIPPED_TASK_DIR.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
@@ -258,8 +257,6 @@ def shipped_tasks_hash() -> str:
 def spec_dicts(config: dict[str, Any], lang: str, keys: list[str] | None = None
                ) -> list[dict[str, Any]]:
     """The resolved task specs of ``lang`` as plain dicts (rule params)."""
-    from dataclasses import asdict
-
     keys = config["evaluation"]["tasks"] if keys is None else keys
     out = []
     for key in keys:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from embtransfer.errors import ConfigError
+from embtransfer.evaluation import taskindex  # the module: tests replace its index
+from embtransfer.evaluation.catalog import CATALOG, SHIPPED_TASK_DIR, resolve
 from embtransfer.grid import evaluation_languages
 
 
 def check_evaluation(config: dict[str, Any]) -> None:
     """Raise ConfigError for a bad ``evaluation`` section."""
-    from embtransfer.config import ConfigError
-    from embtransfer.evaluation.catalog import CATALOG, resolve
-
     ev = config.get("evaluation")
     if not ev:
         return
@@ -80,9 +80,7 @@ def check_evaluation(config: dict[str, Any]) -> None:
             elif bench.source == "shipped":
                 _check_shipped(spec.lm_eval_task, key, lang)
     if stock:
-        from embtransfer.evaluation.taskindex import stock_task_index
-
-        index = stock_task_index()
+        index = taskindex.stock_task_index()
         for name, what in stock.items():
             if name not in index:
                 raise ConfigError(
@@ -93,9 +91,6 @@ def check_evaluation(config: dict[str, Any]) -> None:
 
 
 def _check_shipped(name: str, key: str, lang: str) -> None:
-    from embtransfer.config import ConfigError
-    from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR
-
     if not any(SHIPPED_TASK_DIR.glob(f"*/{name}.yaml")):
         raise ConfigError(
             f"config key evaluation.tasks: task {key!r} for language {lang!r} needs "

@@ -25,6 +25,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import lm_eval
+import lm_eval.evaluator
+import torch
+from lm_eval.models.huggingface import HFLM
+from lm_eval.tasks import TaskManager
+
 from embtransfer.atomic import write_json
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec
 from embtransfer.evaluation.datasets import local_dataset_overrides, task_config
@@ -41,8 +47,6 @@ class TaskRunError(RuntimeError):
 
 
 def resolve_device(device: str) -> str:
-    import torch
-
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
@@ -81,8 +85,6 @@ def hflm_kwargs(tokenizer: Any) -> dict[str, Any]:
 
 def task_manager(specs: Sequence[TaskSpec], world_dir: str | Path | None, tmp: str | Path):
     """A TaskManager that knows ``specs``' tasks, scanning lm-eval's own tasks only if needed."""
-    from lm_eval.tasks import TaskManager
-
     include: list[str] = []
     if any(s.source == "world" for s in specs):
         if world_dir is None:
@@ -118,8 +120,6 @@ def without_environment_survey() -> Iterator[None]:
     no switch for it, so its ``add_env_info`` is a no-op for the duration; a release
     without that function is left alone.
     """
-    import lm_eval.evaluator
-
     survey = getattr(lm_eval.evaluator, "add_env_info", None)
     if survey is None:
         yield
@@ -156,9 +156,6 @@ def evaluate_checkpoint(
     lm-eval loads them itself). ``nfc``: NFC-normalise answers before scoring extractive QA.
     ``manager``: an lm-eval TaskManager that knows the tasks (default: built here).
     """
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-
     if len(specs) != len(outputs):
         raise ValueError("one output per task spec")
     dev = resolve_device(device)

@@ -14,6 +14,8 @@ import hashlib
 import json
 import os
 from functools import cache
+from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 
 from embtransfer.atomic import write_json
@@ -29,9 +31,6 @@ def cache_dir() -> Path:
 
 def _lm_eval_identity() -> tuple[str, str]:
     """(version, install path) of lm-eval, without importing it."""
-    from importlib import metadata
-    from importlib.util import find_spec
-
     spec = find_spec("lm_eval")
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError("lm_eval is not installed")
@@ -53,7 +52,7 @@ def stock_task_index() -> frozenset[str]:
             return frozenset(json.loads(path.read_text())["names"])
         except (OSError, ValueError, KeyError):
             pass  # a corrupt cache is rebuilt
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # noqa: PLC0415 (Snakefile start-up)
 
     names = sorted(TaskManager().all_tasks)
     version, where = _lm_eval_identity()

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lm_eval.tasks import get_task_dict
+
 from embtransfer.intrinsic import token_counts
 from embtransfer.models import load_tokenizer
 
@@ -55,8 +57,6 @@ def load_task_texts(specs: Sequence[str | dict[str, Any]], task_manager: Any,
                     limit: int | None = None) -> dict[str, list[str]]:
     """Task name -> texts, through lm-eval's task objects. ``specs``: task names, or full
     task configs (embtransfer.evaluation.runner.task_spec: local datasets)."""
-    from lm_eval.tasks import get_task_dict
-
     names = [s if isinstance(s, str) else s["task"] for s in specs]
     tasks = get_task_dict(list(specs), task_manager)
     return {name: task_texts(tasks[name], limit) for name in names}

@@ -69,11 +69,11 @@ def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[s
     nrows = math.ceil(len(panels) / ncols)
     # matplotlib is imported here, not at module level: the Snakefile imports this module
     # (through report.build) and a dry run should not pay for matplotlib.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
+    from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
 
     fig = Figure(figsize=(6 * ncols, 4 * nrows), dpi=dpi)
-    FigureCanvasAgg(fig)
+    backend_agg.FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)

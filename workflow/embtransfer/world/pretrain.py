@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_path, write_json
@@ -92,8 +93,6 @@ def build_model(
 
     ``tie_word_embeddings=None`` takes the family's real setting (:data:`DEFAULT_TIED`).
     """
-    import transformers as tf
-
     if tie_word_embeddings is None:
         tie_word_embeddings = DEFAULT_TIED[family]
 
@@ -110,50 +109,50 @@ def build_model(
     )
     torch.manual_seed(seed)
     if family == "llama":
-        config = tf.LlamaConfig(
+        config = transformers.LlamaConfig(
             hidden_size=h, intermediate_size=ffn, num_hidden_layers=n_layers,
             num_attention_heads=n_heads, num_key_value_heads=arch["num_kv_heads"],
             max_position_embeddings=max_pos, attention_dropout=drop, **common,
         )
-        model = tf.LlamaForCausalLM(config)
+        model = transformers.LlamaForCausalLM(config)
     elif family == "gemma":
         # Gemma's default head_dim is 256 whatever the width; a tiny model needs h/heads.
-        config = tf.GemmaConfig(
+        config = transformers.GemmaConfig(
             hidden_size=h, intermediate_size=ffn, num_hidden_layers=n_layers,
             num_attention_heads=n_heads, num_key_value_heads=arch["num_kv_heads"],
             head_dim=h // n_heads, max_position_embeddings=max_pos, attention_dropout=drop,
             **common,
         )
-        model = tf.GemmaForCausalLM(config)
+        model = transformers.GemmaForCausalLM(config)
     elif family == "gpt2":
-        config = tf.GPT2Config(
+        config = transformers.GPT2Config(
             n_embd=h, n_layer=n_layers, n_head=n_heads, n_inner=ffn, n_positions=max_pos,
             resid_pdrop=drop, embd_pdrop=drop, attn_pdrop=drop, **common,
         )
-        model = tf.GPT2LMHeadModel(config)
+        model = transformers.GPT2LMHeadModel(config)
     elif family == "xglm":
-        config = tf.XGLMConfig(
+        config = transformers.XGLMConfig(
             d_model=h, ffn_dim=ffn, num_layers=n_layers, attention_heads=n_heads,
             max_position_embeddings=max_pos, dropout=drop, attention_dropout=drop,
             activation_dropout=drop, decoder_start_token_id=eos, **common,
         )
-        model = tf.XGLMForCausalLM(config)
+        model = transformers.XGLMForCausalLM(config)
     elif family == "bert":
-        config = tf.BertConfig(
+        config = transformers.BertConfig(
             hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=n_heads,
             intermediate_size=ffn, max_position_embeddings=max_pos,
             hidden_dropout_prob=drop, attention_probs_dropout_prob=drop, **common,
         )
-        model = tf.BertForMaskedLM(config)
+        model = transformers.BertForMaskedLM(config)
     elif family == "t5":
         # Tied: T5 v1.0 (relu); untied: T5 v1.1 (gated-gelu), as on the hub.
-        config = tf.T5Config(
+        config = transformers.T5Config(
             d_model=h, d_kv=h // n_heads, d_ff=ffn, num_layers=n_layers,
             num_decoder_layers=n_layers, num_heads=n_heads, dropout_rate=drop,
             feed_forward_proj="relu" if tie_word_embeddings else "gated-gelu",
             decoder_start_token_id=pad, **common,
         )
-        model = tf.T5ForConditionalGeneration(config)
+        model = transformers.T5ForConditionalGeneration(config)
         if not tie_word_embeddings:
             # transformers 5 forces T5Config.tie_word_embeddings=True and keeps only
             # scale_decoder_outputs=False for v1.1; it leaves a checkpoint's lm_head
@@ -473,8 +472,6 @@ def save_checkpoint(
     metrics: dict[str, Any],
 ) -> Path:
     """Write model (safetensors), tokenizer and ``pretrain.json`` as one directory, atomically."""
-    import transformers
-
     with atomic_path(out_dir, directory=True) as tmp:
         # transformers 5 always writes safetensors; 4.x needs asking.
         major = int(transformers.__version__.split(".")[0])

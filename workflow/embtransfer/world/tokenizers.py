@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import sentencepiece as spm
 from tokenizers import (
     AddedToken,
     Regex,
@@ -298,8 +299,6 @@ def _train_unigram(
     piece so they never change how trained words are segmented.
     Ids 0..2 are ``<pad>``, ``</s>``, ``<unk>`` in both libraries.
     """
-    import sentencepiece as spm
-
     norm = _t5_normalizer()
     text = [t for t in (norm.normalize_str(line) for line in lines) if t.strip()]
     ids = {t: i for i, t in enumerate(specials)}
