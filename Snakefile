@@ -8,8 +8,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from snakemake.exceptions import WorkflowError
 
-from embtransfer import codehash
-from embtransfer.config import ConfigError, validate_config
+from embtransfer.core import codehash
+from embtransfer.config.validation import ConfigError, validate_config
 
 # The default config (the miniature world) unless one is given with --configfile: a grid
 # such as config/paper_salt.yaml replaces it rather than being merged into it.
@@ -32,15 +32,14 @@ include: "workflow/rules/fasttext.smk"
 include: "workflow/rules/neighbors.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/lapt.smk"
-include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/report.smk"
-include: "workflow/rules/download.smk"
 
 
-# --- SLURM profile check (embtransfer/cluster.py): with `--executor slurm`, refuse to
+# --- SLURM profile check (embtransfer/core/cluster.py): with `--executor slurm`, refuse to
 # submit while slurm/config.yaml still holds FILL_IN_* placeholders. ---
 onstart:
-    from embtransfer.cluster import SlurmProfileError, check_slurm_run
+    from embtransfer.core.cluster import SlurmProfileError, check_slurm_run
 
     try:
         check_slurm_run(workflow)

@@ -2,7 +2,7 @@
 
 50,000 target tokens, 30,000 of them shared, source hidden size 2048 (source
 vocabulary 50,000), a realistic neighbour table: synthetic clustered fastText
-vectors of dimension 300 through :func:`embtransfer.neighbors.compute_neighbors`
+vectors of dimension 300 through :func:`embtransfer.neighbors.search.compute_neighbors`
 (setup, not timed). Each measured case runs in its own subprocess, so its peak
 RSS is its own:
 
@@ -62,7 +62,7 @@ def rss_gib() -> tuple[float, float]:
 
 def make_data(folder: Path, threads: int) -> dict:
     """Write the vectors, overlap, source matrix and neighbour table; return setup stats."""
-    from embtransfer.neighbors import compute_neighbors, write_neighbors
+    from embtransfer.neighbors.search import compute_neighbors, write_neighbors
 
     rng = np.random.default_rng(0)
     centers = rng.standard_normal((2_000, DIM), dtype=np.float32)
@@ -94,9 +94,9 @@ def run_focus(folder: Path, threads: int) -> dict:
     import pandas as pd
     import torch
 
-    from embtransfer.methods import focus  # noqa: F401  (registers the method)
-    from embtransfer.methods.base import TransferInputs, get_method
-    from embtransfer.neighbors import Neighbors, read_neighbors
+    from embtransfer.neighbors.search import Neighbors, read_neighbors
+    from embtransfer.transfer.methods import focus  # noqa: F401  (registers the method)
+    from embtransfer.transfer.methods.base import TransferInputs, get_method
 
     torch.set_num_threads(threads)
     table, _ = read_neighbors(folder / "neighbors.parquet")

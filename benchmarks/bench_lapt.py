@@ -1,4 +1,4 @@
-"""Benchmark LAPT (embtransfer.lapt.train_lapt): throughput, peak memory, and MFU on a GPU.
+"""Benchmark LAPT (embtransfer.lapt.trainer.train_lapt): throughput, peak memory, and MFU on a GPU.
 
 CPU cases (always): the miniature world's source-model shapes (Llama-style untied and
 Gemma-style tied, the default config's architecture and vocabulary sizes), full training
@@ -16,7 +16,7 @@ H200 SXM dense bf16).
 
 Loss memory (``--loss-memory``, CPU, part of the default run): the peak memory of
 the forward and backward of the loss over 262,144 classes for one sequence of 1024
-tokens of width 2048 (fp32), the chunked loss (:mod:`embtransfer.lapt_loss`) against
+tokens of width 2048 (fp32), the chunked loss (:mod:`embtransfer.lapt.loss`) against
 the whole-logits ``F.cross_entropy(h @ W.T)``. Each case runs in its own
 subprocess; "working memory" is the peak RSS minus the inputs (h, W: 2 GiB) and the
 gradients both must return (dW: 2 GiB, dh), i.e. what the loss itself needs.
@@ -82,7 +82,7 @@ def _loss_case(chunk: int, threads: int) -> dict:
 
     import torch
 
-    from embtransfer.lapt_loss import chunked_cross_entropy
+    from embtransfer.lapt.loss import chunked_cross_entropy
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
@@ -125,7 +125,7 @@ def _case(spec: dict) -> dict:
     """Run in a subprocess: one train_lapt, its summary."""
     import torch
 
-    from embtransfer.lapt import train_lapt
+    from embtransfer.lapt.trainer import train_lapt
 
     summary = train_lapt(spec["model"], spec["train"], spec["valid"], spec["out"], spec["cfg"],
                          seed=0, log=lambda s: None)
@@ -205,7 +205,7 @@ def gemma_2b(steps: int, micro: int, peak_tflops: float, chunk: int, checkpointi
                "eval_fractions": [], "checkpoint_every": 10**6, "loss_chunk_rows": chunk,
                "activation_checkpointing": checkpointing, "compile": compile_,
                "attn_implementation": "sdpa"}
-        from embtransfer.lapt import train_lapt
+        from embtransfer.lapt.trainer import train_lapt
 
         summary = train_lapt(root / "gemma2b", root / "train.txt", root / "valid.txt",
                              root / "out", run, seed=0, log=print)

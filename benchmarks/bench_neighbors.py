@@ -1,4 +1,4 @@
-"""Benchmark :func:`embtransfer.neighbors.compute_neighbors` at paper scale.
+"""Benchmark :func:`embtransfer.neighbors.search.compute_neighbors` at paper scale.
 
 50,000 target tokens, 30,000 of them shared, fastText dimension 300, synthetic
 vectors. Cases (each in its own subprocess, so peak RSS is per case):
@@ -43,7 +43,7 @@ def make_vectors(case: str, seed: int = 0) -> np.ndarray:
 
 
 def run_case(case: str, threads: int, max_neighbors: int | None) -> dict:
-    from embtransfer.neighbors import compute_neighbors
+    from embtransfer.neighbors.search import compute_neighbors
 
     vectors = make_vectors(case)
     missing = np.zeros(N_VOCAB, bool)

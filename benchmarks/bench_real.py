@@ -33,9 +33,9 @@ asserts nothing. Stages, each in a fresh process:
    German byte-level target from the source's real-size embedding matrix
    (statistics over the text-token rows only), then the transferred checkpoint.
 10. ``salt``: the SALT transfer and checkpoint, through the workflow's own transfer
-    job (:func:`embtransfer.transfer_job.run_transfer_job`, vocabulary replaced).
+    job (:func:`embtransfer.transfer.job.run_transfer_job`, vocabulary replaced).
 11. ``zeroshot``: held-out loss of the transferred (Multivariate) checkpoint on 200 lines.
-12. ``lapt``: 3 LAPT steps (:func:`embtransfer.lapt.train_lapt`; max length 128,
+12. ``lapt``: 3 LAPT steps (:func:`embtransfer.lapt.trainer.train_lapt`; max length 128,
     micro batch 2 = global batch, chunked vocabulary loss, fp32 on the CPU) on the
     SALT checkpoint (the target's vocabulary: the paper replaces the source's).
 13. ``lapt_source``: the same 3 steps on the source model itself, with Gemma 3's
@@ -77,8 +77,8 @@ def gemma3_dir() -> Path:
 
 
 def stage_vocab(work: Path, args: argparse.Namespace) -> str:
-    from embtransfer.models import load_tokenizer
-    from embtransfer.vocab import vocab_table, write_vocab
+    from embtransfer.models.loading import load_tokenizer
+    from embtransfer.vocab.canonical import vocab_table, write_vocab
 
     tok = load_tokenizer(gemma3_dir())
     start = time.perf_counter()
@@ -145,9 +145,9 @@ def stage_targets(work: Path, args: argparse.Namespace) -> str:
 
 
 def stage_overlap(work: Path, args: argparse.Namespace) -> str:
-    from embtransfer.models import load_tokenizer
-    from embtransfer.overlap import compute_overlap, count_tokens, coverage
-    from embtransfer.vocab import read_vocab, vocab_table, write_vocab
+    from embtransfer.models.loading import load_tokenizer
+    from embtransfer.vocab.canonical import read_vocab, vocab_table, write_vocab
+    from embtransfer.vocab.overlap import compute_overlap, count_tokens, coverage
 
     source = read_vocab(work / "gemma3.parquet")
     out = []
@@ -165,11 +165,11 @@ def stage_overlap(work: Path, args: argparse.Namespace) -> str:
 
 def stage_neighbors(work: Path, args: argparse.Namespace) -> str:
     """FOCUS's inputs for the German byte-level target: token-level fastText, neighbours."""
-    from embtransfer.fasttext_vectors import token_vectors, tokenize_for_fasttext, train_fasttext
-    from embtransfer.models import load_tokenizer
-    from embtransfer.neighbors import compute_neighbors, write_neighbors
-    from embtransfer.overlap import compute_overlap
-    from embtransfer.vocab import read_vocab
+    from embtransfer.fasttext.vectors import token_vectors, tokenize_for_fasttext, train_fasttext
+    from embtransfer.models.loading import load_tokenizer
+    from embtransfer.neighbors.search import compute_neighbors, write_neighbors
+    from embtransfer.vocab.canonical import read_vocab
+    from embtransfer.vocab.overlap import compute_overlap
 
     out = []
     start = time.perf_counter()
@@ -194,11 +194,11 @@ def stage_neighbors(work: Path, args: argparse.Namespace) -> str:
 
 def stage_wordvec(work: Path, args: argparse.Namespace) -> str:
     """SALT's inputs for the German byte-level target: word-level fastText, neighbours."""
-    from embtransfer.fasttext_vectors import load_fasttext, train_fasttext
-    from embtransfer.fasttext_vectors import token_vectors as vectors_of
-    from embtransfer.neighbors import compute_neighbors, write_neighbors
-    from embtransfer.overlap import compute_overlap, write_overlap
-    from embtransfer.vocab import read_vocab
+    from embtransfer.fasttext.vectors import load_fasttext, train_fasttext
+    from embtransfer.fasttext.vectors import token_vectors as vectors_of
+    from embtransfer.neighbors.search import compute_neighbors, write_neighbors
+    from embtransfer.vocab.canonical import read_vocab
+    from embtransfer.vocab.overlap import compute_overlap, write_overlap
 
     start = time.perf_counter()
     train_fasttext(work / "de.txt", work / "de_words.bin", FASTTEXT, 0, 2)
@@ -223,7 +223,7 @@ def stage_plm(work: Path, args: argparse.Namespace) -> str:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from embtransfer.models import check_tokenizer_model_agreement, load_tokenizer
+    from embtransfer.models.loading import check_tokenizer_model_agreement, load_tokenizer
 
     tok = load_tokenizer(work / "de_bytelevel_bpe")
     config = GPT2Config(vocab_size=len(tok), n_embd=PLM_HIDDEN, n_layer=1, n_head=12,
@@ -239,12 +239,12 @@ def stage_plm(work: Path, args: argparse.Namespace) -> str:
 
 
 def stage_regression(work: Path, args: argparse.Namespace) -> str:
-    """SALT step 4 as ``workflow/scripts/salt_regression.py`` runs it, on the CPU."""
+    """SALT step 4 as ``workflow/scripts/transfer/salt_regression.py`` runs it, on the CPU."""
     import torch
 
-    from embtransfer.models import load_embeddings
-    from embtransfer.neighbors import Neighbors, read_neighbors
-    from embtransfer.regression import salt_project, write_projection
+    from embtransfer.models.loading import load_embeddings
+    from embtransfer.neighbors.search import Neighbors, read_neighbors
+    from embtransfer.transfer.regression import salt_project, write_projection
 
     # One thread: on 2 cores shared with other work, two threads spin-wait on the many
     # small batched eigendecompositions (measured 0.87 s vs 0.04 s per batch of 17 64x64).
@@ -266,7 +266,7 @@ def stage_regression(work: Path, args: argparse.Namespace) -> str:
 
 def stage_salt(work: Path, args: argparse.Namespace) -> str:
     """The SALT transfer and checkpoint through the workflow's transfer job."""
-    from embtransfer.transfer_job import run_transfer_job
+    from embtransfer.transfer.job import run_transfer_job
 
     paths = {"source": str(work / "source"), "target_tokenizer": str(work / "de_bytelevel_bpe"),
              "source_vocab": str(work / "gemma3.parquet"),
@@ -298,12 +298,12 @@ def stage_source(work: Path, args: argparse.Namespace) -> str:
 def stage_transfer(work: Path, args: argparse.Namespace) -> str:
     import numpy as np
 
-    from embtransfer.checkpoint import write_transferred_checkpoint
-    from embtransfer.methods.base import TransferInputs, get_method
-    from embtransfer.models import load_embeddings
-    from embtransfer.neighbors import Neighbors, read_neighbors
-    from embtransfer.overlap import compute_overlap
-    from embtransfer.vocab import read_vocab
+    from embtransfer.models.loading import load_embeddings
+    from embtransfer.neighbors.search import Neighbors, read_neighbors
+    from embtransfer.transfer.checkpoint import write_transferred_checkpoint
+    from embtransfer.transfer.methods.base import TransferInputs, get_method
+    from embtransfer.vocab.canonical import read_vocab
+    from embtransfer.vocab.overlap import compute_overlap
 
     emb = load_embeddings(work / "source")
     source = read_vocab(work / "gemma3.parquet")
@@ -327,7 +327,7 @@ def stage_transfer(work: Path, args: argparse.Namespace) -> str:
 
 
 def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
-    from embtransfer.intrinsic import evaluate_text
+    from embtransfer.evaluation.intrinsic import evaluate_text
 
     result = evaluate_text(work / "transferred", work / "de.txt", max_length=256,
                            max_lines=200, device="cpu")
@@ -335,7 +335,7 @@ def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
 
 
 def _lapt(model: Path, out: Path, work: Path, args: argparse.Namespace) -> str:
-    from embtransfer.lapt import train_lapt
+    from embtransfer.lapt.trainer import train_lapt
 
     valid = work / "de_valid.txt"
     if not valid.exists():  # held out: another seed's draw

@@ -2,16 +2,16 @@
 
 50,000 target tokens, 30,000 of them shared, PLM width h_t = 768, source width
 h_s = 2048 (source vocabulary 50,000), neighbour table from
-:func:`embtransfer.neighbors.compute_neighbors` on synthetic clustered fastText-like
+:func:`embtransfer.neighbors.search.compute_neighbors` on synthetic clustered fastText-like
 vectors (dim 300; supports of about 5-30). The table is computed once; every case
 then runs in its own subprocess, so peak RSS is per case. Cases:
 
-``salt_input``  :func:`embtransfer.regression.salt_project`, input side
+``salt_input``  :func:`embtransfer.transfer.regression.salt_project`, input side
 ``salt_both``   the same, input and output sides (one solve, two products)
 ``naive``       per-token ``e_t @ (numpy.linalg.pinv(E'_t) @ E'_s)`` (forms X) on a
                 random sample of tokens, extrapolated to all projected tokens; also
                 the largest relative difference to ``salt_project`` on the sample
-``focus``       ``embtransfer.methods.focus`` (input side; skipped if not there)
+``focus``       ``embtransfer.transfer.methods.focus`` (input side; skipped if not there)
 ``deepfocus``   the published FOCUS (PyPI ``deepfocus``):
                 ``deepfocus.focus.focus_additional_token_initialization`` on the same
                 vectors and source rows. That function also computes the cosine
@@ -83,7 +83,7 @@ def rss_gib() -> float:
 
 
 def build_table(path: str, threads: int) -> dict:
-    from embtransfer.neighbors import compute_neighbors, write_neighbors
+    from embtransfer.neighbors.search import compute_neighbors, write_neighbors
 
     vectors, missing = fasttext_like()
     shared_t, shared_s = overlap_pairs()
@@ -96,13 +96,13 @@ def build_table(path: str, threads: int) -> dict:
 
 
 def load_neighbors(path: str):
-    from embtransfer.neighbors import Neighbors, read_neighbors
+    from embtransfer.neighbors.search import Neighbors, read_neighbors
 
     return Neighbors.from_table(read_neighbors(path)[0])
 
 
 def case_salt(path: str, both: bool, device: str) -> dict:
-    from embtransfer.regression import salt_project
+    from embtransfer.transfer.regression import salt_project
 
     plm, source_in, source_out = embeddings()
     matrices = {"input": source_in} | ({"output": source_out} if both else {})
@@ -134,8 +134,8 @@ def case_salt(path: str, both: bool, device: str) -> dict:
 
 
 def case_naive(path: str, sample: int, device: str) -> dict:
-    from embtransfer.neighbors import Neighbors
-    from embtransfer.regression import DEFAULT_RCOND, salt_project
+    from embtransfer.neighbors.search import Neighbors
+    from embtransfer.transfer.regression import DEFAULT_RCOND, salt_project
 
     plm, source_in, _ = embeddings()
     nb = load_neighbors(path)
@@ -177,7 +177,7 @@ def case_naive(path: str, sample: int, device: str) -> dict:
 def focus_inputs(path: str):
     import pandas as pd
 
-    from embtransfer.methods.base import TransferInputs
+    from embtransfer.transfer.methods.base import TransferInputs
 
     plm, source_in, _ = embeddings()
     shared_t, shared_s = overlap_pairs()
@@ -193,10 +193,10 @@ def focus_inputs(path: str):
 
 def case_focus(path: str) -> dict:
     try:
-        from embtransfer.methods import focus  # noqa: F401  (registers "focus")
+        from embtransfer.transfer.methods import focus  # noqa: F401  (registers "focus")
     except ImportError as err:
-        return {"skipped": f"embtransfer.methods.focus is not importable ({err})"}
-    from embtransfer.methods.base import get_method
+        return {"skipped": f"embtransfer.transfer.methods.focus is not importable ({err})"}
+    from embtransfer.transfer.methods.base import get_method
 
     inputs = focus_inputs(path)
     before = rss_gib()

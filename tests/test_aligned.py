@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embtransfer.aligned import (
+from embtransfer.fasttext.vectors import load_fasttext, token_vectors, train_fasttext
+from embtransfer.transfer.aligned import (
     AlignedVectors,
     align_from_dictionary,
     procrustes,
@@ -20,7 +21,6 @@ from embtransfer.aligned import (
     topk_cosine,
     write_aligned,
 )
-from embtransfer.fasttext_vectors import load_fasttext, token_vectors, train_fasttext
 
 
 def random_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:

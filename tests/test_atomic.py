@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embtransfer.atomic import NonFiniteError, atomic_path, save_npy, write_json
+from embtransfer.core.atomic import NonFiniteError, atomic_path, save_npy, write_json
 
 
 def test_failed_write_leaves_no_file_and_keeps_old(tmp_path):
@@ -49,7 +49,7 @@ def _killed_between_renames(target, tmp_path) -> None:
 
     script = (
         "import os, sys\n"
-        "from embtransfer import atomic\n"
+        "from embtransfer.core import atomic\n"
         "calls = []\n"
         "real = os.replace\n"
         "def replace(a, b):\n"
@@ -66,7 +66,7 @@ def _killed_between_renames(target, tmp_path) -> None:
 
 
 def test_interrupted_directory_swap_is_recovered(tmp_path):
-    from embtransfer.atomic import recover_directory
+    from embtransfer.core.atomic import recover_directory
 
     target = tmp_path / "ckpt"
     with atomic_path(target, directory=True) as tmp:

@@ -9,10 +9,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.methods import clp, focus, heuristics, mean, multivariate, random_init
-from embtransfer.methods.base import SIDES, TransferInputs, get_method
-from embtransfer.neighbors import Neighbors, compute_neighbors
-from embtransfer.vocab import token_text, vocab_table
+from embtransfer.neighbors.search import Neighbors, compute_neighbors
+from embtransfer.transfer.methods import clp, focus, heuristics, mean, multivariate, random_init
+from embtransfer.transfer.methods.base import SIDES, TransferInputs, get_method
+from embtransfer.vocab.canonical import token_text, vocab_table
 
 entmax = pytest.importorskip("entmax")
 

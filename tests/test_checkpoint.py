@@ -1,4 +1,5 @@
-"""Transferred models written as complete Hugging Face checkpoints (embtransfer.checkpoint)."""
+"""Transferred models written as complete Hugging Face checkpoints
+(embtransfer.transfer.checkpoint)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import pytest
 import torch
 import transformers as tf
 
-from embtransfer.atomic import NonFiniteError
-from embtransfer.checkpoint import (
+from embtransfer.core.atomic import NonFiniteError
+from embtransfer.models.loading import load_embeddings, load_tokenizer
+from embtransfer.transfer.checkpoint import (
     checkpoint_summary,
     extend_tokenizer,
     new_target_tokens,
     write_transferred_checkpoint,
 )
-from embtransfer.models import load_embeddings, load_tokenizer
 from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
 
 H = 32

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from embtransfer import codehash
+from embtransfer.core import codehash
 
 
 @pytest.fixture()
@@ -57,8 +57,9 @@ def test_unknown_module_is_refused(fake_package):
 
 
 def test_real_package_hash_is_stable():
-    assert codehash.code_hash("embtransfer.atomic") == codehash.code_hash("embtransfer.atomic")
-    assert Path(codehash.module_path("embtransfer.atomic")).exists()
+    module = "embtransfer.core.atomic"
+    assert codehash.code_hash(module) == codehash.code_hash(module)
+    assert Path(codehash.module_path("embtransfer.core.atomic")).exists()
 
 
 def test_script_hash_follows_the_script_imports(fake_package, tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embtransfer.config import ConfigError, validate_config
-from embtransfer.grid import target_pairs
+from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.core.grid import target_pairs
 
 DEFAULT = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
 
@@ -126,7 +126,7 @@ def test_transfer_selection_names_a_bad_key():
 
 
 def test_lapt_selection_is_a_union_of_products():
-    from embtransfer.grid import lapt_runs, transfer_runs
+    from embtransfer.core.grid import lapt_runs, transfer_runs
 
     config = validate_config(fresh())
     runs = lapt_runs(config)

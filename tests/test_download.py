@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embtransfer import download
-from embtransfer.corpus import wikipedia_corpus
-from embtransfer.download import DownloadError
-from embtransfer.models import HubDownloadError, fetch_hub_snapshot
+from embtransfer.data import download
+from embtransfer.data.corpus import wikipedia_corpus
+from embtransfer.data.download import DownloadError
+from embtransfer.models.loading import HubDownloadError, fetch_hub_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_BIN = download.FASTTEXT_MAGIC + b"\x0c\x00\x00\x00" + os.urandom(5000)

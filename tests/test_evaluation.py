@@ -12,8 +12,9 @@ import yaml
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.atomic import write_json
-from embtransfer.config import ConfigError, validate_config
+from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.core.atomic import write_json
+from embtransfer.core.grid import evaluated_runs, evaluated_sources
 from embtransfer.evaluation import catalog, taskindex
 from embtransfer.evaluation.catalog import (
     CATALOG,
@@ -36,7 +37,6 @@ from embtransfer.evaluation.world_tasks import (
     relocated_include_dir,
     world_task_docs,
 )
-from embtransfer.grid import evaluated_runs, evaluated_sources
 from embtransfer.world.corpus import fact_frame, render
 from embtransfer.world.languages import build_world
 
@@ -229,7 +229,7 @@ def test_stock_index_knows_the_paper_tasks():
 def test_evaluated_runs_follow_lapt_and_selection():
     # both miniature sources (the default runs one; config/mini_full.yaml both)
     config = validate_config({**default_config(), "sources": ["llama_mini", "gemma_mini"]})
-    from embtransfer.grid import lapt_runs, transfer_runs
+    from embtransfer.core.grid import lapt_runs, transfer_runs
 
     assert evaluated_runs(config, "lapt") == lapt_runs(config)
     assert evaluated_runs(config, "transfer") == lapt_runs(config)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from embtransfer.config import validate_config
+from embtransfer.config.validation import validate_config
 from embtransfer.evaluation.catalog import resolve
 from embtransfer.evaluation.record import check_record
 from embtransfer.evaluation.runner import evaluate_checkpoint

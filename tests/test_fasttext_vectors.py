@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embtransfer.fasttext_vectors import (
+from embtransfer.fasttext.vectors import (
     FASTTEXT_MAGIC,
     load_fasttext,
     load_token_vectors,

@@ -37,10 +37,10 @@ import pytest
 import yaml
 from test_workflow import REPO, copy_workflow, small_config, snakemake
 
-from embtransfer.config import ConfigError, validate_config
-from embtransfer.methods.base import TransferInputs
-from embtransfer.models import NonFiniteEmbeddingsError, load_embeddings, read_bin_state
-from embtransfer.transfer import NonFiniteRowsError, run_method
+from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.models.loading import NonFiniteEmbeddingsError, load_embeddings, read_bin_state
+from embtransfer.transfer.methods.base import TransferInputs
+from embtransfer.transfer.run import NonFiniteRowsError, run_method
 
 # -- config: keys, types, methods, options and their values -------------------------------
 
@@ -82,7 +82,7 @@ def test_config_faults_name_the_key(key, value, words):
 
 
 def test_the_catalog_types_every_option_and_accepts_its_defaults():
-    from embtransfer.method_catalog import METHODS, defaults, resolve_options
+    from embtransfer.transfer.catalog import METHODS, defaults, resolve_options
 
     options = {name: defaults(name) for name in METHODS}
     for name, values in options.items():
@@ -125,7 +125,7 @@ def test_missing_model_dir_is_named(tmp_path):
 
 
 def test_corrupt_config_json_is_named(tiny_gpt2, tmp_path):
-    from embtransfer.models import check_tokenizer_model_agreement
+    from embtransfer.models.loading import check_tokenizer_model_agreement
 
     model = _copy(tiny_gpt2, tmp_path / "m")
     (model / "config.json").write_text('{"model_type": "gpt2", "vocab_si')
@@ -138,7 +138,7 @@ def test_corrupt_config_json_is_named(tiny_gpt2, tmp_path):
 def test_ids_beyond_the_rows_are_refused_with_the_numbers(tiny_gpt2, tmp_path):
     from transformers import AutoTokenizer
 
-    from embtransfer.models import check_tokenizer_model_agreement
+    from embtransfer.models.loading import check_tokenizer_model_agreement
 
     model = _copy(tiny_gpt2, tmp_path / "m")
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -235,8 +235,8 @@ def test_nan_in_source_rows_names_the_source_rows(method):
 
 
 def test_nan_in_a_projection_is_not_written(tmp_path):
-    from embtransfer.atomic import NonFiniteError
-    from embtransfer.regression import write_projection
+    from embtransfer.core.atomic import NonFiniteError
+    from embtransfer.transfer.regression import write_projection
 
     rows = np.ones((3, 4), np.float32)
     rows[1, 2] = np.nan
@@ -252,7 +252,7 @@ def test_nan_in_a_projection_is_not_written(tmp_path):
 
 @pytest.mark.parametrize("empty", ["train", "valid"])
 def test_an_empty_corpus_is_refused_naming_the_file(tmp_path, empty):
-    from embtransfer.corpus import local_corpus
+    from embtransfer.data.corpus import local_corpus
 
     files = {split: tmp_path / f"{split}.txt" for split in ("train", "valid")}
     for split, path in files.items():
@@ -267,7 +267,7 @@ def test_an_empty_corpus_is_refused_naming_the_file(tmp_path, empty):
 
 WRITER = """
 import sys, time
-from embtransfer.atomic import atomic_path
+from embtransfer.core.atomic import atomic_path
 final, directory = sys.argv[1], sys.argv[2] == "dir"
 with atomic_path(final, directory=directory) as tmp:
     target = tmp / "model.safetensors" if directory else tmp
@@ -281,7 +281,7 @@ with atomic_path(final, directory=directory) as tmp:
 
 @pytest.mark.parametrize("kind", ["file", "dir"])
 def test_kill_9_during_a_write_leaves_nothing_a_rerun_would_trust(tmp_path, kind):
-    from embtransfer.atomic import atomic_path
+    from embtransfer.core.atomic import atomic_path
 
     final = tmp_path / "out" / ("table.parquet" if kind == "file" else "checkpoint")
     env = dict(os.environ, PYTHONPATH=str(REPO / "workflow"))

@@ -1,13 +1,13 @@
 """No import cycles in the package: between modules, and between its top-level units
 (a top-level module, or a subpackage taken as one), function-level imports included.
 
-The imports are read from the source with :mod:`ast` (embtransfer.codehash), so an
+The imports are read from the source with :mod:`ast` (embtransfer.core.codehash), so an
 import hidden inside a function counts as much as one at the top of a module.
 """
 
 from __future__ import annotations
 
-from embtransfer import codehash
+from embtransfer.core import codehash
 
 
 def package_modules() -> list[str]:

@@ -17,7 +17,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from embtransfer.lapt import (
+from embtransfer.lapt.trainer import (
     CheckpointError,
     CorpusTooSmallError,
     LaptSettings,
@@ -123,7 +123,7 @@ def test_sigterm_saves_checkpoint_and_resume_matches(world, straight, tmp_path):
     # Slow logging (every step) so the signal arrives mid-run.
     script = (
         "import sys, time\n"
-        "from embtransfer.lapt import train_lapt, Preempted\n"
+        "from embtransfer.lapt.trainer import train_lapt, Preempted\n"
         f"cfg = {json.dumps({**CFG, 'max_steps': 10})}\n"
         "def log(s):\n    print(s, flush=True); time.sleep(0.3)\n"
         "try:\n"
@@ -267,7 +267,7 @@ def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
     import os
     import socket
 
-    from embtransfer.lapt import launch_command
+    from embtransfer.lapt.trainer import launch_command
 
     cfg = {**CFG, "max_steps": 4, "micro_batch_size": 2}
     one, two = tmp_path / "one", tmp_path / "two"
@@ -295,8 +295,8 @@ def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
 
 
 def test_settings_from_the_config_section():
-    from embtransfer.config import validate_config
-    from embtransfer.lapt import settings_from_config
+    from embtransfer.config.validation import validate_config
+    from embtransfer.lapt.trainer import settings_from_config
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml")
                             .read_text())
@@ -393,8 +393,8 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
                                                             monkeypatch):
     import os
 
-    import embtransfer.lapt as lapt_mod
-    from embtransfer.lapt import Preempted
+    import embtransfer.lapt.trainer as lapt_mod
+    from embtransfer.lapt.trainer import Preempted
 
     # 4 micro batches per step; SIGUSR1 arrives during the 2nd micro batch of step 5.
     real, calls = lapt_mod._LossModule.forward, {"n": 0}
@@ -421,7 +421,7 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
 
 
 def test_slurm_time_limit_checkpoints_early(world, tmp_path, monkeypatch):
-    from embtransfer.lapt import Preempted
+    from embtransfer.lapt.trainer import Preempted
 
     # The job "ends" 1 s from now: it stops after half of that, at the first chance.
     monkeypatch.setenv("SLURM_JOB_END_TIME", str(time.time() + 1))
@@ -452,7 +452,7 @@ def _full_loss(hidden, weight, bias, labels, cap=None):
 
 @pytest.mark.parametrize("bias,cap,chunk", [(False, None, 7), (True, None, 64), (False, 5.0, 5)])
 def test_chunked_loss_equals_full_logits(bias, cap, chunk):
-    from embtransfer.lapt_loss import chunked_cross_entropy
+    from embtransfer.lapt.loss import chunked_cross_entropy
 
     gen = torch.Generator().manual_seed(0)
     n, h, v = 37, 16, 101
@@ -473,7 +473,7 @@ def test_chunked_loss_equals_full_logits(bias, cap, chunk):
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "gemma"])
 def test_chunked_loss_equals_the_models_own_loss(family):
-    from embtransfer.lapt_loss import causal_lm_loss
+    from embtransfer.lapt.loss import causal_lm_loss
 
     model = build_model(family, 300, {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
                                       "max_position_embeddings": 32, "dropout": 0.0},
@@ -512,7 +512,7 @@ def test_chunked_and_whole_logits_runs_agree(world, straight, tmp_path):
 ])
 def test_documents_are_separated_in_every_packing(world, tmp_path, algorithm, family, role):
     # Fails on the old packing for WordPiece: no EOS, documents ran into each other.
-    from embtransfer.lapt_blocks import build_blocks
+    from embtransfer.lapt.blocks import build_blocks
 
     tok = train_tokenizer(algorithm, [str(world["train"])], 300, family)
     docs = ["ka lo mi", "tu ren sal vor", "ix bema"] * 8
@@ -530,7 +530,7 @@ def test_documents_are_separated_in_every_packing(world, tmp_path, algorithm, fa
 
 
 def test_separator_falls_back_to_the_configs_eos_and_refuses_none(world, tmp_path):
-    from embtransfer.lapt_blocks import separator_id
+    from embtransfer.lapt.blocks import separator_id
 
     tok = train_tokenizer("wordpiece", [str(world["train"])], 300, "bert")
     tok.sep_token = None
@@ -543,7 +543,7 @@ def test_separator_falls_back_to_the_configs_eos_and_refuses_none(world, tmp_pat
 def test_prebuilt_blocks_equal_text_and_are_checked(world, straight, tmp_path):
     from transformers import AutoTokenizer
 
-    from embtransfer.lapt_blocks import BlocksMismatchError, build_blocks
+    from embtransfer.lapt.blocks import BlocksMismatchError, build_blocks
 
     tok = AutoTokenizer.from_pretrained(world["gpt2"])
     for name in ("train", "valid"):
@@ -572,7 +572,7 @@ def test_settings_defaults_match_the_schema():
     """LaptSettings holds the defaults; the schema repeats them for the config: one truth."""
     from dataclasses import fields
 
-    from embtransfer.lora import DEFAULT_LORA
+    from embtransfer.lapt.lora import DEFAULT_LORA
 
     schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
                              / "lapt.schema.yaml").read_text())["properties"]
@@ -584,7 +584,7 @@ def test_settings_defaults_match_the_schema():
         assert schema[key]["default"] == getattr(defaults, key), key
     assert schema["replay"]["default"] is None and defaults.replay is None
     assert set(schema["replay"]["oneOf"][1]["properties"]) == {"language", "ratio"}
-    # LoRA: the schema's sub-keys are embtransfer.lora's settings plus its learning rate.
+    # LoRA: the schema's sub-keys are embtransfer.lapt.lora's settings plus its learning rate.
     lora = schema["lora"]["properties"]
     assert set(lora) - {"lr"} <= set(DEFAULT_LORA), set(lora) - set(DEFAULT_LORA)
     for key in set(lora) - {"lr"}:
@@ -619,7 +619,7 @@ def test_activation_checkpointing_keeps_the_trajectory(world, straight, tmp_path
 
 def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(world, straight, tmp_path,
                                                              monkeypatch):
-    import embtransfer.lapt as lapt_mod
+    import embtransfer.lapt.trainer as lapt_mod
 
     real, calls = lapt_mod._LossModule.forward, {"n": 0}
 
@@ -645,8 +645,9 @@ def test_lapt_modules_import_no_private_names():
     import ast
 
     pkg = Path(__file__).resolve().parents[1] / "workflow" / "embtransfer"
-    for name in ("lapt.py", "lapt_blocks.py", "lapt_loss.py", "lora.py"):
-        for node in ast.walk(ast.parse((pkg / name).read_text())):
+    for path in sorted((pkg / "lapt").glob("*.py")):
+        name = path.name
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 private = [a.name for a in node.names if a.name.startswith("_")
                            and a.name != "__future__"]

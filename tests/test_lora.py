@@ -13,8 +13,8 @@ from test_lapt import CFG, world  # noqa: F401  (module fixture: tiny models and
 from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
-from embtransfer import lora as lora_mod
-from embtransfer.lapt import train_lapt
+from embtransfer.lapt import lora as lora_mod
+from embtransfer.lapt.trainer import train_lapt
 
 LORA = {"r": 4, "alpha": 16, "dropout": 0.0}
 

@@ -1,4 +1,4 @@
-"""Tokenizer training, tiny-model pretraining and the model seam (embtransfer.models)."""
+"""Tokenizer training, tiny-model pretraining and the model seam (embtransfer.models.loading)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from embtransfer.models import (
+from embtransfer.models.loading import (
     HubDownloadError,
     check_tokenizer_model_agreement,
     fetch_hub_snapshot,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from embtransfer.atomic import read_parquet_metadata
-from embtransfer.neighbors import compute_neighbors, read_neighbors, write_neighbors
+from embtransfer.core.atomic import read_parquet_metadata
+from embtransfer.neighbors.search import compute_neighbors, read_neighbors, write_neighbors
 
 entmax = pytest.importorskip("entmax")
 

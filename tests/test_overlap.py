@@ -8,14 +8,14 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.overlap import (
+from embtransfer.vocab.canonical import COLUMNS, ROLES, canonical_form, vocab_table
+from embtransfer.vocab.overlap import (
     compute_overlap,
     count_tokens,
     coverage,
     read_overlap,
     write_overlap,
 )
-from embtransfer.vocab import COLUMNS, ROLES, canonical_form, vocab_table
 
 # pieces include partial UTF-8: halves of Arabic letters (ا = D8 A7, ل = D9 84)
 PIECES = [b"a", b"b", b"\xd8", b"\xa7", b"\xd9", b"\x84", b"\xd8\xa7"]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from test_workflow import job_stats
 
-from embtransfer.config import validate_config
+from embtransfer.config.validation import validate_config
 from embtransfer.evaluation.catalog import CATALOG
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""embtransfer.paths: every artifact path template, filled by the rules and the report and
+"""embtransfer.core.paths: every artifact path template, filled by the rules and the report and
 parsed back by the report; the rule files write no artifact path of their own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from embtransfer import paths
+from embtransfer.core import paths
 from embtransfer.report.records import (
     MalformedResultError,
     coverage_identity,
@@ -89,7 +89,7 @@ def test_the_report_parsers_read_what_the_templates_write():
 
 
 def test_rule_files_write_no_artifact_path_of_their_own():
-    # Every results/ or resources/ path of a rule comes from embtransfer.paths (comments
+    # Every results/ or resources/ path of a rule comes from embtransfer.core.paths (comments
     # and the local-model/config paths the user gives aside).
     offenders = []
     for smk in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:

@@ -1,4 +1,4 @@
-"""Pinning hub revisions to the commits the downloads recorded (embtransfer.pinning)."""
+"""Pinning hub revisions to the commits the downloads recorded (embtransfer.core.pinning)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import yaml
 
-from embtransfer.pinning import fetch_params, main, pin_config_file, unpinned
+from embtransfer.core.pinning import fetch_params, main, pin_config_file, unpinned
 
 A = "a" * 40
 B = "b" * 40

@@ -21,10 +21,10 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from embtransfer.checkpoint import write_transferred_checkpoint
-from embtransfer.models import is_fast, load_tokenizer
-from embtransfer.overlap import compute_overlap, count_tokens, coverage
-from embtransfer.vocab import vocab_table
+from embtransfer.models.loading import is_fast, load_tokenizer
+from embtransfer.transfer.checkpoint import write_transferred_checkpoint
+from embtransfer.vocab.canonical import vocab_table
+from embtransfer.vocab.overlap import compute_overlap, count_tokens, coverage
 
 # Word-segmented Vietnamese (VnCoreNLP style: syllables of a word joined by "_")
 VI = [
@@ -284,8 +284,8 @@ def test_fast_wrapper_of_a_plain_backend_is_untouched():
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_fasttext_corpus_and_fertility_take_every_format(plms, name, tmp_path):
     """The FOCUS token corpus and the fertility count run on each format, slow PhoBERT too."""
-    from embtransfer.fasttext_vectors import tokenize_for_fasttext
-    from embtransfer.intrinsic import fertility
+    from embtransfer.evaluation.intrinsic import fertility
+    from embtransfer.fasttext.vectors import tokenize_for_fasttext
 
     tok = load_tokenizer(plms[name])
     text = tmp_path / "text.txt"

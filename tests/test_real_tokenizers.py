@@ -21,9 +21,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from embtransfer.methods.base import TransferInputs, get_method
-from embtransfer.overlap import compute_overlap
-from embtransfer.vocab import vocab_table
+from embtransfer.transfer.methods.base import TransferInputs, get_method
+from embtransfer.vocab.canonical import vocab_table
+from embtransfer.vocab.overlap import compute_overlap
 
 _spec = importlib.util.spec_from_file_location(
     "fetch_tokenizers", Path(__file__).parent / "fixtures" / "tokenizers" / "fetch.py"

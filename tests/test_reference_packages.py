@@ -27,17 +27,21 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.aligned import align_from_dictionary, softmax_neighbors, token_vectors_aligned
-from embtransfer.fasttext_vectors import (
+from embtransfer.fasttext.vectors import (
     load_fasttext,
     token_vectors,
     tokenize_for_fasttext,
     train_fasttext,
 )
-from embtransfer.methods.base import TransferInputs, get_method
-from embtransfer.neighbors import Neighbors, compute_neighbors
-from embtransfer.overlap import compute_overlap
-from embtransfer.vocab import vocab_table
+from embtransfer.neighbors.search import Neighbors, compute_neighbors
+from embtransfer.transfer.aligned import (
+    align_from_dictionary,
+    softmax_neighbors,
+    token_vectors_aligned,
+)
+from embtransfer.transfer.methods.base import TransferInputs, get_method
+from embtransfer.vocab.canonical import vocab_table
+from embtransfer.vocab.overlap import compute_overlap
 
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
 

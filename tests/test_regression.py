@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from embtransfer.neighbors import Neighbors
-from embtransfer.regression import (
+from embtransfer.neighbors.search import Neighbors
+from embtransfer.transfer.regression import (
     DEFAULT_RCOND,
     STATUSES,
     salt_project,

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from embtransfer.config import ConfigError, _with_defaults
+from embtransfer.config.validation import ConfigError, _with_defaults
 from embtransfer.report.build import (
     TABLE_NUMBERS,
     Inputs,
@@ -370,7 +370,7 @@ def test_table5_without_the_zero_shot_record_reports_bits_per_byte_missing(fixtu
 
 
 def test_default_stages_follow_the_evaluation_and_lapt_config():
-    from embtransfer.grid import report_stages
+    from embtransfer.core.grid import report_stages
 
     assert report_stages({}) == ["transfer", "lapt"]
     assert report_stages({"evaluation": {"stages": ["source", "lapt"]}}) == ["lapt"]
@@ -551,7 +551,7 @@ def test_lapt_metrics_are_parsed_into_curve_evals_and_final(in_fixtures):
 
 
 def test_figure2_plots_what_the_metrics_files_say(in_fixtures):
-    from embtransfer.grid import Grid
+    from embtransfer.core.grid import Grid
     from embtransfer.report.records import read_lapt_runs
 
     config = fixture_config()

@@ -60,7 +60,7 @@ def workdir(tmp_path_factory) -> Path:
     for name in ("workflow", "config", "envs"):
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "resources" / "reference", work / "resources" / "reference")
-    (work / "workflow" / "rules" / "evaluate.smk").write_text(EVALUATE_STUB)
+    (work / "workflow" / "rules" / "evaluation.smk").write_text(EVALUATE_STUB)
     (work / "workflow" / "rules" / "lapt.smk").write_text(LAPT_STUB)
     config = yaml.safe_load((FIXTURES / "config.yaml").read_text())
     config["languages"] = {

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embtransfer.methods import lstsq as lstsq_module
-from embtransfer.methods import salt as salt_module  # noqa: F401  (registers "salt")
-from embtransfer.methods.base import TransferInputs, get_method
-from embtransfer.neighbors import Neighbors
-from embtransfer.regression import read_projection, salt_project, write_projection
+from embtransfer.neighbors.search import Neighbors
+from embtransfer.transfer.methods import lstsq as lstsq_module
+from embtransfer.transfer.methods import salt as salt_module  # noqa: F401  (registers "salt")
+from embtransfer.transfer.methods.base import TransferInputs, get_method
+from embtransfer.transfer.regression import read_projection, salt_project, write_projection
 
 V_T, V_S, H_T, H_S = 120, 90, 8, 16
 SHARED = 50

@@ -31,7 +31,7 @@ import pytest
 import yaml
 from test_workflow import REPO, copy_workflow, small_config, snakemake
 
-from embtransfer.cluster import check_slurm_run, find_placeholders, placeholder_message
+from embtransfer.core.cluster import check_slurm_run, find_placeholders, placeholder_message
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from embtransfer.sparsemax import sparsemax, sparsemax_threshold, topk_sparsemax
+from embtransfer.neighbors.sparsemax import sparsemax, sparsemax_threshold, topk_sparsemax
 
 entmax = pytest.importorskip("entmax")
 

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embtransfer import method_catalog
-from embtransfer.config import load_schema
-from embtransfer.method_catalog import METHODS, NEEDS, Option, OptionError, resolve_options
-from embtransfer.methods import base, common
-from embtransfer.methods.base import SideResult, TransferInputs, get_method, load_all
-from embtransfer.transfer import NonFiniteRowsError, run_method
+from embtransfer.config.validation import load_schema
+from embtransfer.transfer import catalog as method_catalog
+from embtransfer.transfer.catalog import METHODS, NEEDS, Option, OptionError, resolve_options
+from embtransfer.transfer.methods import base, common
+from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method, load_all
+from embtransfer.transfer.run import NonFiniteRowsError, run_method
 
 
 def make_inputs(untied: bool = True) -> TransferInputs:
@@ -62,12 +62,12 @@ def test_catalog_and_registry_name_the_same_methods():
     assert set(base.REGISTRY) == set(METHODS) == set(registry)
     for name, spec in registry.items():
         assert spec.fn is base.REGISTRY[name]
-        assert spec.fn.__module__ == f"embtransfer.methods.{METHODS[name]['module']}", name
+        assert spec.fn.__module__ == f"embtransfer.transfer.methods.{METHODS[name]['module']}", name
         assert spec.defaults == {k: o.default for k, o in METHODS[name]["options"].items()}
         assert set(METHODS[name]["needs"]) <= set(NEEDS) | {"neighbors"}, name
         assert spec.needs <= set(NEEDS) and spec.description, name
         assert resolve_options(name, None) == spec.defaults  # the defaults pass the checks
-    with pytest.raises(ValueError, match="not in embtransfer.method_catalog.METHODS"):
+    with pytest.raises(ValueError, match="not in embtransfer.transfer.catalog.METHODS"):
         base.register("salty")
 
 
@@ -75,9 +75,9 @@ def test_method_modules_hold_no_catalog_data():
     """A module exports its function; names, options, defaults and needs are the catalog's."""
     load_all()
     for module in {spec["module"] for spec in METHODS.values()}:
-        mod = sys.modules[f"embtransfer.methods.{module}"]
+        mod = sys.modules[f"embtransfer.transfer.methods.{module}"]
         for attr in ("DEFAULTS", "NEEDS", "VECTORS", "DESCRIPTION"):
-            assert not hasattr(mod, attr), f"embtransfer.methods.{module}.{attr}"
+            assert not hasattr(mod, attr), f"embtransfer.transfer.methods.{module}.{attr}"
 
 
 def test_schema_method_names_come_from_the_catalog(monkeypatch):

@@ -11,8 +11,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.atomic import read_parquet_metadata
-from embtransfer.vocab import COLUMNS, detect_scheme, read_vocab, vocab_table, write_vocab
+from embtransfer.core.atomic import read_parquet_metadata
+from embtransfer.vocab.canonical import COLUMNS, detect_scheme, read_vocab, vocab_table, write_vocab
 
 ARABIC = [
     "السلام", "عليكم", "المدرسة", "الكبيرة", "كتاب", "جميل", "مدينة",

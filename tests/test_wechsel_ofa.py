@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import embtransfer.methods.ofa as ofa_module
-import embtransfer.methods.wechsel  # noqa: F401  (registers "wechsel")
-from embtransfer.aligned import AlignedVectors
-from embtransfer.method_catalog import OptionError, resolve_options
-from embtransfer.methods.base import TransferInputs, get_method
+import embtransfer.transfer.methods.ofa as ofa_module
+import embtransfer.transfer.methods.wechsel  # noqa: F401  (registers "wechsel")
+from embtransfer.transfer.aligned import AlignedVectors
+from embtransfer.transfer.catalog import OptionError, resolve_options
+from embtransfer.transfer.methods.base import TransferInputs, get_method
 
 V_S, V_T, H, D = 150, 60, 24, 8
 SIDES = ("input", "output")
@@ -291,7 +291,7 @@ class WordModel:
 
 
 def test_duplicate_variants_count_as_the_package_does() -> None:
-    from embtransfer.aligned import align_from_dictionary
+    from embtransfer.transfer.aligned import align_from_dictionary
 
     src, tgt = WordModel(["haus", "Haus"]), WordModel(["house", "House"])
     _, once = align_from_dictionary(src, tgt, [("haus", "house")])
@@ -304,8 +304,8 @@ def test_decode_strings_look_up_special_tokens_and_partial_pieces() -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from embtransfer.aligned import token_vectors_aligned
-    from embtransfer.vocab import vocab_table
+    from embtransfer.transfer.aligned import token_vectors_aligned
+    from embtransfer.vocab.canonical import vocab_table
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

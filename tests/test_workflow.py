@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from embtransfer.atomic import read_parquet_metadata
+from embtransfer.core.atomic import read_parquet_metadata
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

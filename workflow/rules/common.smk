@@ -1,9 +1,9 @@
 # The constants, input functions and path helpers of every stage, in pipeline order
 # (Snakemake's convention: rule files hold rules only; this file is included first).
 # A function here runs when the rules call it, so it may name constants of any section.
-from embtransfer import paths
-from embtransfer.config import models_of_type, wildcard_alternatives
-from embtransfer.grid import target_pairs
+from embtransfer.core import paths
+from embtransfer.config.validation import models_of_type, wildcard_alternatives
+from embtransfer.core.grid import target_pairs
 
 # With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:
 # point a profile's overrides or this variable at it).
@@ -103,7 +103,7 @@ def mixed_languages(wildcards, mini):
 
 
 # --- models (models.smk) -------------------------------------------------------------------
-from embtransfer.pinning import pin_config_file
+from embtransfer.core.pinning import pin_config_file
 
 MINI_MODELS = models_of_type(config, "mini")
 HUB_MODELS = models_of_type(config, "hub")
@@ -111,7 +111,7 @@ HUB_MODELS = models_of_type(config, "hub")
 
 def pin_revisions(log):
     # Write the commits the downloads recorded back into the --configfile files
-    # (embtransfer/pinning.py), so the grid is frozen from its first download on.
+    # (embtransfer/core/pinning.py), so the grid is frozen from its first download on.
     if not HUB_MODELS:
         return
     for path in workflow.config_settings.configfiles:
@@ -135,9 +135,9 @@ def fasttext_bin(wildcards):
 
 
 # --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
-from embtransfer.method_catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
+from embtransfer.transfer.catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
 
-from embtransfer.grid import transfer_runs
+from embtransfer.core.grid import transfer_runs
 
 TRANSFER = config["transfer"]
 TRANSFER_RUNS = transfer_runs(config)
@@ -153,8 +153,8 @@ def salt_vectors():
 
 def transfer_code(wildcards):
     # The script, and only the module of this method: editing SALT reruns SALT's jobs.
-    method_module = f"embtransfer.methods.{METHOD_CATALOG[wildcards.method]['module']}"
-    return script_hash("transfer.py") + codehash.code_hash(method_module)
+    method_module = f"embtransfer.transfer.methods.{METHOD_CATALOG[wildcards.method]['module']}"
+    return script_hash("transfer/transfer.py") + codehash.code_hash(method_module)
 
 
 def dictionary_input(lang):
@@ -191,7 +191,7 @@ def all_zeroshot():
 
 
 # --- LAPT (lapt.smk) -----------------------------------------------------------------------
-from embtransfer.grid import lapt_runs
+from embtransfer.core.grid import lapt_runs
 
 LAPT = config["lapt"]
 LAPT_RUNS = lapt_runs(config)
@@ -242,7 +242,7 @@ from embtransfer.evaluation.catalog import (
     spec_dicts,
     world_task_keys,
 )
-from embtransfer.grid import evaluated_runs, evaluated_sources
+from embtransfer.core.grid import evaluated_runs, evaluated_sources
 
 EVAL = config["evaluation"]
 EVAL_TASKS = EVAL["tasks"]
@@ -251,7 +251,7 @@ EVAL_RUNS = {stage: evaluated_runs(config, stage) for stage in ("transfer", "lap
 
 
 def eval_code():
-    code = script_hash("evaluate.py")
+    code = script_hash("evaluation/evaluate.py")
     if any(EVAL_CATALOG[k].source == "shipped" for k in EVAL_TASKS):
         # The shipped task configs are code too (their scoring is the runner's).
         code += shipped_tasks_hash()
@@ -387,7 +387,7 @@ def all_report():
 
 
 # --- downloads (download.smk) --------------------------------------------------------------
-from embtransfer.download import needed_languages
+from embtransfer.data.download import needed_languages
 from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
 
 LANGS = config["languages"]

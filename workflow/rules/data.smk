@@ -6,13 +6,13 @@ rule world:
     params:
         world=config["world"],
         seed=config["seed"],
-        code=script_hash("world.py"),
+        code=script_hash("data/world.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/world.log",
     script:
-        "../scripts/world.py"
+        "../scripts/data/world.py"
 
 
 rule corpus:
@@ -25,13 +25,13 @@ rule corpus:
         spec=lambda w: config["languages"][w.lang]["corpus"],
         world=config["world"],
         seed=config["seed"],
-        code=script_hash("corpus.py"),
+        code=script_hash("data/corpus.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/corpus/{{lang}}.log",
     script:
-        "../scripts/corpus.py"
+        "../scripts/data/corpus.py"
 
 
 rule mix_corpus:
@@ -45,10 +45,118 @@ rule mix_corpus:
         shares=lambda w: MODELS[w.model]["mix"],
         mini=lambda w: mixed_languages(w, mini=True),
         seed=config["seed"],
-        code=script_hash("mix_corpus.py"),
+        code=script_hash("data/mix_corpus.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/corpus/mix_{{model}}.log",
     script:
-        "../scripts/mix_corpus.py"
+        "../scripts/data/mix_corpus.py"
+
+
+# Downloads: local rules, run where Snakemake itself runs (a login node with internet).
+# `snakemake --cores 1 download_all` fetches everything the config needs: hub model
+# snapshots (rule fetch_model, models.smk), fastText crawl vectors, Wikipedia sentences
+# and NLTK's punkt model, MUSE dictionaries, lm-eval datasets. Compute jobs then run
+# offline (HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1); offline, a missing download fails
+# at once naming the rule to run. Logic: workflow/embtransfer/data/download.py.
+
+
+rule fetch_fasttext_crawl:
+    # cc.{code}.300.bin from dl.fbaipublicfiles.com (about 4.5 GB gzipped, 7 GB unpacked).
+    localrule: True
+    output:
+        paths.FASTTEXT_CRAWL,
+    wildcard_constraints:
+        code=wildcard_alternatives(CRAWL_CODES),
+    params:
+        code=script_hash("data/download_fasttext.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/fasttext_cc.{{code}}.log",
+    script:
+        "../scripts/data/download_fasttext.py"
+
+
+rule fetch_nltk_punkt:
+    localrule: True
+    output:
+        directory(paths.NLTK_DIR),
+    params:
+        code=script_hash("data/download_nltk.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/nltk_punkt.log",
+    script:
+        "../scripts/data/download_nltk.py"
+
+
+rule fetch_wikipedia:
+    # The first N NLTK sentences of wikimedia/wikipedia {dump}.{language}, in dump order;
+    # the corpus rule splits them 9:1 (sequentially) offline.
+    localrule: True
+    input:
+        nltk=paths.NLTK_DIR,
+    output:
+        paths.WIKIPEDIA_SENTENCES,
+    wildcard_constraints:
+        lang=wildcard_alternatives(WIKIPEDIA_LANGS),
+    params:
+        spec=lambda w: LANGS[w.lang]["corpus"],
+        code=script_hash("data/download_wikipedia.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/wikipedia_{{lang}}.log",
+    script:
+        "../scripts/data/download_wikipedia.py"
+
+
+rule fetch_muse_dictionary:
+    # MUSE ground-truth bilingual dictionaries (dl.fbaipublicfiles.com/arrival/dictionaries/),
+    # e.g. resources/dictionaries/muse/en-de.txt for WECHSEL and OFA.
+    localrule: True
+    output:
+        paths.MUSE_DICTIONARY,
+    wildcard_constraints:
+        **paths.MUSE_DICTIONARY.constraints,
+    params:
+        code=script_hash("data/download_dictionary.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/muse_{{src}}-{{tgt}}.log",
+    script:
+        "../scripts/data/download_dictionary.py"
+
+
+# lm-eval datasets: the datasets of the config's stock (and shipped) lm-eval tasks, saved
+# as JSON lines under evaluation.datasets_dir (embtransfer.evaluation.datasets), where
+# evaluation jobs read them.
+from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR
+
+
+rule fetch_lm_eval_datasets:
+    localrule: True
+    output:
+        paths.lm_eval_index(config["evaluation"]["datasets_dir"]),
+    params:
+        stock=LM_EVAL_STOCK,
+        shipped=LM_EVAL_SHIPPED,
+        shipped_dir=str(SHIPPED_TASK_DIR),
+        code=script_hash("data/download_lm_eval.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/lm_eval_datasets.log",
+    script:
+        "../scripts/data/download_lm_eval.py"
+
+
+rule download_all:
+    # Everything the config needs from the internet; run it on a login node.
+    localrule: True
+    input:
+        all_downloads(),

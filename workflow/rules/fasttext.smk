@@ -10,14 +10,14 @@ rule fasttext_word:
     params:
         params=config["fasttext"]["word"],
         seed=config["seed"],
-        code=script_hash("fasttext_train.py"),
+        code=script_hash("fasttext/fasttext_train.py"),
     threads: config["fasttext"]["threads"]
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/fasttext/{{lang}}/word.log",
     script:
-        "../scripts/fasttext_train.py"
+        "../scripts/fasttext/fasttext_train.py"
 
 
 rule fasttext_tokenize:
@@ -28,13 +28,13 @@ rule fasttext_tokenize:
         temp(paths.FASTTEXT_TOKEN_TEXT),
     params:
         trust_remote_code=config["trust_remote_code"],
-        code=script_hash("fasttext_tokenize.py"),
+        code=script_hash("fasttext/fasttext_tokenize.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/fasttext/{{lang}}/tokenize_{{model}}.log",
     script:
-        "../scripts/fasttext_tokenize.py"
+        "../scripts/fasttext/fasttext_tokenize.py"
 
 
 use rule fasttext_word as fasttext_token with:
@@ -45,7 +45,7 @@ use rule fasttext_word as fasttext_token with:
     params:
         params=config["fasttext"]["token"],
         seed=config["seed"],
-        code=script_hash("fasttext_train.py"),
+        code=script_hash("fasttext/fasttext_train.py"),
     log:
         f"{paths.LOGS}/fasttext/{{lang}}/token_{{model}}.log",
 
@@ -58,10 +58,10 @@ rule token_vectors:
         vectors=paths.TOKEN_VECTORS,
         missing=paths.TOKEN_VECTORS_MISSING,
     params:
-        code=script_hash("token_vectors.py"),
+        code=script_hash("fasttext/token_vectors.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
     script:
-        "../scripts/token_vectors.py"
+        "../scripts/fasttext/token_vectors.py"

@@ -16,13 +16,13 @@ rule lapt_blocks:
         text=LAPT_TEXTS,
     params:
         max_length=LAPT["max_length"],
-        code=script_hash("lapt_blocks.py"),
+        code=script_hash("lapt/lapt_blocks.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/lapt_blocks/{{lang}}/{{source}}/{{target}}/{{text}}.log",
     script:
-        "../scripts/lapt_blocks.py"
+        "../scripts/lapt/lapt_blocks.py"
 
 
 rule lapt:
@@ -35,7 +35,7 @@ rule lapt:
         lapt={k: v for k, v in LAPT.items() if k not in ("enabled", "select")},
         seed=config["seed"],
         work=lambda w: paths.LAPT_WORK.fill(**w),
-        code=script_hash("lapt.py"),
+        code=script_hash("lapt/lapt.py"),
     threads: config["threads"]
     resources:
         gpu=LAPT["gpus"],
@@ -48,4 +48,4 @@ rule lapt:
     benchmark:
         f"{paths.BENCHMARKS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
-        "../scripts/lapt.py"
+        "../scripts/lapt/lapt.py"

@@ -1,6 +1,6 @@
 # Models: hub snapshots pinned by revision, or miniature models trained here.
 # Local models (type: local) are read in place and need no rule.
-from embtransfer.pinning import fetch_params
+from embtransfer.core.pinning import fetch_params
 
 
 onsuccess:
@@ -20,13 +20,13 @@ rule train_tokenizer:
         model=wildcard_alternatives(MINI_MODELS),
     params:
         spec=lambda w: tokenizer_spec(w.model),
-        code=script_hash("train_tokenizer.py"),
+        code=script_hash("models/train_tokenizer.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/tokenizers/{{model}}.log",
     script:
-        "../scripts/train_tokenizer.py"
+        "../scripts/models/train_tokenizer.py"
 
 
 rule pretrain_model:
@@ -41,7 +41,7 @@ rule pretrain_model:
     params:
         spec=lambda w: MODELS[w.model],
         seed=config["seed"],
-        code=script_hash("pretrain_model.py"),
+        code=script_hash("models/pretrain_model.py"),
     threads: config["threads"]
     resources:
         mem_mb=4000,
@@ -53,7 +53,7 @@ rule pretrain_model:
     benchmark:
         f"{paths.BENCHMARKS}/pretrain_model/{{model}}.tsv"
     script:
-        "../scripts/pretrain_model.py"
+        "../scripts/models/pretrain_model.py"
 
 
 rule fetch_model:
@@ -66,10 +66,10 @@ rule fetch_model:
     params:
         # pinning the config to the downloaded commit must not re-download it
         spec=lambda w: fetch_params(MODELS[w.model], w.model, paths.MODELS_DIR),
-        code=script_hash("fetch_model.py"),
+        code=script_hash("models/fetch_model.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/models/{{model}}.log",
     script:
-        "../scripts/fetch_model.py"
+        "../scripts/models/fetch_model.py"

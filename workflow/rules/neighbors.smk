@@ -12,7 +12,7 @@ rule neighbors:
         prefilter_k=config["neighbors"]["prefilter_k"],
         chunk_rows=config["neighbors"]["chunk_rows"],
         max_neighbors=config["neighbors"]["max_neighbors"],
-        code=script_hash("neighbors.py"),
+        code=script_hash("neighbors/neighbors.py"),
     threads: config["threads"]
     resources:
         mem_mb=4000,
@@ -21,4 +21,4 @@ rule neighbors:
     log:
         f"{paths.LOGS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
     script:
-        "../scripts/neighbors.py"
+        "../scripts/neighbors/neighbors.py"

@@ -27,10 +27,10 @@ rule report:
         config=config_subset(config),
         # the results folder the report's grid builds its input paths under
         results=lambda w, output: str(Path(output.report_md).parents[1]),
-        code=script_hash("report.py"),
+        code=script_hash("report/report.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/report/report.log",
     script:
-        "../scripts/report.py"
+        "../scripts/report/report.py"

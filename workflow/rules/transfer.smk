@@ -19,7 +19,7 @@ rule salt_regression:
         device=TRANSFER["device"],
         trust_remote_code=config["trust_remote_code"],
         allow_pickle=config["allow_pickle"],
-        code=script_hash("salt_regression.py"),
+        code=script_hash("transfer/salt_regression.py"),
     threads: config["threads"]
     resources:
         gpu=1,
@@ -32,7 +32,7 @@ rule salt_regression:
     benchmark:
         f"{paths.BENCHMARKS}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
     script:
-        "../scripts/salt_regression.py"
+        "../scripts/transfer/salt_regression.py"
 
 
 rule aligned_vectors:
@@ -55,17 +55,17 @@ rule aligned_vectors:
         source_language=config.get("source_language"),
         aligned=config["aligned"],
         trust_remote_code=config["trust_remote_code"],
-        code=script_hash("aligned_vectors.py"),
+        code=script_hash("transfer/aligned_vectors.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
     script:
-        "../scripts/aligned_vectors.py"
+        "../scripts/transfer/aligned_vectors.py"
 
 
 rule transfer:
-    # The checkpoint and its zero-shot scores in one job (see scripts/transfer.py).
+    # The checkpoint and its zero-shot scores in one job (see scripts/transfer/transfer.py).
     input:
         unpack(transfer_inputs),
         text=lambda w: corpus_file(w.lang, "valid"),
@@ -91,7 +91,7 @@ rule transfer:
     benchmark:
         f"{paths.BENCHMARKS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
-        "../scripts/transfer.py"
+        "../scripts/transfer/transfer.py"
 
 
 rule zeroshot_source:
@@ -105,14 +105,14 @@ rule zeroshot_source:
     params:
         options=config["zeroshot"],
         device=TRANSFER["device"],
-        code=script_hash("zeroshot.py"),
+        code=script_hash("transfer/zeroshot.py"),
     threads: config["threads"]
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
     script:
-        "../scripts/zeroshot.py"
+        "../scripts/transfer/zeroshot.py"
 
 
 rule zeroshot_table:
@@ -122,10 +122,10 @@ rule zeroshot_table:
         csv=paths.ZEROSHOT_TABLE_CSV,
         md=paths.ZEROSHOT_TABLE_MD,
     params:
-        code=script_hash("zeroshot_table.py"),
+        code=script_hash("transfer/zeroshot_table.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/tables/zeroshot.log",
     script:
-        "../scripts/zeroshot_table.py"
+        "../scripts/transfer/zeroshot_table.py"

@@ -8,13 +8,13 @@ rule vocab:
         paths.VOCAB,
     params:
         trust_remote_code=config["trust_remote_code"],
-        code=script_hash("vocab.py"),
+        code=script_hash("vocab/vocab.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/vocab/{{model}}.log",
     script:
-        "../scripts/vocab.py"
+        "../scripts/vocab/vocab.py"
 
 
 rule overlap:
@@ -29,10 +29,10 @@ rule overlap:
     params:
         match=config["overlap"]["match"],
         trust_remote_code=config["trust_remote_code"],
-        code=script_hash("overlap.py"),
+        code=script_hash("vocab/overlap.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/overlap/{{source}}/{{target}}.log",
     script:
-        "../scripts/overlap.py"
+        "../scripts/vocab/overlap.py"

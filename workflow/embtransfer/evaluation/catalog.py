@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embtransfer.grid import evaluation_languages
+from embtransfer.core.grid import evaluation_languages
 
 SHIPPED_TASK_DIR = Path(__file__).resolve().parents[2] / "lm_eval_tasks"
 KINDS = ("knowledge", "mrc", "crosslingual")

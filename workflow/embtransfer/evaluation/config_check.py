@@ -1,20 +1,20 @@
 """Config checks of the evaluation section (task names against lm-eval's index).
 
-Run by :func:`embtransfer.config.validate_config` when the config is read, before any job:
-an unknown task key, a language a task has no version for, or a task name the installed
-lm-eval does not know stops the run with a message naming the config key. lm-eval's index
-is consulted (through the on-disk cache of :mod:`embtransfer.evaluation.taskindex`) only
-when the config asks for stock lm-eval tasks.
+Run by :func:`embtransfer.config.validation.validate_config` when the config is read,
+before any job: an unknown task key, a language a task has no version for, or a task name
+the installed lm-eval does not know stops the run with a message naming the config key.
+lm-eval's index is consulted (through the on-disk cache of
+:mod:`embtransfer.evaluation.taskindex`) only when the config asks for stock lm-eval tasks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from embtransfer.errors import ConfigError
+from embtransfer.core.errors import ConfigError
+from embtransfer.core.grid import evaluation_languages
 from embtransfer.evaluation import taskindex  # the module: tests replace its index
 from embtransfer.evaluation.catalog import CATALOG, SHIPPED_TASK_DIR, resolve
-from embtransfer.grid import evaluation_languages
 
 
 def check_evaluation(config: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from embtransfer.atomic import atomic_path
+from embtransfer.core.atomic import atomic_path
 
 DEFAULT_NAME = "default"  # directory of a dataset without a config name
 SUFFIX = ".jsonl"

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from embtransfer.core.grid import STAGES
 from embtransfer.evaluation.catalog import KINDS, TaskSpec
-from embtransfer.grid import STAGES
 
 REQUIRED = {
     "task": str, "lm_eval_task": str, "stage": str, "lang": str, "source": str,

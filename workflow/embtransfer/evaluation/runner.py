@@ -31,13 +31,13 @@ import torch
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
-from embtransfer.atomic import write_json
+from embtransfer.core.atomic import write_json
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec
 from embtransfer.evaluation.datasets import local_dataset_overrides, task_config
 from embtransfer.evaluation.record import make_record
 from embtransfer.evaluation.squad import process_results_for
 from embtransfer.evaluation.world_tasks import relocated_include_dir
-from embtransfer.models import load_tokenizer
+from embtransfer.models.loading import load_tokenizer
 
 log = logging.getLogger("embtransfer.evaluation")
 
@@ -53,7 +53,8 @@ def resolve_device(device: str) -> str:
 
 
 def context_token_id(tokenizer: Any) -> int | None:
-    """bos, else cls, else eos, else sep (as embtransfer.intrinsic starts its sequences)."""
+    """bos, else cls, else eos, else sep (as embtransfer.evaluation.intrinsic starts its
+    sequences)."""
     for role in ("bos", "cls", "eos", "sep"):
         value = getattr(tokenizer, f"{role}_token_id", None)
         if value is not None:

@@ -18,7 +18,7 @@ from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
 
-from embtransfer.atomic import write_json
+from embtransfer.core.atomic import write_json
 
 
 def cache_dir() -> Path:

@@ -24,8 +24,8 @@ from typing import Any
 
 from lm_eval.tasks import get_task_dict
 
-from embtransfer.intrinsic import token_counts
-from embtransfer.models import load_tokenizer
+from embtransfer.evaluation.intrinsic import token_counts
+from embtransfer.models.loading import load_tokenizer
 
 
 def _as_text(value: Any) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from embtransfer.atomic import atomic_path
+from embtransfer.core.atomic import atomic_path
 from embtransfer.world.corpus import PASSAGE_RELATIONS, fact_frame, fact_question, render
 from embtransfer.world.languages import value_pool
 

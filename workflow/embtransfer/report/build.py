@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from embtransfer import paths
-from embtransfer.atomic import atomic_path
-from embtransfer.grid import Grid, evaluated_stages, report_stages
+from embtransfer.core import paths
+from embtransfer.core.atomic import atomic_path
+from embtransfer.core.grid import Grid, evaluated_stages, report_stages
 from embtransfer.report.figures import Curves, missing_curves, write_figure2
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import (

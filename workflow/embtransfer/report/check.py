@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embtransfer.config import ConfigError
+from embtransfer.core.errors import ConfigError
 
 
 def check_report(config: dict[str, Any]) -> None:

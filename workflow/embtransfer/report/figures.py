@@ -10,8 +10,8 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from embtransfer.atomic import atomic_path
-from embtransfer.grid import Grid
+from embtransfer.core.atomic import atomic_path
+from embtransfer.core.grid import Grid
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
 

@@ -1,6 +1,6 @@
 """Read the result files the report is built from.
 
-Their paths are :mod:`embtransfer.paths`'s templates; a run's identity is parsed from a
+Their paths are :mod:`embtransfer.core.paths`'s templates; a run's identity is parsed from a
 path with the same template that names the file (under any results folder).
 
 * Evaluation JSONs: ``results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json``
@@ -10,9 +10,9 @@ path with the same template that names the file (under any results folder).
 * LAPT metrics: ``results/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl``, one
   JSON object per line (logging steps, evaluations, a final line).
 * Coverage: ``results/overlap/{source}/{target}.coverage.json``
-  (:func:`embtransfer.overlap.coverage`).
+  (:func:`embtransfer.vocab.overlap.coverage`).
 * Zero-shot records: ``results/zeroshot/{lang}/{source}/{target}/{method}.json``
-  (:func:`embtransfer.intrinsic.evaluate_text`): their tokens and bytes convert Table 5's
+  (:func:`embtransfer.evaluation.intrinsic.evaluate_text`): their tokens and bytes convert Table 5's
   per-token LAPT eval loss to bits per byte.
 * The paper's reference numbers (``salt_paper_tables.csv``).
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embtransfer import paths
-from embtransfer.grid import STAGES
+from embtransfer.core import paths
+from embtransfer.core.grid import STAGES
 
 ZEROSHOT_KEYS = ("lang", "source", "method", "loss", "bits_per_byte")
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import pandas as pd
 
-from embtransfer import paths
-from embtransfer.grid import STAGES, Grid
+from embtransfer.core import paths
+from embtransfer.core.grid import STAGES, Grid
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 
@@ -463,7 +463,7 @@ def fraction_label(fraction: float, measure: str = "eval loss") -> str:
 def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
     """A per-token loss (nats) in bits per byte of the valid text, with the token and byte
     counts of the checkpoint's zero-shot record: its own ``bits_per_byte`` for its own loss
-    (:func:`embtransfer.intrinsic.evaluate_text`)."""
+    (:func:`embtransfer.evaluation.intrinsic.evaluate_text`)."""
     return loss * zeroshot["tokens"] / zeroshot["bytes"] / math.log(2)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from embtransfer.atomic import atomic_path
+from embtransfer.core.atomic import atomic_path
 from embtransfer.report.tables import markdown
 
 

@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from .languages import value_pool
+from embtransfer.world.languages import value_pool
 
 Frame = dict[str, Any]
 NP = dict[str, Any]

@@ -22,8 +22,8 @@ import torch
 import transformers
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..atomic import atomic_path, write_json
-from ..logs import without_run_values
+from embtransfer.core.atomic import atomic_path, write_json
+from embtransfer.core.logs import without_run_values
 
 MODEL_FAMILIES = ("llama", "gemma", "gpt2", "xglm", "bert", "t5")
 DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")

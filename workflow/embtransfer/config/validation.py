@@ -1,0 +1,295 @@
+"""Load and validate the workflow configuration.
+
+The JSON schema (``workflow/schemas/*.schema.yaml``) checks keys and types and
+fills defaults; :func:`check_references` then checks what a schema cannot say
+(a source model key that is not defined, a target PLM of the wrong language).
+Errors name the offending key as a dotted path, so a misspelling is found at
+start-up, not after hours of compute.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
+from embtransfer.evaluation.config_check import check_evaluation
+from embtransfer.transfer.catalog import METHODS, OptionError, method_needs, resolve_options
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def _embed(root: dict[str, Any], sub: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Move ``sub``'s ``$defs`` into ``root`` under ``prefix`` and rewrite its refs.
+
+    A sub-schema's ``#/$defs/x`` refs point at its own root; once embedded in the
+    config schema they must point at the config schema's ``$defs``.
+    """
+    defs = sub.pop("$defs", {})
+    sub.pop("$schema", None)
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: (
+                    v.replace("#/$defs/", f"#/$defs/{prefix}")
+                    if k == "$ref" and isinstance(v, str)
+                    else rewrite(v)
+                )
+                for k, v in node.items()
+            }
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    root.setdefault("$defs", {}).update({prefix + k: rewrite(v) for k, v in defs.items()})
+    return rewrite(sub)
+
+
+def _read_yaml(path: Path) -> Any:
+    # libyaml's loader when PyYAML has it: the schemas are read on every Snakefile parse.
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def load_schema() -> dict[str, Any]:
+    """The config schema, with the world and model sub-schemas put in place."""
+    schema = _read_yaml(SCHEMA_DIR / "config.schema.yaml")
+    world = _read_yaml(SCHEMA_DIR / "world.schema.yaml")
+    model = _read_yaml(SCHEMA_DIR / "model.schema.yaml")
+    schema["properties"]["world"] = _embed(schema, world, "world_")
+    schema["properties"]["models"]["additionalProperties"] = _embed(schema, model, "model_")
+    # Stages with their own schema file, each a top-level section of the config.
+    for section, name in (("lapt", "lapt"), ("evaluation", "evaluation"), ("report", "report")):
+        sub = _read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
+        schema["properties"][section] = _embed(schema, sub, f"{name}_")
+    # The method names come from the method catalog, the one place that lists methods; their
+    # options are checked by check_transfer with the catalog's resolve_options.
+    transfer = schema["properties"]["transfer"]["properties"]
+    transfer["methods"]["items"] = {"enum": list(METHODS)}
+    transfer["methods"]["default"] = list(METHODS)
+    transfer["options"]["propertyNames"] = {"enum": list(METHODS)}
+    return schema
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that also fills ``default`` values into the instance.
+
+    Defaults inside ``oneOf`` branches are filled only from the branch that
+    matches, so a branch that is tried and rejected leaves no keys behind.
+    """
+    validate_properties = validator_class.VALIDATORS["properties"]
+    validate_one_of = validator_class.VALIDATORS["oneOf"]
+
+    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    def one_of(validator, branches, instance, schema):  # type: ignore[no-untyped-def]
+        matching = [
+            i
+            for i, branch in enumerate(branches)
+            if not any(validator.descend(copy.deepcopy(instance), branch, schema_path=i))
+        ]
+        if len(matching) == 1:
+            yield from validator.descend(instance, branches[matching[0]], schema_path=matching[0])
+        else:
+            yield from validate_one_of(validator, branches, copy.deepcopy(instance), schema)
+
+    return jsonschema.validators.extend(
+        validator_class, {"properties": set_defaults, "oneOf": one_of}
+    )
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    # For "oneOf"/"anyOf" failures the most specific sub-error says more.
+    best = jsonschema.exceptions.best_match([error]) if error.context else error
+    where = _key_path(best)
+    if best.validator == "additionalProperties":
+        allowed = sorted(best.schema.get("properties", {}))
+        return (
+            f"config key {where}: {best.message}. "
+            f"Allowed keys here: {', '.join(allowed)}. Check the spelling."
+        )
+    return f"config key {where}: {best.message}"
+
+
+def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``config`` in place against the schema, fill defaults, check references.
+
+    Returns the same dict for convenience. Raises :class:`ConfigError`.
+    """
+    schema = load_schema()
+    validator_cls = _with_defaults(jsonschema.Draft202012Validator)
+    errors = sorted(validator_cls(schema).iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        lines = [_describe(e) for e in errors[:10]]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+    check_references(config)
+    check_transfer(config)
+    check_lapt(config)
+    check_evaluation(config)
+    return config
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def check_references(config: dict[str, Any]) -> None:
+    """Cross-key checks the schema cannot express."""
+    models = config["models"]
+    languages = config["languages"]
+    for key in config["sources"]:
+        _require(
+            key in models,
+            f"config key sources: model {key!r} is not defined under models "
+            f"(defined: {', '.join(sorted(models))})",
+        )
+    for lang, plms in config["targets"].items():
+        _require(
+            lang in languages,
+            f"config key targets.{lang}: language {lang!r} is not defined under languages "
+            f"(defined: {', '.join(sorted(languages))})",
+        )
+        for plm in plms:
+            _require(
+                plm in models,
+                f"config key targets.{lang}: model {plm!r} is not defined under models",
+            )
+            plm_lang = models[plm].get("language")
+            _require(
+                plm_lang in (None, lang),
+                f"config key targets.{lang}: model {plm!r} is a {plm_lang!r} model "
+                f"(models.{plm}.language), not a {lang!r} one",
+            )
+    for key, spec in models.items():
+        for lang in [spec.get("language"), *spec.get("mix", {})]:
+            if lang is None:
+                continue
+            _require(
+                lang in languages,
+                f"config key models.{key}: language {lang!r} is not defined under languages",
+            )
+        if spec["type"] == "mini":
+            _require(
+                spec.get("language") is not None,
+                f"config key models.{key}: a 'mini' model needs the language of the corpus "
+                f"it is pretrained on (models.{key}.language)",
+            )
+    uses_world = any(lang["corpus"]["type"] == "mini" for lang in languages.values())
+    if uses_world:
+        world_langs = set(config["world"]["languages"])
+        for lang, spec in languages.items():
+            if spec["corpus"]["type"] == "mini":
+                _require(
+                    lang in world_langs,
+                    f"config key languages.{lang}.corpus: type 'mini' but {lang!r} is not a "
+                    f"language of the miniature world (world.languages: "
+                    f"{', '.join(sorted(world_langs))})",
+                )
+
+
+def check_transfer(config: dict[str, Any]) -> None:
+    """Method options pass the catalog's check and methods get what they need, named at
+    start-up rather than after hours of compute."""
+    languages = config["languages"]
+    transfer = config["transfer"]
+    if config.get("source_language") is None and "world" in config and any(
+        spec["corpus"]["type"] == "mini" for spec in languages.values()
+    ):
+        config["source_language"] = config["world"]["source_language"]
+    for method, options in transfer["options"].items():
+        try:
+            resolve_options(method, options)
+        except OptionError as err:
+            raise ConfigError(f"config key {err}") from None
+    for method in transfer["methods"]:
+        if "aligned" not in method_needs(method, transfer["options"].get(method, {})):
+            continue
+        source_lang = config.get("source_language")
+        _require(
+            source_lang in languages,
+            f"config key source_language: method {method!r} aligns source- and target-language "
+            f"fastText spaces and needs the source language (a key of languages), "
+            f"got {source_lang!r}",
+        )
+        for lang in config["targets"]:
+            spec = languages[lang]
+            if "dictionary" not in spec and spec["corpus"]["type"] == "mini":
+                spec["dictionary"] = {"type": "world"}
+            _require(
+                "dictionary" in spec,
+                f"config key languages.{lang}.dictionary: method {method!r} needs a bilingual "
+                f"dictionary {source_lang}->{lang} to align fastText spaces; give "
+                "{type: file, path: ...} (or drop the method from transfer.methods)",
+            )
+            _require(
+                spec["dictionary"]["type"] != "world" or spec["corpus"]["type"] == "mini",
+                f"config key languages.{lang}.dictionary: type 'world' needs a miniature-world "
+                "language (corpus type mini)",
+            )
+
+
+def _check_select(config: dict[str, Any], section: str) -> None:
+    """A grid selection (``transfer.select``, ``lapt.select``) names known keys: typos are
+    errors; a defined key outside the grid selects nothing."""
+    known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
+             "methods": sorted(METHODS)}
+    for i, group in enumerate(config[section].get("select") or []):
+        for key, allowed in known.items():
+            unknown = sorted(set(group.get(key) or []) - set(allowed))
+            _require(
+                not unknown,
+                f"config key {section}.select.{i}.{key}: {unknown} unknown (known: "
+                f"{', '.join(allowed)})",
+            )
+
+
+def check_lapt(config: dict[str, Any]) -> None:
+    """LAPT and transfer selections name known keys; the replay language exists."""
+    _check_select(config, "transfer")
+    _check_select(config, "lapt")
+    lapt = config["lapt"]
+    replay = lapt.get("replay")
+    if replay:
+        lang = replay.get("language") or config.get("source_language")
+        _require(
+            lang in config["languages"],
+            f"config key lapt.replay.language: the replay text's language must be a key of "
+            f"languages (or set source_language), got {lang!r}",
+        )
+        replay["language"] = lang
+
+
+# -- accessors used by the Snakefile and scripts ---------------------------------------
+
+
+def models_of_type(config: dict[str, Any], kind: str) -> list[str]:
+    return sorted(k for k, m in config["models"].items() if m["type"] == kind)
+
+
+def wildcard_alternatives(keys: Iterable[str]) -> str:
+    """A regex matching exactly one of ``keys`` (for wildcard_constraints)."""
+    keys = sorted(keys)
+    return "|".join(re.escape(k) for k in keys) if keys else "(?!x)x"
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file and validate it (for use outside Snakemake)."""
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    return validate_config(config)

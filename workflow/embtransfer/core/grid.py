@@ -1,0 +1,185 @@
+"""The experiment grid: which (language, source, target PLM, method) runs each stage makes.
+
+One place for the selection, so the rules, the report and the dry-run tests agree
+on what exists: the (language, source, target) pairs, the transferred and LAPT runs, the
+evaluated checkpoints and source models, and the report's :class:`Grid` (the rows its
+tables should have). Where each run's files lie: :mod:`embtransfer.core.paths`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+#: The checkpoint stages, in pipeline order: the untouched source LLM, the transferred
+#: checkpoint, the LAPT checkpoint.
+STAGES = ("source", "transfer", "lapt")
+
+
+class Run(NamedTuple):
+    lang: str
+    source: str
+    target: str
+    method: str
+
+
+def target_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (language, source model, target PLM) combination of the experiment grid."""
+    return [
+        (lang, source, target)
+        for lang, plms in config["targets"].items()
+        for source in config["sources"]
+        for target in plms
+    ]
+
+
+def _chosen(run: Run, group: dict[str, Any]) -> bool:
+    """Whether ``run`` is in ``group``: the product of its sources, targets and methods
+    (a missing or null key = all of the grid's)."""
+    return all(
+        group.get(key) is None or value in group[key]
+        for key, value in (("sources", run.source), ("targets", run.target),
+                           ("methods", run.method))
+    )
+
+
+def _selected(runs: list[Run], groups: list[dict[str, Any]] | None) -> list[Run]:
+    """The runs in the union of ``groups`` (all when there are none), in grid order."""
+    groups = groups or [{}]
+    return [run for run in runs if any(_chosen(run, g) for g in groups)]
+
+
+def transfer_runs(config: dict[str, Any]) -> list[Run]:
+    """Every transferred checkpoint: the union of ``transfer.select``'s groups of the product
+    language x source x target PLM x method (no groups: the whole product)."""
+    grid = [
+        Run(lang, source, target, method)
+        for lang, source, target in target_pairs(config)
+        for method in config["transfer"]["methods"]
+    ]
+    return _selected(grid, config["transfer"].get("select"))
+
+
+def lapt_runs(config: dict[str, Any]) -> list[Run]:
+    """The transferred checkpoints that are trained further: the union of ``lapt.select``'s
+    groups (each a product of sources x targets x methods; null = all), in grid order.
+    Empty when LAPT is disabled."""
+    lapt = config.get("lapt", {})
+    if not lapt.get("enabled", True):
+        return []
+    return _selected(transfer_runs(config), lapt.get("select"))
+
+
+# --- which checkpoints are evaluated --------------------------------------------------------
+
+
+def evaluation_languages(config: dict[str, Any]) -> list[str]:
+    """The config languages whose checkpoints are evaluated (the target languages)."""
+    return list(config["targets"])
+
+
+def _keep(config: dict[str, Any], value: str, key: str) -> bool:
+    chosen = config["evaluation"]["select"].get(key)
+    return chosen is None or value in chosen
+
+
+def evaluated_runs(config: dict[str, Any], stage: str) -> list[Run]:
+    """The checkpoints evaluated at ``stage`` (``transfer`` or ``lapt``).
+
+    ``lapt``: the runs LAPT trains (:func:`lapt_runs`). ``transfer``: the
+    same runs before LAPT, so every LAPT checkpoint has its before/after pair; when LAPT is
+    disabled (no LAPT runs), every transferred checkpoint. Both are then narrowed by
+    ``evaluation.select`` (sources/targets/methods; null keeps all).
+    """
+    if stage not in config["evaluation"]["stages"]:
+        return []
+    if stage == "lapt":
+        base = lapt_runs(config)
+    elif stage == "transfer":
+        base = lapt_runs(config) or transfer_runs(config)
+    else:
+        raise ValueError(f"evaluated_runs: stage {stage!r} has no transfer runs")
+    return [
+        r for r in base
+        if _keep(config, r.source, "sources") and _keep(config, r.target, "targets")
+        and _keep(config, r.method, "methods")
+    ]
+
+
+def evaluated_sources(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(language, source model) pairs whose untouched source LLM is evaluated."""
+    if "source" not in config["evaluation"]["stages"]:
+        return []
+    return [
+        (lang, source)
+        for lang in evaluation_languages(config)
+        for source in config["sources"]
+        if _keep(config, source, "sources")
+    ]
+
+
+# --- what the report's tables show ----------------------------------------------------------
+
+
+def report_stages(config: dict[str, Any]) -> list[str]:
+    """``report.stages``, or by default the checkpoint stages the evaluation covers
+    (``evaluation.stages``: transfer, lapt), lapt only when LAPT is enabled."""
+    chosen = (config.get("report") or {}).get("stages")
+    if chosen:
+        return list(chosen)
+    evaluated = (config.get("evaluation") or {}).get("stages", ["transfer", "lapt"])
+    lapt_on = (config.get("lapt") or {}).get("enabled", True)
+    stages = [s for s in ("transfer", "lapt") if s in evaluated and (s != "lapt" or lapt_on)]
+    return stages or ["lapt"]
+
+
+def evaluated_stages(config: dict[str, Any]) -> list[str]:
+    """``evaluation.stages`` (the schema's default: every stage)."""
+    return list((config.get("evaluation") or {}).get("stages", STAGES))
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What the configuration asks the report for: the rows every table should have."""
+
+    targets: dict[str, list[str]]  # lang -> target PLM keys, in config order
+    sources: list[str]
+    methods: list[str]
+    stages: list[str]
+    focus_method: str
+    overlap_match: str = "fuzzy"
+    #: The results folder the report's expected paths (:mod:`embtransfer.core.paths`) lie under.
+    results_dir: str = "results"
+    #: Runs the workflow evaluates / trains (from the rule's input paths): (stage, lang,
+    #: source, target, method) and (lang, source, target, method). None: the whole grid.
+    planned_eval: frozenset[tuple] | None = None
+    planned_lapt: frozenset[tuple] | None = None
+    #: ``evaluation.stages`` has ``source``: Tables 1-3 open with the source model's rows.
+    source_control: bool = True
+
+    def wants_eval(self, stage: str, lang: str, source: str, target: str | None,
+                   method: str | None) -> bool:
+        return self.planned_eval is None or (stage, lang, source, target, method) in (
+            self.planned_eval)
+
+    def wants_lapt(self, lang: str, source: str, target: str | None, method: str) -> bool:
+        return self.planned_lapt is None or (lang, source, target, method) in self.planned_lapt
+
+    @property
+    def langs(self) -> list[str]:
+        return list(self.targets)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], results_dir: str = "results") -> Grid:
+        report = config.get("report") or {}
+        methods = report.get("methods") or config.get("transfer", {}).get("methods", [])
+        return cls(
+            targets={lang: list(plms) for lang, plms in config["targets"].items()},
+            sources=list(config["sources"]),
+            methods=list(methods),
+            stages=report_stages(config),
+            focus_method=report.get("focus_method") or "salt",
+            overlap_match=config.get("overlap", {}).get("match", "fuzzy"),
+            results_dir=results_dir,
+            source_control="source" in evaluated_stages(config),
+        )

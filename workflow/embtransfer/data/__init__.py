@@ -1,0 +1,1 @@
+"""The data stage (workflow/rules/data.smk): corpora of every language, and downloads."""

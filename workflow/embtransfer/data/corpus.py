@@ -1,0 +1,165 @@
+"""The corpus seam: the miniature world, local text, or a Wikipedia dump.
+
+Every source ends as two plain-text files, ``train.txt`` and ``valid.txt``,
+one sentence per line. The paper's setting (Wikipedia 20231101, NLTK sentences,
+8M sentences, sequential 9:1 split) is the ``wikipedia`` type; it needs
+internet (``datasets``, NLTK's punkt model), so real runs fetch it on a login
+node and compute jobs read the files.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from embtransfer.world.corpus import generate_sentences
+
+
+def split_sequential(lines: list[str], valid_fraction: float) -> tuple[list[str], list[str]]:
+    """Sequential split as in the paper: the first (1-f) of the lines train, the rest validate."""
+    if len(lines) < 2:
+        raise ValueError(f"need at least 2 lines to split a corpus, got {len(lines)}")
+    n_valid = max(1, round(len(lines) * valid_fraction))
+    return lines[:-n_valid], lines[-n_valid:]
+
+
+def split_seed(seed: int, lang: str, split: str) -> int:
+    """A per-(language, split) seed, stable across processes (no Python ``hash()``)."""
+    return seed * 1_000_003 + zlib.crc32(f"{lang}/{split}".encode())
+
+
+def mini_corpus(world: dict[str, Any], lang: str, seed: int) -> tuple[list[str], list[str]]:
+    """Train and valid sentences of one miniature-world language."""
+    sizes = world["config"]["sentences"]
+    n_train = sizes["source_train"] if lang == world["source_language"] else sizes["target_train"]
+    train = generate_sentences(world, lang, n_train, split_seed(seed, lang, "train"))
+    valid = generate_sentences(world, lang, sizes["valid"], split_seed(seed, lang, "valid"))
+    return train, valid
+
+
+def source_llm_share(world: dict[str, Any], lang: str, seed: int) -> list[str]:
+    """The text of target language ``lang`` a source LLM's pretraining mix draws its share
+    from: like the language's corpus, but a configured fraction of it restates facts of the
+    fact base (``source_llm_fact_fraction``), as multilingual web text restates what
+    English text says. The target PLMs and LAPT read the corpus itself, which keeps the facts
+    out unless ``target_fact_sentence_fraction`` is set."""
+    cfg = world["config"]
+    return generate_sentences(world, lang, cfg["sentences"]["target_train"],
+                              split_seed(seed, lang, "source_llm"),
+                              fact_fraction=cfg["source_llm_fact_fraction"])
+
+
+def _clean(lines: Iterable[str]) -> Iterator[str]:
+    for line in lines:
+        line = " ".join(line.split())
+        if line:
+            yield line
+
+
+def _read_lines(path: Path, key: str) -> list[str]:
+    """The non-blank lines of a corpus file; a missing or empty file is refused, naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {path} does not exist (config key {key})")
+    lines = list(_clean(path.read_text(encoding="utf-8").splitlines()))
+    if not lines:
+        raise ValueError(
+            f"corpus file {path} is empty (no non-blank line; config key {key}): "
+            "give a file with one sentence per line"
+        )
+    return lines
+
+
+def local_corpus(spec: dict[str, Any], lang: str = "*") -> tuple[list[str], list[str]]:
+    """Read ``spec['train']`` (and ``spec['valid']`` or a sequential split of train)."""
+    key = f"languages.{lang}.corpus"
+    train = _read_lines(Path(spec["train"]), f"{key}.train")
+    if spec.get("valid"):
+        return train, _read_lines(Path(spec["valid"]), f"{key}.valid")
+    return split_sequential(train, spec.get("valid_fraction", 0.1))
+
+
+def wikipedia_sentences(
+    language: str,
+    dump: str,
+    n_sentences: int,
+    *,
+    load_dataset: Callable[..., Iterable[dict]] | None = None,
+    split_sentences: Callable[[str], list[str]] | None = None,
+) -> Iterator[str]:
+    """The first ``n_sentences`` NLTK sentences of a Wikipedia dump, in dump order.
+
+    Streams ``wikimedia/wikipedia`` config ``{dump}.{language}`` (needs network);
+    the local rule ``fetch_wikipedia`` (embtransfer.data.download) writes them to
+    ``resources/wikipedia/`` on a login node. ``load_dataset`` and
+    ``split_sentences`` default to ``datasets.load_dataset`` and NLTK's
+    ``sent_tokenize`` (tests pass fakes).
+    """
+    if load_dataset is None:  # the Snakefile imports this module (through download)
+        from datasets import load_dataset  # noqa: PLC0415 (Snakefile start-up)
+    if split_sentences is None:
+        import nltk  # noqa: PLC0415 (Snakefile start-up)
+
+        split_sentences = nltk.sent_tokenize
+    dataset = load_dataset(
+        "wikimedia/wikipedia", f"{dump}.{language}", split="train", streaming=True
+    )
+
+    def sentences() -> Iterator[str]:
+        for article in dataset:
+            for paragraph in article["text"].split("\n"):
+                yield from _clean(split_sentences(paragraph))
+
+    return islice(sentences(), n_sentences)
+
+
+def wikipedia_corpus(
+    spec: dict[str, Any], sentences: str | os.PathLike
+) -> tuple[list[str], list[str]]:
+    """Train/valid of a Wikipedia corpus: the downloaded sentences file, split sequentially.
+
+    ``sentences`` is the output of the local rule ``fetch_wikipedia`` (one sentence
+    per line, dump order); this step reads only that file, so it runs offline.
+    """
+    path = Path(sentences)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: run `snakemake --cores 1 {path}` (rule fetch_wikipedia) or "
+            "`snakemake --cores 1 download_all` on a node with internet"
+        )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    want = spec.get("sentences", 8_000_000)
+    if len(lines) < want:
+        raise ValueError(f"{path} has {len(lines)} sentences, the config asks for {want}")
+    return split_sequential(lines[:want], spec.get("valid_fraction", 0.1))
+
+
+def mix_corpora(
+    main: list[str], others: dict[str, list[str]], shares: dict[str, float], seed: int
+) -> list[str]:
+    """``main`` plus, for each other language, ``share`` (of the mix) of its lines, shuffled.
+
+    Used for the source LLM's pretraining text: mostly source language, with a
+    small target-language share, as real English-centric LLMs see.
+    """
+    total_share = sum(shares.values())
+    if not 0 <= total_share < 1:
+        raise ValueError(f"mix shares must sum to less than 1, got {total_share}")
+    rng = random.Random(seed)
+    # n_other / (n_main + sum n_other) = share  =>  n_other = share * n_main / (1 - total)
+    mixed = list(main)
+    for lang in sorted(shares):
+        want = round(shares[lang] * len(main) / (1 - total_share))
+        pool = others[lang]
+        if want > len(pool):
+            raise ValueError(
+                f"mix share {shares[lang]} of {lang!r} needs {want} lines, "
+                f"its corpus has only {len(pool)}"
+            )
+        mixed.extend(rng.sample(pool, want))
+    rng.shuffle(mixed)
+    return mixed

@@ -1,0 +1,257 @@
+"""Zero-shot intrinsic measures of a causal LM on held-out text.
+
+:func:`evaluate_text` gives held-out loss, perplexity and bits per byte;
+:func:`fertility` gives tokens per whitespace word. Definitions (fixed, so that
+numbers are comparable across tokenizers and runs):
+
+* Documents are the non-empty lines of the file (a line holding only
+  whitespace is skipped), without their line break.
+* Packing: each document's tokens (``add_special_tokens=False``) are followed by
+  a separator (the tokenizer's eos, else its sep; none if it has neither) and
+  the stream is cut into pieces of ``max_length - 1`` tokens. Every packed
+  sequence starts with one context token (bos, else cls, else eos, else sep),
+  so every stream token is predicted exactly once and no document token is lost
+  at a sequence boundary. One context token per *sequence*, not per document.
+* Scored tokens are the document tokens only: the context token is never
+  predicted, and separator predictions are not counted (tokenizers differ in
+  how they mark a line end; the bytes they would stand for are not counted
+  either).
+* ``loss`` = mean negative log-likelihood per scored token, in nats;
+  ``perplexity`` = exp(loss) (null when it overflows a float, loss > 700 nats);
+  ``bits_per_byte`` = total NLL / ln 2 / ``bytes``,
+  where ``bytes`` is the UTF-8 length of the scored documents (line breaks
+  excluded). Lossy tokenizers (BERT/T5 normalisation, ``[UNK]``) score text
+  they cannot reproduce; ``unk_tokens`` reports how often that happened.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from embtransfer.models.loading import load_tokenizer
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
+
+
+def read_documents(text_file: str | os.PathLike, max_lines: int | None = None) -> list[str]:
+    """The non-empty lines of ``text_file``, without line breaks (the first ``max_lines``)."""
+    docs: list[str] = []
+    with open(text_file, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            docs.append(line)
+            if max_lines is not None and len(docs) >= max_lines:
+                break
+    return docs
+
+
+def _role(tokenizer: Any, *roles: str) -> int | None:
+    for role in roles:
+        value = getattr(tokenizer, f"{role}_token_id", None)
+        if value is not None:
+            return int(value)
+    return None
+
+
+@dataclass
+class Packed:
+    """Packed evaluation sequences and which positions are scored."""
+
+    sequences: list[list[int]]
+    scored: list[list[bool]]  # per position: is this token's prediction counted?
+    context_id: int
+    separator_id: int | None
+    documents: int
+    bytes: int
+
+    @property
+    def tokens(self) -> int:
+        return sum(sum(s) for s in self.scored)
+
+
+def pack_documents(tokenizer: Any, docs: list[str], max_length: int) -> Packed:
+    """Pack ``docs`` as described in the module docstring."""
+    if max_length < 2:
+        raise ValueError("max_length must be at least 2 (a context token and one prediction)")
+    context = _role(tokenizer, "bos", "cls", "eos", "sep")
+    if context is None:
+        raise ValueError("the tokenizer has no bos/cls/eos/sep token to start sequences with")
+    sep = _role(tokenizer, "eos", "sep")
+    stream: list[int] = []
+    counted: list[bool] = []
+    encoded = tokenizer(docs, add_special_tokens=False)["input_ids"] if docs else []
+    for ids in encoded:
+        stream.extend(ids)
+        counted.extend([True] * len(ids))
+        if sep is not None:
+            stream.append(sep)
+            counted.append(False)
+    step = max_length - 1
+    sequences, scored = [], []
+    for start in range(0, len(stream), step):
+        sequences.append([context] + stream[start : start + step])
+        scored.append([False] + counted[start : start + step])
+    n_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    return Packed(sequences, scored, context, sep, len(docs), n_bytes)
+
+
+def _device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _position_limit(config: Any) -> int | None:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in POSITION_KEYS:
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def evaluate_text(
+    model_dir: str | os.PathLike,
+    text_file: str | os.PathLike,
+    *,
+    max_length: int = 1024,
+    batch_size: int = 8,
+    device: str = "auto",
+    max_lines: int | None = None,
+    trust_remote_code: bool = False,
+    tokenizer: Any | None = None,
+) -> dict[str, Any]:
+    """Held-out causal-LM loss, perplexity and bits per byte of ``model_dir`` on ``text_file``.
+
+    ``max_length`` is capped at the model's position limit. The model runs in its
+    checkpoint dtype; log-probabilities are taken in float32. ``tokenizer``: the
+    checkpoint's own, when the caller has loaded it already.
+    """
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
+    dev = _device(device)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype="auto", trust_remote_code=trust_remote_code
+    ).to(dev)
+    model.eval()
+    limit = _position_limit(model.config)
+    if limit is not None:
+        max_length = min(max_length, limit)
+
+    docs = read_documents(text_file, max_lines)
+    if not docs:
+        raise ValueError(f"{text_file}: no non-empty lines to evaluate")
+    packed = pack_documents(tokenizer, docs, max_length)
+    # Any in-vocabulary id fills the padding; padded positions are masked and unscored.
+    filler = packed.separator_id if packed.separator_id is not None else packed.context_id
+
+    total_nll = 0.0
+    with torch.inference_mode():
+        for start in range(0, len(packed.sequences), batch_size):
+            seqs = packed.sequences[start : start + batch_size]
+            marks = packed.scored[start : start + batch_size]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), filler, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+            for i, (seq, mark) in enumerate(zip(seqs, marks, strict=True)):
+                ids[i, : len(seq)] = torch.tensor(seq)
+                mask[i, : len(seq)] = 1
+                keep = torch.tensor(mark)
+                labels[i, : len(seq)] = torch.where(keep, torch.tensor(seq), -100)
+            # Right padding: causal attention keeps real positions blind to the pads.
+            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
+            for i in range(len(seqs)):  # one row at a time: a float32 copy of V logits
+                total_nll += float(
+                    torch.nn.functional.cross_entropy(
+                        logits[i, :-1].float(), labels[i, 1:].to(dev),
+                        ignore_index=-100, reduction="sum",
+                    )
+                )
+    n_tokens = packed.tokens
+    unk = tokenizer.unk_token_id
+    n_unk = sum(
+        tok == unk and mark
+        for seq, marks in zip(packed.sequences, packed.scored, strict=True)
+        for tok, mark in zip(seq, marks, strict=True)
+    ) if unk is not None else 0
+    loss = total_nll / n_tokens if n_tokens else float("nan")
+    return {
+        "loss": loss,
+        # exp overflows past ~709 nats: such a model's perplexity is reported as
+        # null (the loss and bits per byte still say how bad it is), never as inf.
+        "perplexity": math.exp(loss) if n_tokens and loss < 700 else None,
+        "bits_per_byte": total_nll / math.log(2) / packed.bytes,
+        "nll_nats": total_nll,
+        "tokens": n_tokens,
+        "bytes": packed.bytes,
+        "tokens_per_byte": n_tokens / packed.bytes,
+        "documents": packed.documents,
+        "sequences": len(packed.sequences),
+        "max_length": max_length,
+        "context_token_id": packed.context_id,
+        "separator_token_id": packed.separator_id,
+        "unk_tokens": n_unk,
+        "device": dev,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "model": str(model_dir),
+        "text_file": str(text_file),
+    }
+
+
+def token_counts(tokenizer: Any, texts: Sequence[str]) -> dict[str, Any]:
+    """Tokens (``add_special_tokens=False``), whitespace words and UTF-8 bytes of ``texts``;
+    fertility = tokens per word, tokens per byte (NaN where there is nothing to divide by)."""
+    texts = list(texts)
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    tokens = sum(len(ids) for ids in encoded)
+    words = sum(len(t.split()) for t in texts)
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    return {
+        "fertility": tokens / words if words else float("nan"),
+        "tokens": tokens,
+        "words": words,
+        "bytes": n_bytes,
+        "tokens_per_byte": tokens / n_bytes if n_bytes else float("nan"),
+    }
+
+
+def fertility(tokenizer: Any, text_file: str | os.PathLike,
+              max_lines: int | None = None) -> dict[str, Any]:
+    """:func:`token_counts` of the lines of ``text_file`` (as :func:`read_documents`).
+
+    ``tokenizer`` is a tokenizer or its directory.
+    """
+    if isinstance(tokenizer, str | os.PathLike | Path):
+        tokenizer = load_tokenizer(tokenizer)
+    docs = read_documents(text_file, max_lines)
+    return {**token_counts(tokenizer, docs), "lines": len(docs)}
+
+
+def zeroshot_record(model_dir: str | os.PathLike, text_file: str | os.PathLike,
+                    options: dict[str, Any], device: str,
+                    context: dict[str, Any]) -> dict[str, Any]:
+    """The zero-shot JSON of one checkpoint (``results/zeroshot/...``,
+    ``results/intrinsic/lapt/...``): :func:`evaluate_text` with the config's ``zeroshot``
+    options, the fertility of its tokenizer on the same text, and ``context`` (the run's
+    wildcards; ``method`` is ``source_model`` for the untouched source LLM)."""
+    tokenizer = load_tokenizer(model_dir)  # once, for the scores and the fertility
+    record = evaluate_text(
+        model_dir, text_file, max_length=options["max_length"],
+        batch_size=options["batch_size"], device=device, max_lines=options["max_lines"],
+        tokenizer=tokenizer,
+    )
+    record["fertility"] = fertility(tokenizer, text_file)
+    record.update(context)
+    record.setdefault("method", "source_model")
+    return record

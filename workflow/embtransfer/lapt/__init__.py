@@ -1,0 +1,1 @@
+"""The lapt stage (workflow/rules/lapt.smk): language-adaptive continual pre-training."""

@@ -1,0 +1,1 @@
+"""The neighbors stage (workflow/rules/neighbors.smk): sparsemax neighbour sets."""

@@ -1,0 +1,382 @@
+"""Bilingual static vectors in one space (WECHSEL, OFA; docs/design.md §4.4).
+
+Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
+``wechsel/__init__.py``, ``WECHSEL._compute_align_matrix_from_dictionary`` and
+``WECHSEL.apply``):
+
+* Direction: the **source** space is mapped onto the **target** space.
+  ``W = orthogonal_procrustes(X_source, Y_target)`` minimises ``‖X W − Y‖_F``;
+  source vectors become ``x W``, target vectors stay as they are.
+* Dictionary lookup: every pair is tried with the case variants (as given,
+  lower, title) of both words; a variant counts only when it is an
+  in-vocabulary word of its fastText model (``get_word_id != -1``), not a
+  vector built from n-grams. Every combination found is one correspondence.
+  By default a variant equal to another (``haus`` is its own lower case) is
+  used once; ``duplicate_variants=True`` counts it again, as the reference does
+  (config ``aligned.duplicate_variants``).
+* No row normalisation before Procrustes in the reference (only the token
+  vectors are unit-normalised afterwards, for cosine similarity). ``normalize``
+  offers it, off by default.
+* Token vectors (config ``aligned.token_strings``): ``text`` (default) looks up
+  the token's UTF-8 text, stripped (:func:`fasttext_vectors.token_vectors`
+  ``mode="word"``): special tokens and pieces of a character have no vector.
+  ``decode`` is the reference's ``tokenizer.decode(i).strip()`` for every id:
+  special tokens (``<|endoftext|>``) and partial-UTF-8 pieces (decoded as
+  U+FFFD) get n-gram vectors and can be neighbours. Either way zero vectors are
+  "not found" and fall back to random rows.
+
+:func:`topk_cosine` / :func:`softmax_neighbors` are the chunked neighbour search
+both methods share and :func:`weighted_rows` their weighted sum of rows
+(:func:`embtransfer.transfer.methods.common.check_aligned` checks their input).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+from embtransfer.core.atomic import atomic_path
+from embtransfer.fasttext.vectors import MIN_NORM, token_vectors
+
+
+@dataclass
+class AlignedVectors:
+    """Static vectors of source and target tokens in one (aligned) space: WECHSEL, OFA."""
+
+    source: np.ndarray  # (V_s, d)
+    source_missing: np.ndarray  # (V_s,) bool
+    target: np.ndarray  # (V_t, d)
+    target_missing: np.ndarray  # (V_t,) bool
+
+
+# --------------------------------------------------------------------------- Procrustes
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def procrustes(X: np.ndarray, Y: np.ndarray, normalize: bool = False) -> np.ndarray:
+    """Orthogonal ``W`` (d x d) minimising ``‖X W − Y‖_F``.
+
+    ``X`` holds source-language and ``Y`` target-language vectors of the same
+    dictionary pairs, row for row. Closed form: ``XᵀY = U S Vᵀ``, ``W = U Vᵀ``
+    (as ``scipy.linalg.orthogonal_procrustes``). ``normalize`` scales every row
+    to unit length first (not done by WECHSEL's reference).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if X.ndim != 2 or X.shape != Y.shape:
+        raise ValueError(f"X and Y must be 2-d of the same shape, got {X.shape} and {Y.shape}")
+    if X.shape[0] == 0:
+        raise ValueError("no pairs to fit an orthogonal map on")
+    if normalize:
+        X, Y = _unit_rows(X), _unit_rows(Y)
+    u, _, vt = np.linalg.svd(X.T @ Y)
+    return u @ vt
+
+
+# --------------------------------------------------------------------------- neighbours
+
+
+def topk_cosine(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    k: int,
+    chunk_rows: int = 1024,
+    chunk_cols: int = 65536,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` keys of highest cosine similarity to each query, best first.
+
+    Returns ``(indices int64 (n, k'), similarities float32 (n, k'))`` with
+    ``k' = min(k, len(keys))``. The similarity matrix is computed in blocks of
+    ``chunk_rows x chunk_cols`` (float32), keeping a running top-k, so a
+    50k x 256k matrix never exists. Rows of zero norm have similarity 0 to all.
+    """
+    if k < 1 or chunk_rows < 1 or chunk_cols < 1:
+        raise ValueError("k, chunk_rows and chunk_cols must be >= 1")
+    n, m = len(queries), len(keys)
+    kk = min(int(k), m)
+    out_i = np.zeros((n, kk), np.int64)
+    out_s = np.zeros((n, kk), np.float32)
+    if n == 0 or kk == 0:
+        return out_i, out_s
+    q_all = torch.from_numpy(np.ascontiguousarray(_unit_rows(queries).astype(np.float32)))
+    k_all = torch.from_numpy(np.ascontiguousarray(_unit_rows(keys).astype(np.float32)))
+    with torch.inference_mode():
+        for r0 in range(0, n, chunk_rows):
+            q = q_all[r0 : r0 + chunk_rows]
+            best_s: torch.Tensor | None = None
+            best_i: torch.Tensor | None = None
+            for c0 in range(0, m, chunk_cols):
+                sims = q @ k_all[c0 : c0 + chunk_cols].T
+                s, i = torch.topk(sims, min(kk, sims.shape[1]), dim=1)
+                i = i + c0
+                if best_s is not None and best_i is not None:
+                    both = torch.cat([best_s, s], 1)
+                    s, j = torch.topk(both, min(kk, both.shape[1]), dim=1)
+                    i = torch.gather(torch.cat([best_i, i], 1), 1, j)
+                best_s, best_i = s, i
+            assert best_s is not None and best_i is not None
+            out_s[r0 : r0 + len(q)] = best_s.numpy()
+            out_i[r0 : r0 + len(q)] = best_i.numpy()
+    return out_i, out_s
+
+
+def softmax(x: np.ndarray, temperature: float, axis: int = -1) -> np.ndarray:
+    """``softmax(x / temperature)`` (max subtracted: same values, no overflow)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    z = np.asarray(x, dtype=np.float64) / float(temperature)
+    z = np.exp(z - z.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
+
+
+def softmax_neighbors(
+    aligned: AlignedVectors,
+    target_ids: np.ndarray,
+    k: int,
+    temperature: float,
+    n_source: int | None = None,
+    chunk_rows: int = 1024,
+    chunk_cols: int = 65536,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """WECHSEL / OFA neighbours of ``target_ids`` among all source tokens with a vector.
+
+    Candidates are the source ids ``< n_source`` (default: all rows of
+    ``aligned.source``) that are not missing. Returns ``(source_ids (n, k'),
+    similarities (n, k'), weights (n, k'))``, best first, weights =
+    softmax(similarity / temperature) over the top k. Every target id must
+    have a vector.
+    """
+    target_ids = np.asarray(target_ids, dtype=np.int64)
+    if aligned.target_missing[target_ids].any():
+        raise ValueError("softmax_neighbors got target tokens without a vector")
+    limit = len(aligned.source) if n_source is None else min(int(n_source), len(aligned.source))
+    cand = np.nonzero(~aligned.source_missing[:limit])[0]
+    if cand.size == 0 and target_ids.size:
+        raise ValueError("no source token has an aligned vector")
+    idx, sims = topk_cosine(
+        aligned.target[target_ids], aligned.source[cand], k, chunk_rows, chunk_cols
+    )
+    weights = softmax(sims, temperature, axis=1) if idx.size else np.zeros_like(sims, np.float64)
+    return cand[idx], sims, weights
+
+
+# --------------------------------------------------------------------------- method helpers
+
+
+def weighted_rows(
+    matrix: np.ndarray, source_ids: np.ndarray, weights: np.ndarray, chunk_rows: int
+) -> np.ndarray:
+    """``Σ_j weights[i, j] · matrix[source_ids[i, j]]`` per row, gathered in chunks."""
+    out = np.zeros((len(source_ids), matrix.shape[1]), np.float32)
+    for s in range(0, len(source_ids), chunk_rows):
+        w = weights[s : s + chunk_rows].astype(np.float32)
+        out[s : s + chunk_rows] = np.einsum("nk,nkh->nh", w, matrix[source_ids[s : s + chunk_rows]])
+    return out
+
+
+# --------------------------------------------------------------------------- alignment
+
+
+def _variants(word: str, duplicates: bool = False) -> list[str]:
+    # as WECHSEL: the word, lower case, title case; equal variants once unless `duplicates`
+    variants = [word, word.lower(), word.title()]
+    return variants if duplicates else list(dict.fromkeys(variants))
+
+
+def _lookup(model: Any, word: str, vocab_only: bool, cache: dict[str, np.ndarray | None]) -> bool:
+    """Whether ``word`` has a usable vector; the vector (or None) lands in ``cache``."""
+    if word not in cache:
+        vec: np.ndarray | None = None
+        if word and (not vocab_only or model.get_word_id(word) != -1):
+            v = np.asarray(model.get_word_vector(word), dtype=np.float32)
+            if np.isfinite(v).all() and float(np.linalg.norm(v)) >= MIN_NORM:
+                vec = v
+        cache[word] = vec
+    return cache[word] is not None
+
+
+def align_from_dictionary(
+    source_ft: Any,
+    target_ft: Any,
+    pairs: Iterable[tuple[str, str]],
+    normalize: bool = False,
+    in_vocab_only: bool = True,
+    duplicate_variants: bool = False,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Fit the orthogonal map source -> target on a bilingual dictionary.
+
+    ``pairs`` are (source word, target word). A pair is used when some case
+    variant of each word has a vector (``in_vocab_only``: is a word of its
+    model, as WECHSEL); all variant combinations found are correspondences.
+    Other pairs are skipped and counted. ``duplicate_variants`` counts a case
+    variant equal to another once more (WECHSEL 0.0.4 does).
+
+    Stats: ``pairs``, ``pairs_used``, ``pairs_skipped``, ``correspondences``,
+    ``precision_at_1`` (train precision: for each distinct source word of the
+    used pairs, its mapped vector's cosine-nearest word among the distinct
+    target words of the used pairs is one of its translations),
+    ``p1_candidates`` (so chance is 1 / p1_candidates), ``dim``, ``normalize``,
+    ``in_vocab_only``, ``direction``.
+    """
+    d_s, d_t = int(source_ft.get_dimension()), int(target_ft.get_dimension())
+    if d_s != d_t:
+        # WECHSEL reduces the larger model with fasttext.util.reduce_model; we refuse instead
+        raise ValueError(f"fastText dimensions differ: source {d_s}, target {d_t}")
+    vocab_only = in_vocab_only
+    s_cache: dict[str, np.ndarray | None] = {}
+    t_cache: dict[str, np.ndarray | None] = {}
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    gold: dict[str, set[str]] = {}  # first found source variant -> found target variants
+    n_pairs = used = 0
+    for src_word, tgt_word in pairs:
+        n_pairs += 1
+        found_s = [w for w in _variants(src_word, duplicate_variants)
+                   if _lookup(source_ft, w, vocab_only, s_cache)]
+        found_t = [w for w in _variants(tgt_word, duplicate_variants)
+                   if _lookup(target_ft, w, vocab_only, t_cache)]
+        if not found_s or not found_t:
+            continue
+        used += 1
+        for ws in found_s:
+            for wt in found_t:
+                xs.append(s_cache[ws])  # type: ignore[arg-type]
+                ys.append(t_cache[wt])  # type: ignore[arg-type]
+        gold.setdefault(found_s[0], set()).update(found_t)
+    if not xs:
+        raise ValueError(f"none of the {n_pairs} dictionary pairs has vectors in both models")
+    W = procrustes(np.stack(xs), np.stack(ys), normalize=normalize)
+
+    # train precision@1 over the dictionary's target words
+    cand_words = sorted({w for ts in gold.values() for w in ts})
+    cand_index = {w: i for i, w in enumerate(cand_words)}
+    cand = np.stack([t_cache[w] for w in cand_words])  # type: ignore[misc]
+    src_words = list(gold)
+    mapped = np.stack([s_cache[w] for w in src_words]).astype(np.float64) @ W  # type: ignore[misc]
+    nearest, _ = topk_cosine(mapped, cand, 1)
+    hits = sum(
+        int(nearest[i, 0]) in {cand_index[w] for w in gold[s]} for i, s in enumerate(src_words)
+    )
+    stats = {
+        "direction": "source_to_target",
+        "dim": d_s,
+        "normalize": bool(normalize),
+        "in_vocab_only": bool(in_vocab_only),
+        "duplicate_variants": bool(duplicate_variants),
+        "pairs": n_pairs,
+        "pairs_used": used,
+        "pairs_skipped": n_pairs - used,
+        "correspondences": len(xs),
+        "precision_at_1": hits / len(src_words),
+        "p1_queries": len(src_words),
+        "p1_candidates": len(cand_words),
+    }
+    return W.astype(np.float32), stats
+
+
+TOKEN_STRINGS = ("text", "decode")
+
+
+def decoded_vectors(model: Any, tokenizer: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """fastText vectors of ``tokenizer.decode(i).strip()`` for ids ``0..n-1`` (WECHSEL 0.0.4).
+
+    Returns ``(vectors float32 [n, dim], missing bool [n])``; missing = a zero vector.
+    """
+    vectors = np.zeros((n, int(model.get_dimension())), np.float32)
+    for i in range(n):
+        vectors[i] = model.get_word_vector(tokenizer.decode(i).strip())
+    if not np.isfinite(vectors).all():
+        raise ValueError("fastText returned non-finite vectors")
+    return vectors, ~vectors.any(axis=1)
+
+
+def token_vectors_aligned(
+    source_ft: Any,
+    target_ft: Any,
+    W: np.ndarray,
+    source_vocab: pd.DataFrame,
+    target_vocab: pd.DataFrame,
+    token_strings: str = "text",
+    tokenizers: tuple[Any, Any] | None = None,
+) -> AlignedVectors:
+    """fastText vectors of both vocabularies, the source side mapped by ``W``.
+
+    ``token_strings="text"``: word-mode vectors (:mod:`embtransfer.fasttext.vectors`);
+    ``"decode"``: :func:`decoded_vectors` with ``tokenizers`` = (source, target), as
+    WECHSEL 0.0.4. Missing tokens keep zero rows.
+    """
+    if token_strings == "text":
+        src, src_missing = token_vectors(source_ft, source_vocab, mode="word")
+        tgt, tgt_missing = token_vectors(target_ft, target_vocab, mode="word")
+    elif token_strings == "decode":
+        if tokenizers is None:
+            raise ValueError("token_strings='decode' needs the source and target tokenizers")
+        n_s, n_t = (int(v["id"].max()) + 1 for v in (source_vocab, target_vocab))
+        src, src_missing = decoded_vectors(source_ft, tokenizers[0], n_s)
+        tgt, tgt_missing = decoded_vectors(target_ft, tokenizers[1], n_t)
+    else:
+        raise ValueError(f"token_strings must be one of {TOKEN_STRINGS}, got {token_strings!r}")
+    W = np.asarray(W, dtype=np.float32)
+    if W.shape != (src.shape[1], tgt.shape[1]):
+        raise ValueError(f"W has shape {W.shape}, expected {(src.shape[1], tgt.shape[1])}")
+    return AlignedVectors(
+        source=(src @ W).astype(np.float32), source_missing=src_missing,
+        target=tgt, target_missing=tgt_missing,
+    )
+
+
+# --------------------------------------------------------------------------- files
+
+_KEYS: Sequence[str] = ("source", "source_missing", "target", "target_missing")
+
+
+def write_aligned(
+    path: str | os.PathLike, aligned: AlignedVectors, W: np.ndarray, stats: dict[str, Any]
+) -> None:
+    """Write vectors, masks and ``W`` as one safetensors file (stats in its metadata)."""
+
+    arrays = {
+        "source": np.ascontiguousarray(aligned.source, dtype=np.float32),
+        "source_missing": np.ascontiguousarray(aligned.source_missing, dtype=bool),
+        "target": np.ascontiguousarray(aligned.target, dtype=np.float32),
+        "target_missing": np.ascontiguousarray(aligned.target_missing, dtype=bool),
+        "W": np.ascontiguousarray(W, dtype=np.float32),
+    }
+    for name in ("source", "target"):
+        if arrays[f"{name}_missing"].shape != (arrays[name].shape[0],):
+            raise ValueError(f"{name}: vectors and missing mask differ in length")
+    for name, array in arrays.items():
+        if array.dtype != bool and not np.isfinite(array).all():
+            raise ValueError(f"refusing to write non-finite values in {name!r}")
+    with atomic_path(path) as tmp:
+        save_file(arrays, str(tmp), metadata={"stats": json.dumps(stats, sort_keys=True)})
+
+
+def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
+
+    arrays = load_file(str(path))
+    missing = [k for k in (*_KEYS, "W") if k not in arrays]
+    if missing:
+        raise ValueError(f"{path} is not an aligned-vectors file: lacks {missing}")
+    aligned = AlignedVectors(**{k: arrays[k] for k in _KEYS})
+    return aligned, arrays["W"]
+
+
+def read_aligned_stats(path: str | os.PathLike) -> dict[str, Any]:
+
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+    return json.loads(meta.get("stats", "{}"))

@@ -1,0 +1,202 @@
+"""Every transfer method, as plain data: the one place a method is named, described,
+given its options (value types and defaults) and its inputs.
+
+Everything else is derived from here: the config schema's method names
+(:func:`embtransfer.config.validation.load_schema`), the option checks and defaults
+(:func:`resolve_options`, used when the config is read and when a method runs), and
+the transfer rule's inputs (:func:`method_needs`, read by ``rules/common.smk``). The
+method modules under ``embtransfer.transfer.methods`` hold only the functions; the registry
+there maps a name to its function. This module imports neither torch nor the methods,
+so ``snakemake -n`` stays fast. A unit test checks that the catalog and the registry
+name the same methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a method: its default and its value's JSON-schema fragment."""
+
+    default: Any
+    schema: dict[str, Any]
+
+
+# Option value types as JSON-schema fragments.
+COUNT = {"type": "integer", "minimum": 1}
+COUNT_OR_NULL = {"type": ["integer", "null"], "minimum": 1}
+NON_NEGATIVE = {"type": "number", "minimum": 0}
+POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+FLAG = {"type": "boolean"}
+VECTORS = {"enum": ["word", "token"]}
+
+#: Inputs a method may need beyond the source checkpoint, the vocabularies and the overlap.
+#: Each name is also the transfer rule's input name and the key ``transfer_job.load_inputs``
+#: reads (``neighbors`` in a method's needs stands for ``neighbors_<vectors option>``).
+NEEDS = {
+    "plm": "the target PLM's input embeddings (inputs.plm_input)",
+    "neighbors_word": "neighbour tables in the word-level fastText space",
+    "neighbors_token": "neighbour tables in the token-level fastText space",
+    "projected": "the SALT regression stage's projected rows (inputs.projected)",
+    "aligned": "source- and target-token vectors in one aligned space (inputs.aligned)",
+    "source_tokenizer": "the source tokenizer (inputs.source_tokenizer)",
+}
+
+#: name -> module under embtransfer.transfer.methods, needs, one-line description, options (in the
+#: order transfer.json lists them). The order of the methods is the default
+#: ``transfer.methods``.
+METHODS: dict[str, dict[str, Any]] = {
+    "salt": {
+        "module": "salt", "needs": ["projected"],
+        "description": "SALT: copy shared rows; others = per-token least squares on the "
+        "sparsemax neighbours in the PLM space (the regression stage projects them)",
+        # All act in the regression stage (embtransfer.transfer.regression.salt_project); vectors
+        # picks the neighbour table it reads.
+        "options": {
+            "vectors": Option("word", VECTORS),
+            "min_neighbors": Option(1, COUNT),
+            "max_neighbors": Option(None, COUNT_OR_NULL),
+            "ridge": Option(0.0, NON_NEGATIVE),
+            # not numpy's 1e-15: embtransfer.transfer.regression says why
+            "rcond": Option(1e-6, POSITIVE),
+            "batch_tokens": Option(4096, COUNT),
+            "dtype": Option("float64", {"enum": ["float32", "float64"]}),
+        },
+    },
+    "focus": {
+        "module": "focus", "needs": ["neighbors"],
+        "description": "FOCUS: copy shared rows; others = sparsemax-weighted sum of the "
+        "fastText neighbours' source rows",
+        "options": {"vectors": Option("token", VECTORS)},
+    },
+    "clp": {
+        "module": "clp", "needs": ["plm"],
+        "description": "CLP-Transfer: copy shared rows; others = PLM-cosine-weighted mean of "
+        "the shared tokens' source rows",
+        "options": {"k": Option(None, COUNT_OR_NULL), "chunk_rows": Option(512, COUNT)},
+    },
+    "clp_plus": {
+        "module": "clp", "needs": ["plm"],
+        "description": "CLP+: copy shared rows; others = sparsemax(PLM cosines to the shared "
+        "tokens)-weighted sum of their source rows",
+        "options": {"chunk_rows": Option(512, COUNT), "prefilter_k": Option(256, COUNT)},
+    },
+    "lstsq": {
+        "module": "lstsq", "needs": ["plm"],
+        "description": "one global least-squares map with bias, PLM space to source space",
+        "options": {
+            "rcond": Option(None, {"type": ["number", "null"], "exclusiveMinimum": 0}),
+            "ridge": Option(0.0, NON_NEGATIVE),
+            "bias": Option(True, FLAG),
+        },
+    },
+    "multivariate": {
+        "module": "multivariate", "needs": [],
+        "description": "copy shared rows; others from N(mean, scale * full covariance) of "
+        "the source rows",
+        "options": {"scale": Option(1.0, POSITIVE), "jitter": Option(1e-6, POSITIVE)},
+    },
+    "random": {
+        "module": "random_init", "needs": [],
+        "description": "every row (shared too) from N(mean, std) of the source rows",
+        "options": {},
+    },
+    "random_copy": {
+        "module": "random_init", "needs": [],
+        "description": "copy shared rows; the others from N(mean, std) of the source rows",
+        "options": {},
+    },
+    "mean": {
+        "module": "mean", "needs": [],
+        "description": "copy shared rows; others = the mean source row",
+        "options": {},
+    },
+    "subword_mean": {
+        "module": "mean", "needs": ["source_tokenizer"],
+        "description": "copy shared rows; others = mean source row of the source tokenization",
+        "options": {},
+    },
+    "heuristics": {
+        "module": "heuristics", "needs": [],
+        "description": "copy shared rows; others from N(mean, std) of the source rows of the "
+        "same Unicode script and word position (Downey et al. 2023)",
+        "options": {"min_rows": Option(10, {"type": "integer", "minimum": 2})},
+    },
+    "wechsel": {
+        "module": "wechsel", "needs": ["aligned"],
+        "description": "WECHSEL: softmax over top-k source tokens in aligned fastText space",
+        "options": {
+            "k": Option(10, COUNT),
+            "temperature": Option(0.1, POSITIVE),
+            "copy_shared": Option(False, FLAG),
+            "chunk_rows": Option(1024, COUNT),
+            "chunk_cols": Option(65536, COUNT),
+        },
+    },
+    "ofa": {
+        "module": "ofa", "needs": ["aligned"],
+        "description": "OFA: low-rank coordinates averaged over aligned neighbours",
+        "options": {
+            "rank": Option(None, COUNT_OR_NULL),
+            "rank_fraction": Option(400 / 768, {**POSITIVE, "maximum": 1}),
+            "k": Option(10, COUNT),
+            "temperature": Option(0.1, POSITIVE),
+            "copy_shared": Option(True, FLAG),
+            "chunk_rows": Option(1024, COUNT),
+            "chunk_cols": Option(65536, COUNT),
+        },
+    },
+}
+
+
+class OptionError(ValueError):
+    """A method option is unknown or has a bad value; the message names it."""
+
+
+def defaults(method: str) -> dict[str, Any]:
+    """The method's options with their defaults, in catalog order."""
+    return {name: option.default for name, option in METHODS[method]["options"].items()}
+
+
+def resolve_options(method: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The method's defaults overridden by ``options``, after checking names and values.
+
+    The one check of method options: the config is checked with it when it is read
+    (:func:`embtransfer.config.validation.check_transfer`) and every run goes through it
+    (:func:`embtransfer.transfer.run.run_method`, the SALT regression script). Raises
+    :class:`OptionError` naming ``transfer.options.<method>[.<option>]`` and the method's
+    options.
+    """
+    if method not in METHODS:
+        raise OptionError(
+            f"unknown transfer method {method!r}; known methods: {', '.join(sorted(METHODS))}"
+        )
+    known = METHODS[method]["options"]
+    takes = f"{method} takes: {', '.join(known) or '(no options)'}"
+    options = options or {}
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        raise OptionError(f"transfer.options.{method}: unknown option(s) {unknown}; {takes}")
+    for name, value in options.items():
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(known[name].schema).iter_errors(value)
+        )
+        if error is not None:
+            raise OptionError(f"transfer.options.{method}.{name}: {error.message}; {takes}")
+    return {**defaults(method), **options}
+
+
+def method_needs(name: str, options: dict[str, Any] | None = None) -> set[str]:
+    """The inputs (names in :data:`NEEDS`) a method needs with these options; ``neighbors``
+    becomes ``neighbors_word`` or ``neighbors_token`` by the ``vectors`` option."""
+    needs = set(METHODS[name]["needs"])
+    if "neighbors" in needs:
+        needs.discard("neighbors")
+        vectors = {**defaults(name), **(options or {})}["vectors"]
+        needs.add(f"neighbors_{vectors}")
+    return needs

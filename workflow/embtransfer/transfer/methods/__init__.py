@@ -1,0 +1,6 @@
+"""Embedding-initialisation methods, one module each, behind one registry.
+
+Each module registers its methods with :func:`embtransfer.transfer.methods.base.register`;
+:func:`embtransfer.transfer.methods.base.get_method` imports the module a config name
+needs (see :mod:`embtransfer.transfer.catalog`) and returns the method.
+"""

@@ -1,0 +1,142 @@
+"""Helpers shared by several methods: row copies, statistics and draws over the source
+rows, label counts, sparse weighted sums, checks of the aligned vectors.
+
+They live here rather than in one method's module so that editing a method
+reruns only that method's jobs (each rule hashes the modules it imports).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from embtransfer.transfer.aligned import AlignedVectors
+from embtransfer.transfer.methods.base import TransferInputs
+
+
+def nonshared_ids(inputs: TransferInputs) -> np.ndarray:
+    """Target ids that are not shared, ascending."""
+    is_shared = np.zeros(inputs.n_target, bool)
+    is_shared[inputs.overlap["target_id"].to_numpy(np.int64)] = True
+    return np.flatnonzero(~is_shared)
+
+
+def count_labels(how: np.ndarray) -> dict[str, int]:
+    labels, counts = np.unique(how.astype(str), return_counts=True)
+    return {str(label): int(n) for label, n in zip(labels, counts, strict=True)}
+
+
+def sparse_combine(
+    offsets: np.ndarray, columns: np.ndarray, weights: np.ndarray, matrix: np.ndarray
+) -> np.ndarray:
+    """Row i = sum_j weights[j] * matrix[columns[j]] over j in offsets[i] : offsets[i + 1].
+
+    A CSR x dense product in float32 over only the distinct rows of ``matrix``
+    that are used (the source matrix may be far larger than the shared set).
+    """
+    offsets = np.asarray(offsets, np.int64)
+    columns = np.asarray(columns, np.int64)
+    n = offsets.size - 1
+    h = matrix.shape[1]
+    if offsets[0] != 0 or offsets[-1] != columns.size or np.any(np.diff(offsets) < 0):
+        raise ValueError("malformed CSR offsets")
+    if columns.size != np.asarray(weights).size:
+        raise ValueError("columns and weights differ in length")
+    if columns.size == 0:
+        return np.zeros((n, h), np.float32)
+    if columns.min() < 0 or columns.max() >= matrix.shape[0]:
+        raise ValueError(f"row ids outside 0..{matrix.shape[0] - 1}")
+    used, local = np.unique(columns, return_inverse=True)
+    dense = torch.from_numpy(np.ascontiguousarray(matrix[used], dtype=np.float32))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        csr = torch.sparse_csr_tensor(
+            torch.from_numpy(offsets),
+            torch.from_numpy(local.astype(np.int64)),
+            torch.from_numpy(np.ascontiguousarray(weights, dtype=np.float32)),
+            size=(n, used.size),
+            check_invariants=False,  # checked above
+        )
+        with torch.inference_mode():
+            return (csr @ dense).numpy()
+
+
+def copy_shared(inputs: TransferInputs, side: str, rows: np.ndarray, how: np.ndarray) -> None:
+    """Copy the source row of every shared token into ``rows`` (in place)."""
+    target_ids, source_ids = inputs.shared()
+    rows[target_ids] = inputs.source_matrix(side)[source_ids]
+    how[target_ids] = "copied"
+
+
+def row_blocks(
+    matrix: np.ndarray, ids: np.ndarray | None = None, block_rows: int = 8192
+) -> Iterator[np.ndarray]:
+    """float64 blocks of ``matrix``'s rows (all, or ``ids``): no full-size temporary."""
+    n = matrix.shape[0] if ids is None else ids.size
+    for s in range(0, n, block_rows):
+        part = matrix[s : s + block_rows] if ids is None else matrix[ids[s : s + block_rows]]
+        yield part.astype(np.float64)
+
+
+def column_moments(
+    matrix: np.ndarray, ddof: int = 0, ids: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension mean and std in float64 of ``matrix``'s rows (all, or ``ids``)."""
+    n = matrix.shape[0] if ids is None else ids.size
+    if n <= ddof:
+        raise ValueError(f"need more than {ddof} rows for a standard deviation, got {n}")
+    mean = sum(b.sum(axis=0) for b in row_blocks(matrix, ids)) / n
+    sq = sum(np.square(b - mean).sum(axis=0) for b in row_blocks(matrix, ids))
+    return mean, np.sqrt(sq / (n - ddof))
+
+
+def diagonal_normal(
+    matrix: np.ndarray, rng: np.random.Generator, n: int, ddof: int = 0,
+    ids: np.ndarray | None = None,
+) -> np.ndarray:
+    """``n`` rows from N(mean, std) of ``matrix``'s rows (all, or ``ids``), per dimension."""
+    mean, std = column_moments(matrix, ddof, ids)
+    return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
+
+
+def source_mean(inputs: TransferInputs, side: str) -> np.ndarray:
+    """The mean source row over :meth:`TransferInputs.statistic_ids` (float64)."""
+    ids = inputs.statistic_ids()
+    return sum(b.sum(axis=0) for b in row_blocks(inputs.source_matrix(side), ids)) / ids.size
+
+
+def source_normal(
+    inputs: TransferInputs, side: str, rng: np.random.Generator, n: int
+) -> np.ndarray:
+    """``n`` rows drawn from N(mean, std) of the source's text-token rows (per dimension)."""
+    return diagonal_normal(inputs.source_matrix(side), rng, n, ids=inputs.statistic_ids())
+
+
+def empty_result(inputs: TransferInputs, side: str) -> tuple[np.ndarray, np.ndarray]:
+    """A zero matrix (V_t, h_s) and an all-"unset" label array to fill."""
+    h = inputs.source_matrix(side).shape[1]
+    return np.zeros((inputs.n_target, h), np.float32), np.full(inputs.n_target, "unset", object)
+
+
+def check_aligned(inputs: TransferInputs, side: str,
+                  name: str) -> tuple[np.ndarray, AlignedVectors]:
+    """The aligned vectors' shapes against the vocabularies; returns the source matrix
+    and the aligned vectors."""
+    aligned = inputs.aligned
+    if aligned is None:
+        raise ValueError(f"{name} needs aligned vectors (inputs.aligned)")
+    matrix = inputs.source_matrix(side)
+    if aligned.target.shape[0] != inputs.n_target:
+        raise ValueError(
+            f"{name}: {aligned.target.shape[0]} aligned target vectors for "
+            f"{inputs.n_target} target tokens"
+        )
+    if aligned.source.shape[0] > matrix.shape[0]:
+        raise ValueError(
+            f"{name}: {aligned.source.shape[0]} aligned source vectors but only "
+            f"{matrix.shape[0]} source embedding rows"
+        )
+    return matrix, aligned

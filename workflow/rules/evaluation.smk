@@ -1,0 +1,149 @@
+# Evaluation: lm-eval benchmarks of the source LLMs, the transferred checkpoints and the
+# LAPT checkpoints (one contract JSON per task, embtransfer.evaluation.record), the
+# miniature world's benchmarks as local lm-eval tasks, held-out loss of LAPT checkpoints
+# and tokenizer statistics. Which checkpoints: embtransfer.core.grid.evaluated_runs.
+
+
+wildcard_constraints:
+    task=wildcard_alternatives(EVAL_CATALOG),
+    stage="transfer|lapt",
+
+
+EVAL_CODE = eval_code()
+
+
+EVAL_OPTIONS = {k: EVAL[k] for k in ("device", "batch_size", "limit", "max_length")}
+EVAL_OPTIONS["nfc"] = EVAL["scoring"]["nfc"]
+EVAL_RESOURCES = {"mem_mb": 8000, "runtime": 120}
+if EVAL["device"] != "cpu":
+    EVAL_RESOURCES["gpu"] = 1
+
+CKPT = "{stage}/{lang}/{source}/{target}/{method}"
+SRC = "source/{lang}/{source}"
+
+
+rule world_benchmarks:
+    # The miniature world's benchmarks of one target language (local JSONL + task YAML).
+    input:
+        world=rules.world.output[0],
+    output:
+        directory(paths.WORLD_BENCHMARKS),
+    params:
+        sizes=EVAL["world"],
+        seed=config["seed"],
+        code=script_hash("evaluation/evaluate_benchmarks.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/benchmarks/{{lang}}.log",
+    script:
+        "../scripts/evaluation/evaluate_benchmarks.py"
+
+
+if EVAL_TASKS and EVAL["jobs"] == "checkpoint":
+    # One job per checkpoint: the model and lm-eval load once for all its tasks.
+
+    rule evaluate:
+        input:
+            unpack(eval_inputs),
+        output:
+            [paths.EVAL.fill(task=task) for task in EVAL_TASKS],
+        params:
+            specs=eval_specs,
+            meta=eval_meta,
+            options=EVAL_OPTIONS,
+            seed=config["seed"],
+            trust_remote_code=config["trust_remote_code"],
+            code=EVAL_CODE,
+        threads: EVAL["threads"]
+        resources:
+            **EVAL_RESOURCES,
+        conda:
+            CONDA_ENV
+        log:
+            f"{paths.LOGS}/eval/{CKPT}.log",
+        benchmark:
+            f"{paths.BENCHMARKS}/evaluate/{CKPT}.tsv"
+        script:
+            "../scripts/evaluation/evaluate.py"
+
+    use rule evaluate as evaluate_source with:
+        output:
+            [paths.EVAL_SOURCE.fill(task=task) for task in EVAL_TASKS],
+        log:
+            f"{paths.LOGS}/eval/{SRC}.log",
+        benchmark:
+            f"{paths.BENCHMARKS}/evaluate/{SRC}.tsv"
+
+elif EVAL_TASKS:
+    # One job per (checkpoint, task).
+
+    rule evaluate:
+        input:
+            unpack(eval_inputs),
+        output:
+            paths.EVAL,
+        params:
+            specs=eval_specs,
+            meta=eval_meta,
+            options=EVAL_OPTIONS,
+            seed=config["seed"],
+            trust_remote_code=config["trust_remote_code"],
+            code=EVAL_CODE,
+        threads: EVAL["threads"]
+        resources:
+            **EVAL_RESOURCES,
+        conda:
+            CONDA_ENV
+        log:
+            f"{paths.LOGS}/eval/{CKPT}/{{task}}.log",
+        benchmark:
+            f"{paths.BENCHMARKS}/evaluate/{CKPT}/{{task}}.tsv"
+        script:
+            "../scripts/evaluation/evaluate.py"
+
+    use rule evaluate as evaluate_source with:
+        output:
+            paths.EVAL_SOURCE,
+        log:
+            f"{paths.LOGS}/eval/{SRC}/{{task}}.log",
+        benchmark:
+            f"{paths.BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
+
+
+use rule zeroshot_source as intrinsic_lapt with:
+    # Held-out loss, perplexity, bits per byte and fertility of a LAPT checkpoint (the
+    # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
+    input:
+        model=lambda w: paths.LAPT_MODEL.fill(**w),
+        text=lambda w: corpus_file(w.lang, "valid"),
+    output:
+        paths.INTRINSIC_LAPT,
+    log:
+        f"{paths.LOGS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+
+
+rule tokenizer_stats:
+    input:
+        unpack(tokenizer_stats_inputs),
+    output:
+        paths.TOKENIZER_STATS,
+    params:
+        models=lambda w: tokenizer_stats_models(w.lang),
+        specs=lambda w: spec_dicts(config, w.lang),
+        limit=EVAL["limit"],
+        max_lines=config["zeroshot"]["max_lines"],
+        code=EVAL_CODE + script_hash("evaluation/tokenizer_stats.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/intrinsic/tokenizers/{{lang}}.log",
+    script:
+        "../scripts/evaluation/tokenizer_stats.py"
+
+
+rule evaluation:
+    # Everything this stage makes: `snakemake evaluation`.
+    input:
+        all_evaluation(),
+        all_intrinsic(),

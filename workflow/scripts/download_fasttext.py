@@ -1,9 +1,0 @@
-"""Download fastText crawl vectors cc.{code}.300.bin (a local rule: needs internet)."""
-
-from embtransfer.download import fetch_fasttext_crawl
-from embtransfer.logs import job_logger
-
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
-path = fetch_fasttext_crawl(sm.wildcards.code, sm.output[0], target=sm.output[0])
-log.info("cc.%s.300.bin: %d bytes in %s", sm.wildcards.code, path.stat().st_size, path)

@@ -1,9 +1,0 @@
-"""Train fastText vectors (word-level on raw text, or token-level on tokenized text)."""
-
-from embtransfer.fasttext_vectors import train_fasttext
-from embtransfer.logs import job_logger
-
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
-stats = train_fasttext(sm.input.corpus, sm.output[0], sm.params.params, sm.params.seed, sm.threads)
-log.info("fastText trained: %s", stats)

@@ -1,0 +1,16 @@
+"""Train a miniature model's tokenizer on its pretraining text."""
+
+from embtransfer.core.atomic import atomic_path
+from embtransfer.core.logs import job_logger
+from embtransfer.world.tokenizers import DEFAULT_ALGORITHM, train_tokenizer
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+spec = sm.params.spec
+algorithm = spec["tokenizer"].get("algorithm") or DEFAULT_ALGORITHM[spec["family"]]
+tokenizer = train_tokenizer(
+    algorithm, [sm.input.text], spec["tokenizer"]["vocab_size"], spec["family"]
+)
+with atomic_path(sm.output[0], directory=True) as tmp:
+    tokenizer.save_pretrained(str(tmp))
+log.info("%s: %s tokenizer with %d tokens", sm.wildcards.model, algorithm, len(tokenizer))

@@ -1,0 +1,22 @@
+"""The paper's tables (Markdown + CSV), Figure 2 and report.md from the result files."""
+
+from embtransfer.core.logs import job_logger
+from embtransfer.report.build import Inputs, write_report
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+inputs = Inputs(
+    evaluation=list(sm.input.evaluation),
+    lapt=list(sm.input.lapt),
+    coverage=list(sm.input.coverage),
+    reference=sm.input.reference,
+    zeroshot=list(sm.input.zeroshot),
+)
+tables, curves = write_report(
+    sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,
+    dpi=sm.params.config["report"]["figure_dpi"],
+)
+for number, table in tables.items():
+    lacking = sum(len(row.missing) for row in table.rows)
+    log.info("table %d: %d rows, %d with missing cells", number, len(table.rows), lacking)
+log.info("figure 2: %d panels", len(curves))

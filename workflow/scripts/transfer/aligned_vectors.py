@@ -1,0 +1,43 @@
+"""Source and target token vectors in one aligned fastText space (WECHSEL, OFA)."""
+
+from pathlib import Path
+
+from embtransfer.core.atomic import read_json
+from embtransfer.core.logs import job_logger
+from embtransfer.fasttext.vectors import load_fasttext
+from embtransfer.models.loading import load_tokenizer
+from embtransfer.transfer.aligned import align_from_dictionary, token_vectors_aligned, write_aligned
+from embtransfer.vocab.canonical import read_vocab
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+if sm.params.dictionary["type"] == "world":
+    from embtransfer.world.corpus import dictionary
+
+    pairs = dictionary(read_json(sm.input.dictionary), sm.params.source_language, sm.wildcards.lang)
+else:
+    pairs = [
+        tuple(line.split()[:2])
+        for line in Path(sm.input.dictionary).read_text(encoding="utf-8").splitlines()
+        if len(line.split()) >= 2
+    ]
+options = sm.params.aligned
+source_ft = load_fasttext(sm.input.source_fasttext)
+target_ft = load_fasttext(sm.input.target_fasttext)
+W, stats = align_from_dictionary(
+    source_ft, target_ft, pairs, duplicate_variants=options["duplicate_variants"]
+)
+tokenizers = None
+if options["token_strings"] == "decode":
+    tokenizers = tuple(
+        load_tokenizer(path, trust_remote_code=sm.params.trust_remote_code)
+        for path in sm.input.tokenizers
+    )
+aligned = token_vectors_aligned(
+    source_ft, target_ft, W, read_vocab(sm.input.source_vocab), read_vocab(sm.input.target_vocab),
+    token_strings=options["token_strings"], tokenizers=tokenizers,
+)
+stats["token_strings"] = options["token_strings"]
+write_aligned(sm.output[0], aligned, W, stats)
+log.info("aligned %s -> %s with %d dictionary pairs: %s",
+         sm.params.source_language, sm.wildcards.lang, len(pairs), stats)

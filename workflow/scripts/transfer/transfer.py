@@ -1,0 +1,28 @@
+"""Initialise the target-language embeddings with one method; write a loadable checkpoint
+and its zero-shot scores (held-out loss and bits per byte before any training): one
+process for both, so the checkpoint is read back once and Python starts once."""
+
+from embtransfer.core.atomic import write_json
+from embtransfer.core.logs import job_logger
+from embtransfer.evaluation.intrinsic import zeroshot_record
+from embtransfer.transfer.job import run_transfer_job
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+context = dict(sm.wildcards.items())
+report = run_transfer_job(
+    method=sm.wildcards.method,
+    paths={k: v for k, v in sm.input.items() if k != "text"},
+    out_dir=sm.output.model,
+    options=sm.params.options,
+    mode=sm.params.mode,
+    seed=sm.params.seed,
+    trust_remote_code=sm.params.trust_remote_code,
+    allow_pickle=sm.params.allow_pickle,
+    context=context,
+)
+log.info("transfer %s: %s; seconds %s", sm.wildcards.method, report["counts"], report["seconds"])
+record = zeroshot_record(sm.output.model, sm.input.text, sm.params.zeroshot,
+                         sm.params.device, context)
+write_json(sm.output.zeroshot, record)
+log.info("zero-shot: %s", record)
