@@ -22,7 +22,7 @@ from embtransfer.methods.base import TransferInputs
 from embtransfer.models import check_tokenizer_model_agreement, load_embeddings, load_tokenizer
 from embtransfer.neighbors import Neighbors, read_neighbors
 from embtransfer.overlap import read_overlap
-from embtransfer.regression import read_projection
+from embtransfer.regression import read_coefficients
 from embtransfer.transfer import run_method
 from embtransfer.vocab import read_vocab
 
@@ -71,7 +71,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
                                            allow_pickle=allow_pickle).input
     if "projected" in paths:
-        inputs.projected = read_projection(paths["projected"])
+        # refuses coefficients whose source ids do not fit this source, naming the file
+        inputs.projected = read_coefficients(paths["projected"], source.input.shape[0])
     if "aligned" in paths:
         inputs.aligned = read_aligned(paths["aligned"])[0]
     if "source_tokenizer" in paths:
