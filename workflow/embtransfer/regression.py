@@ -1,4 +1,5 @@
-"""SALT step 4: project non-shared target tokens into the source space (docs/design.md §4.3).
+"""SALT step 4: per-token coefficients that project non-shared target tokens into the
+source space, and their application to source rows (docs/design.md §4.3).
 
 For a non-shared target token ``t`` with neighbour set ``N`` (its sparsemax
 support), ``A = E'_t`` holds the target PLM rows of ``N`` (k x h_t) and ``S = E'_s``
@@ -8,8 +9,10 @@ the source rows of ``N`` (k x h_s). The paper maps ``e_t`` (t's own PLM row) wit
     e_t X = c S,    c = e_t pinv(A) = (e_t A^T) G^+,    G = A A^T (k x k)
 
 so only ``k`` coefficients per token are solved for and the h_t x h_s matrix ``X``
-is never formed. ``c`` depends on PLM rows only: it is computed once and applied
-to every side (input embeddings and an untied LM head).
+is never formed. ``c`` depends on PLM rows only: :func:`salt_coefficients` (the
+regression job, which reads no source model) solves it once, and
+:func:`apply_coefficients` (the ``salt`` method in the transfer job) forms ``c S`` for
+every side (input embeddings and an untied LM head). :func:`salt_project` does both.
 
 Batching. Tokens are sorted by (k, target id) and cut into batches, so a batch's
 neighbour sets have nearly equal sizes (little padding) and the batches do not
@@ -17,7 +20,10 @@ depend on the order of the neighbour table. Each batch pads to its largest k wit
 zero rows; a zero row adds a zero row and column to ``G`` (an exactly-zero
 eigenvalue, cut off) and its coefficient is masked to zero, so padding changes
 nothing. ``G^+`` comes from one batched ``torch.linalg.eigh``; the same code runs on
-CPU and CUDA.
+CPU and CUDA. The solve's batches are bounded by the bytes of their float64 PLM rows, the
+application's (same order, same padding, zero coefficients) by those of their source
+rows. A float64 product's last bit can depend on the batch shape; the float32 rows
+almost never do.
 
 rcond. ``rcond`` has numpy.linalg.pinv's meaning: singular values
 ``sigma <= rcond * sigma_max`` of ``A`` are treated as zero. ``G``'s eigenvalues are
@@ -45,7 +51,8 @@ Precision. The solve runs in float64 by default: float32 Gram matrices square th
 condition number; on the test problems float32 misses numpy by up to 6e-4 relative
 (20% of tokens beyond 1e-5) even with rcond 1e-2, while float64 agrees to 4e-8. At
 paper scale (20k tokens, h_t 768, h_s 2048, 2 CPU threads) float64 takes 1.1 s,
-float32 0.7 s. Output rows are float32.
+float32 0.7 s. Coefficients are stored in the solve's dtype and applied in it; rows are
+float32.
 
 Ridge (an option beyond the paper): ``ridge > 0`` gives ``c = e_t A^T (G + ridge
 I)^-1``; ``ridge`` is absolute, in the units of ``G`` (squared PLM row norms), and
