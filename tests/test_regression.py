@@ -7,6 +7,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
+from embtransfer import regression
+from embtransfer.methods.base import SIDES as METHOD_SIDES
 from embtransfer.neighbors import Neighbors
 from embtransfer.regression import (
     DEFAULT_RCOND,
@@ -360,3 +362,7 @@ def test_cuda_matches_cpu():
     for side in sources:
         assert rel_err(gpu[side], cpu[side]) < TOL
     assert check_against_naive(gpu, plm, sources, source_of, ids, sets) < TOL
+
+
+def test_sides_are_the_methods_sides():
+    assert regression.SIDES == METHOD_SIDES

@@ -73,7 +73,6 @@ from safetensors.numpy import load_file, save_file
 from embtransfer.atomic import atomic_path, check_finite, write_json
 from embtransfer.logs import without_run_values
 from embtransfer.method_catalog import defaults
-from embtransfer.methods.base import SIDES
 from embtransfer.neighbors import Neighbors
 
 #: SALT's options with their defaults (the method catalog holds them): salt_project's defaults.
@@ -86,6 +85,10 @@ DEFAULT_RCOND: float = SALT["rcond"]
 #: device type. On CPU a cache-sized batch is fastest (measured at paper scale: 16 MiB
 #: 1.0 s, 64 MiB 1.2 s, 512 MiB 1.5 s); a GPU wants few, large launches.
 DEFAULT_BATCH_BYTES = {"cpu": 16 * 2**20, "cuda": 512 * 2**20}
+
+#: The embedding sides salt_project takes (methods.base.SIDES; the salt method imports this
+#: module, so it does not import the methods package).
+SIDES = ("input", "output")
 
 #: Per-token status; the projection file stores the index into this tuple (int8).
 STATUSES = ("projected", "missing_vector", "too_few_neighbors")
