@@ -244,22 +244,18 @@ def stage_regression(work: Path, args: argparse.Namespace) -> str:
 
     from embtransfer.models.loading import load_embeddings
     from embtransfer.neighbors.search import Neighbors, read_neighbors
-    from embtransfer.transfer.regression import salt_project, write_projection
+    from embtransfer.transfer.regression import salt_coefficients, write_coefficients
 
     # One thread: on 2 cores shared with other work, two threads spin-wait on the many
     # small batched eigendecompositions (measured 0.87 s vs 0.04 s per batch of 17 64x64).
     torch.set_num_threads(1)
     table, _ = read_neighbors(work / "de_neighbors_word.parquet")
-    source = load_embeddings(work / "source")
-    plm = load_embeddings(work / "plm_de")
-    matrices = {"input": source.input}
-    if source.output is not None:
-        matrices["output"] = source.output
-    result = salt_project(plm.input, matrices, Neighbors.from_table(table), device="cpu",
-                          max_neighbors=args.salt_max_neighbors)
-    write_projection(result, work / "de_projected.safetensors", work / "de_projected.json")
+    plm = load_embeddings(work / "plm_de")  # the source is read by the transfer job only
+    result = salt_coefficients(plm.input, Neighbors.from_table(table), device="cpu",
+                               max_neighbors=args.salt_max_neighbors)
+    write_coefficients(result, work / "de_projected.safetensors", work / "de_projected.json")
     stats = result["stats"]
-    return (f"{plm.input.shape[1]} -> {source.input.shape[1]}, {stats['counts']}, "
+    return (f"h_t {plm.input.shape[1]}, {stats['counts']}, "
             f"{stats['n_capped']} capped at {args.salt_max_neighbors}, k {stats['k_used']}, "
             f"solve {stats['seconds']['solve']:.1f} s")
 

@@ -234,16 +234,17 @@ def test_nan_in_source_rows_names_the_source_rows(method):
     assert "source input embeddings" in message and "2 's2', 9 's9'" in message
 
 
-def test_nan_in_a_projection_is_not_written(tmp_path):
+def test_nan_in_salt_coefficients_is_not_written(tmp_path):
     from embtransfer.core.atomic import NonFiniteError
-    from embtransfer.transfer.regression import write_projection
+    from embtransfer.transfer.regression import write_coefficients
 
-    rows = np.ones((3, 4), np.float32)
-    rows[1, 2] = np.nan
+    coefficients = np.ones(3)
+    coefficients[1] = np.nan
     result = {"target_ids": np.arange(3), "k_used": np.ones(3, np.int32),
-              "status": np.array(["projected"] * 3, object), "input": rows, "stats": {}}
-    with pytest.raises(NonFiniteError, match=r"projected input rows.*rows \[1\]"):
-        write_projection(result, tmp_path / "p.safetensors", tmp_path / "p.json")
+              "status": np.array(["projected"] * 3, object), "source_ids": np.arange(3),
+              "coefficients": coefficients, "stats": {}}
+    with pytest.raises(NonFiniteError, match=r"SALT coefficients.*rows \[1\]"):
+        write_coefficients(result, tmp_path / "p.safetensors", tmp_path / "p.json")
     assert not list(tmp_path.iterdir())
 
 

@@ -8,12 +8,17 @@ import torch
 from safetensors.numpy import load_file
 
 from embtransfer.neighbors.search import Neighbors
+from embtransfer.transfer import regression
+from embtransfer.transfer.methods.base import SIDES as METHOD_SIDES
 from embtransfer.transfer.regression import (
     DEFAULT_RCOND,
     STATUSES,
+    apply_coefficients,
+    read_coefficients,
+    salt_coefficients,
     salt_project,
     status_labels,
-    write_projection,
+    write_coefficients,
 )
 
 V_T, V_S, H_T, H_S = 260, 220, 12, 20
@@ -261,18 +266,82 @@ def test_errors_name_the_problem():
         salt_project(plm, {"lm_head": sources["input"]}, nb, device="cpu")
 
 
-def test_write_projection_roundtrip(tmp_path):
+def test_write_coefficients_roundtrip(tmp_path):
     plm, sources, source_of = world(20)
     nb = make_neighbors([201, 200], [np.array([1, 2]), np.array([3])], source_of,
                         missing=[False, False])
-    res = salt_project(plm, sources, nb, min_neighbors=2, device="cpu")
-    write_projection(res, tmp_path / "p.safetensors", tmp_path / "p.json")
+    res = salt_coefficients(plm, nb, min_neighbors=2, device="cpu")
+    write_coefficients(res, tmp_path / "p.safetensors", tmp_path / "p.json")
     back = load_file(tmp_path / "p.safetensors")
-    assert back["status"].dtype == np.int8
+    assert back["status"].dtype == np.int8 and back["coefficients"].dtype == np.float64
     assert status_labels(back["status"]).tolist() == ["too_few_neighbors", "projected"]
-    np.testing.assert_array_equal(back["input"], res["input"])
-    assert set(back) == {"target_ids", "k_used", "status", "input", "output"}
+    assert set(back) == {"target_ids", "k_used", "status", "source_ids", "coefficients"}
+    np.testing.assert_array_equal(back["source_ids"], source_of[[1, 2]])  # table order
+    np.testing.assert_array_equal(back["coefficients"], res["coefficients"])
     assert STATUSES[0] == "projected"
+
+
+def old_rows(coefficients: dict, source: np.ndarray, batch_tokens: int) -> np.ndarray:
+    """The rows as the fused solve-and-project code computed them, batch by batch: tokens
+    sorted by (k, target id), padded to the batch's k with zero coefficients over the
+    row's first neighbour, one float64 batched product, then float32."""
+    k = coefficients["k_used"].astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(k)])
+    todo = np.flatnonzero(k > 0)
+    todo = todo[np.lexsort((coefficients["target_ids"][todo], k[todo]))]
+    rows = np.zeros((k.size, source.shape[1]), np.float32)
+    for b in range(0, todo.size, batch_tokens):
+        batch = todo[b : b + batch_tokens]
+        k_max = int(k[batch].max())
+        coef = np.zeros((batch.size, 1, k_max))
+        ids = np.empty((batch.size, k_max), np.int64)
+        for j, t in enumerate(batch):
+            entries = slice(starts[t], starts[t + 1])
+            coef[j, 0, : k[t]] = coefficients["coefficients"][entries]
+            ids[j] = coefficients["source_ids"][starts[t]]
+            ids[j, : k[t]] = coefficients["source_ids"][entries]
+        gathered = torch.from_numpy(source[ids.reshape(-1)].astype(np.float64))
+        out = torch.from_numpy(coef) @ gathered.view(batch.size, k_max, -1)
+        rows[batch] = out.squeeze(1).to(torch.float32).numpy()
+    return rows
+
+
+@pytest.mark.parametrize("batch_tokens", [4096, 7, 1])
+def test_coefficients_then_apply_is_the_old_arithmetic(tmp_path, batch_tokens):
+    """Written, read back and applied as the transfer job does, the coefficients give the
+    fused computation's rows bit for bit, and numpy's pinv rows to tolerance."""
+    plm, sources, source_of = world(24, np.float32)
+    ids, sets = mixed_sets(np.random.default_rng(25))
+    nb = make_neighbors(ids, sets, source_of, missing=[i % 11 == 0 for i in range(len(sets))])
+    coefs = salt_coefficients(plm, nb, min_neighbors=2, device="cpu", batch_tokens=batch_tokens)
+    write_coefficients(coefs, tmp_path / "p.safetensors", tmp_path / "p.json")
+    back = read_coefficients(tmp_path / "p.safetensors", n_source_rows=V_S)
+    projected = coefs["status"] == "projected"
+    assert 0 < projected.sum() < len(sets)
+    together = salt_project(plm, sources, nb, min_neighbors=2, device="cpu",
+                            batch_tokens=batch_tokens)
+    for side, source in sources.items():
+        rows = apply_coefficients(back, source, batch_tokens=batch_tokens, batch_bytes=2**40)
+        np.testing.assert_array_equal(rows, old_rows(back, source, batch_tokens))
+        np.testing.assert_array_equal(rows, apply_coefficients(coefs, source))
+        np.testing.assert_array_equal(rows, together[side])
+        assert not rows[~projected].any()
+    kept = [s for s, p in zip(sets, nb.missing, strict=True) if not p and len(s) >= 2]
+    kept_ids = [t for t, s, p in zip(ids, sets, nb.missing, strict=True) if not p and len(s) >= 2]
+    assert check_against_naive(together, plm, sources, source_of, kept_ids, kept) < TOL
+
+
+def test_stale_coefficients_are_refused_naming_the_file(tmp_path):
+    plm, sources, source_of = world(26)
+    nb = make_neighbors([200, 201], [np.array([1, 2]), np.array([3, 4, 5])], source_of)
+    write_coefficients(salt_coefficients(plm, nb, device="cpu"), tmp_path / "p.safetensors",
+                       tmp_path / "p.json")
+    n_rows = int(source_of[[1, 2, 3, 4, 5]].max())  # one row too few for the largest id
+    with pytest.raises(ValueError, match=r"p\.safetensors.*stale.*salt_regression"):
+        read_coefficients(tmp_path / "p.safetensors", n_source_rows=n_rows)
+    back = read_coefficients(tmp_path / "p.safetensors")
+    with pytest.raises(ValueError, match="outside the embedding matrix"):
+        apply_coefficients(back, sources["input"][:n_rows])
 
 
 def test_auto_device():
@@ -293,3 +362,7 @@ def test_cuda_matches_cpu():
     for side in sources:
         assert rel_err(gpu[side], cpu[side]) < TOL
     assert check_against_naive(gpu, plm, sources, source_of, ids, sets) < TOL
+
+
+def test_sides_are_the_methods_sides():
+    assert regression.SIDES == METHOD_SIDES

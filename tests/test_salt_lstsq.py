@@ -10,7 +10,7 @@ from embtransfer.neighbors.search import Neighbors
 from embtransfer.transfer.methods import lstsq as lstsq_module
 from embtransfer.transfer.methods import salt as salt_module  # noqa: F401  (registers "salt")
 from embtransfer.transfer.methods.base import TransferInputs, get_method
-from embtransfer.transfer.regression import read_projection, salt_project, write_projection
+from embtransfer.transfer.regression import read_coefficients, salt_project, write_coefficients
 
 V_T, V_S, H_T, H_S = 120, 90, 8, 16
 SHARED = 50
@@ -79,8 +79,9 @@ def run(name: str, inputs: TransferInputs, side: str, **params):
 def test_salt_assembles_copied_projected_and_fallback_rows(tmp_path):
     inputs = make_inputs()
     result = project(inputs, min_neighbors=2)
-    write_projection(result, tmp_path / "p.safetensors", tmp_path / "p.json")
-    inputs.projected = read_projection(tmp_path / "p.safetensors")  # as the transfer job reads it
+    write_coefficients(result, tmp_path / "p.safetensors", tmp_path / "p.json")
+    # as the transfer job reads it
+    inputs.projected = read_coefficients(tmp_path / "p.safetensors", n_source_rows=V_S)
     shared_t, shared_s = inputs.shared()
     for side in ("input", "output"):
         out = run("salt", inputs, side)
@@ -124,27 +125,43 @@ def test_salt_labels_tokens_missing_from_the_table():
     inputs = make_inputs(5)
     proj = project(inputs)
     keep = np.arange(proj["target_ids"].size) != 3
-    inputs.projected = {k: v[keep] for k, v in proj.items() if k != "stats"}
+    entries = np.repeat(keep, proj["k_used"])  # the token's coefficients go with it
+    inputs.projected = {k: proj[k][keep] for k in ("target_ids", "k_used", "status")}
+    inputs.projected.update({k: proj[k][entries] for k in ("source_ids", "coefficients")})
     out = run("salt", inputs, "input")
     assert out.how[proj["target_ids"][3]] == "not_in_table"
     assert out.stats["counts"]["not_in_table"] == 1
 
 
-def test_salt_refuses_stale_or_incomplete_projections():
+def test_salt_refuses_stale_projections():
     inputs = make_inputs(6)
     proj = project(inputs)
-    inputs.projected = {k: v for k, v in proj.items() if k not in ("output", "stats")}
-    with pytest.raises(ValueError, match="no 'output' rows"):
-        run("salt", inputs, "output")
     stale = dict(proj)
     stale["target_ids"] = proj["target_ids"].copy()
     stale["target_ids"][0] = inputs.shared()[0][0]
     inputs.projected = stale
     with pytest.raises(ValueError, match="stale"):
         run("salt", inputs, "input")
+    other_source = dict(proj, source_ids=proj["source_ids"] + V_S)  # made for a larger source
+    inputs.projected = other_source
+    with pytest.raises(ValueError, match="outside the embedding matrix"):
+        run("salt", inputs, "output")
     inputs.projected = None
-    with pytest.raises(ValueError, match="projected"):
+    with pytest.raises(ValueError, match="coefficients"):
         run("salt", inputs, "input")
+
+
+def test_salt_applies_the_coefficients_to_either_side_of_a_tied_or_untied_source():
+    for tied in (False, True):
+        inputs = make_inputs(9, tied=tied)
+        proj = project(inputs)
+        inputs.projected = {k: v for k, v in proj.items() if k not in ("input", "output")}
+        done = proj["target_ids"][proj["status"] == "projected"]
+        for side in ("input",) + (() if tied else ("output",)):
+            out = run("salt", inputs, side)
+            np.testing.assert_array_equal(
+                out.rows[done], proj[side][proj["status"] == "projected"]
+            )
 
 
 # -- lstsq ----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ wildcard_constraints:
 
 rule salt_regression:
     input:
+        # the source model is not read here: the transfer job applies the coefficients
         neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors()),
-        source=lambda w: model_dir(w.source),
         target=lambda w: model_dir(w.target),
     output:
         tensors=paths.REGRESSION,

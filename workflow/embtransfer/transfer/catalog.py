@@ -42,7 +42,7 @@ NEEDS = {
     "plm": "the target PLM's input embeddings (inputs.plm_input)",
     "neighbors_word": "neighbour tables in the word-level fastText space",
     "neighbors_token": "neighbour tables in the token-level fastText space",
-    "projected": "the SALT regression stage's projected rows (inputs.projected)",
+    "projected": "the SALT regression stage's per-token coefficients (inputs.projected)",
     "aligned": "source- and target-token vectors in one aligned space (inputs.aligned)",
     "source_tokenizer": "the source tokenizer (inputs.source_tokenizer)",
 }
@@ -55,8 +55,8 @@ METHODS: dict[str, dict[str, Any]] = {
         "module": "salt", "needs": ["projected"],
         "description": "SALT: copy shared rows; others = per-token least squares on the "
         "sparsemax neighbours in the PLM space (the regression stage projects them)",
-        # All act in the regression stage (embtransfer.transfer.regression.salt_project); vectors
-        # picks the neighbour table it reads.
+        # All act in the regression stage (embtransfer.transfer.regression.salt_coefficients);
+        # vectors picks the neighbour table it reads.
         "options": {
             "vectors": Option("word", VECTORS),
             "min_neighbors": Option(1, COUNT),

@@ -25,7 +25,7 @@ from embtransfer.neighbors.search import Neighbors, read_neighbors
 from embtransfer.transfer.aligned import read_aligned
 from embtransfer.transfer.checkpoint import write_transferred_checkpoint
 from embtransfer.transfer.methods.base import TransferInputs
-from embtransfer.transfer.regression import read_projection
+from embtransfer.transfer.regression import read_coefficients
 from embtransfer.transfer.run import run_method
 from embtransfer.vocab.canonical import read_vocab
 from embtransfer.vocab.overlap import read_overlap
@@ -75,7 +75,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
                                            allow_pickle=allow_pickle).input
     if "projected" in paths:
-        inputs.projected = read_projection(paths["projected"])
+        # refuses coefficients whose source ids do not fit this source, naming the file
+        inputs.projected = read_coefficients(paths["projected"], source.input.shape[0])
     if "aligned" in paths:
         inputs.aligned = read_aligned(paths["aligned"])[0]
     if "source_tokenizer" in paths:

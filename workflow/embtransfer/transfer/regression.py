@@ -1,4 +1,5 @@
-"""SALT step 4: project non-shared target tokens into the source space (docs/design.md §4.3).
+"""SALT step 4: per-token coefficients that project non-shared target tokens into the
+source space, and their application to source rows (docs/design.md §4.3).
 
 For a non-shared target token ``t`` with neighbour set ``N`` (its sparsemax
 support), ``A = E'_t`` holds the target PLM rows of ``N`` (k x h_t) and ``S = E'_s``
@@ -8,8 +9,10 @@ the source rows of ``N`` (k x h_s). The paper maps ``e_t`` (t's own PLM row) wit
     e_t X = c S,    c = e_t pinv(A) = (e_t A^T) G^+,    G = A A^T (k x k)
 
 so only ``k`` coefficients per token are solved for and the h_t x h_s matrix ``X``
-is never formed. ``c`` depends on PLM rows only: it is computed once and applied
-to every side (input embeddings and an untied LM head).
+is never formed. ``c`` depends on PLM rows only: :func:`salt_coefficients` (the
+regression job, which reads no source model) solves it once, and
+:func:`apply_coefficients` (the ``salt`` method in the transfer job) forms ``c S`` for
+every side (input embeddings and an untied LM head). :func:`salt_project` does both.
 
 Batching. Tokens are sorted by (k, target id) and cut into batches, so a batch's
 neighbour sets have nearly equal sizes (little padding) and the batches do not
@@ -17,7 +20,10 @@ depend on the order of the neighbour table. Each batch pads to its largest k wit
 zero rows; a zero row adds a zero row and column to ``G`` (an exactly-zero
 eigenvalue, cut off) and its coefficient is masked to zero, so padding changes
 nothing. ``G^+`` comes from one batched ``torch.linalg.eigh``; the same code runs on
-CPU and CUDA.
+CPU and CUDA. The solve's batches are bounded by the bytes of their float64 PLM rows, the
+application's (same order, same padding, zero coefficients) by those of their source
+rows. A float64 product's last bit can depend on the batch shape; the float32 rows
+almost never do.
 
 rcond. ``rcond`` has numpy.linalg.pinv's meaning: singular values
 ``sigma <= rcond * sigma_max`` of ``A`` are treated as zero. ``G``'s eigenvalues are
@@ -45,7 +51,8 @@ Precision. The solve runs in float64 by default: float32 Gram matrices square th
 condition number; on the test problems float32 misses numpy by up to 6e-4 relative
 (20% of tokens beyond 1e-5) even with rcond 1e-2, while float64 agrees to 4e-8. At
 paper scale (20k tokens, h_t 768, h_s 2048, 2 CPU threads) float64 takes 1.1 s,
-float32 0.7 s. Output rows are float32.
+float32 0.7 s. Coefficients are stored in the solve's dtype and applied in it; rows are
+float32.
 
 Ridge (an option beyond the paper): ``ridge > 0`` gives ``c = e_t A^T (G + ridge
 I)^-1``; ``ridge`` is absolute, in the units of ``G`` (squared PLM row norms), and
@@ -67,7 +74,6 @@ from embtransfer.core.atomic import atomic_path, check_finite, write_json
 from embtransfer.core.logs import without_run_values
 from embtransfer.neighbors.search import Neighbors
 from embtransfer.transfer.catalog import defaults
-from embtransfer.transfer.methods.base import SIDES
 
 #: SALT's options with their defaults (the method catalog holds them): salt_project's defaults.
 SALT = defaults("salt")
@@ -79,6 +85,10 @@ DEFAULT_RCOND: float = SALT["rcond"]
 #: device type. On CPU a cache-sized batch is fastest (measured at paper scale: 16 MiB
 #: 1.0 s, 64 MiB 1.2 s, 512 MiB 1.5 s); a GPU wants few, large launches.
 DEFAULT_BATCH_BYTES = {"cpu": 16 * 2**20, "cuda": 512 * 2**20}
+
+#: The embedding sides salt_project takes (methods.base.SIDES; the salt method imports this
+#: module, so it does not import the methods package).
+SIDES = ("input", "output")
 
 #: Per-token status; the projection file stores the index into this tuple (int8).
 STATUSES = ("projected", "missing_vector", "too_few_neighbors")
@@ -197,9 +207,48 @@ def _summary(values: np.ndarray) -> dict[str, float | int | None]:
     return {"min": int(values.min()), "mean": float(values.mean()), "max": int(values.max())}
 
 
-def salt_project(
+def _check_options(
+    min_neighbors: int, max_neighbors: int | None, ridge: float, batch_tokens: int,
+    dtype: torch.dtype | str,
+) -> torch.dtype:
+    if min_neighbors < 1:
+        raise ValueError(f"min_neighbors must be >= 1, got {min_neighbors}")
+    if max_neighbors is not None and max_neighbors < min_neighbors:
+        raise ValueError(f"max_neighbors ({max_neighbors}) < min_neighbors ({min_neighbors})")
+    if ridge < 0:
+        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+    dtype = _DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    return dtype
+
+
+def _batches(order: np.ndarray, k: np.ndarray, batch_tokens: int, batch_bytes: int,
+             bytes_per_entry: int) -> list[np.ndarray]:
+    """``order`` (sorted by k) cut into batches of at most ``batch_tokens`` tokens whose
+    padded (tokens x k_max) entries take at most ``batch_bytes``."""
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < order.size:
+        k_max = int(k[order[min(start + batch_tokens, order.size) - 1]])  # sorted by k
+        size = min(batch_tokens, max(1, batch_bytes // (k_max * bytes_per_entry)))
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
+def _padded(kb: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(flat (B, k_max) index into per-entry arrays, mask of real entries); a padded slot
+    repeats its row's first entry."""
+    slot = np.arange(int(kb.max()))
+    mask = slot[None, :] < kb[:, None]
+    return np.where(mask, starts[:, None] + slot[None, :], starts[:, None]), mask
+
+
+def salt_coefficients(
     plm_input: np.ndarray,
-    source_matrices: dict[str, np.ndarray],
     neighbors: Neighbors,
     *,
     min_neighbors: int = SALT["min_neighbors"],
@@ -211,47 +260,25 @@ def salt_project(
     dtype: torch.dtype | str = SALT["dtype"],
     batch_bytes: int | None = None,
 ) -> dict[str, Any]:
-    """Project every non-shared token of ``neighbors`` (see the module docstring).
+    """Solve every non-shared token's coefficients ``c`` (see the module docstring).
 
-    ``plm_input`` (V_t, h_t) is indexed by target id; each matrix in
-    ``source_matrices`` (``"input"`` and optionally ``"output"``, (V_s, h_s)) by
-    source id. Returns ``target_ids`` (int64, sorted), one float32 (n, h_s) array per
-    key of ``source_matrices`` (rows not projected are zero), ``k_used`` (int32,
-    neighbours used; 0 when not projected), ``status`` (one of :data:`STATUSES`) and
-    ``stats``. ``min_neighbors`` / ``max_neighbors`` / ``ridge`` are options beyond the
-    paper; the defaults reproduce it. ``dtype`` (torch dtype or ``"float64"`` /
-    ``"float32"``) is the solve's precision. ``batch_bytes`` bounds the gathered rows per
-    batch (default by device, :data:`DEFAULT_BATCH_BYTES`), ``batch_tokens`` the tokens.
+    ``plm_input`` (V_t, h_t) is indexed by target id. Returns, in target-id order,
+    ``target_ids`` (int64), ``k_used`` (int32, neighbours used; 0 when not projected),
+    ``status`` (one of :data:`STATUSES`), and per projected token ``k_used`` entries of
+    ``source_ids`` (int64, the neighbours' source ids) and ``coefficients`` (the solve's
+    dtype), in the neighbour table's order; plus ``stats``. :func:`apply_coefficients`
+    turns them into rows of any source matrix. ``min_neighbors`` / ``max_neighbors`` /
+    ``ridge`` are options beyond the paper; the defaults reproduce it. ``dtype`` (torch
+    dtype or ``"float64"`` / ``"float32"``) is the solve's precision. ``batch_bytes``
+    bounds the gathered PLM rows per batch (default by device,
+    :data:`DEFAULT_BATCH_BYTES`), ``batch_tokens`` the tokens.
     """
     t_start = time.perf_counter()
-    if min_neighbors < 1:
-        raise ValueError(f"min_neighbors must be >= 1, got {min_neighbors}")
-    if max_neighbors is not None and max_neighbors < min_neighbors:
-        raise ValueError(f"max_neighbors ({max_neighbors}) < min_neighbors ({min_neighbors})")
-    if ridge < 0:
-        raise ValueError(f"ridge must be >= 0, got {ridge}")
-    dtype = _DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    if not source_matrices:
-        raise ValueError("source_matrices is empty: nothing to project")
-    if set(source_matrices) - set(SIDES):
-        raise ValueError(
-            f"source_matrices keys must be among {SIDES}, got {sorted(source_matrices)}"
-        )
-    if batch_tokens < 1:
-        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+    dtype = _check_options(min_neighbors, max_neighbors, ridge, batch_tokens, dtype)
     dev = resolve_device(device)
     if batch_bytes is None:
         batch_bytes = DEFAULT_BATCH_BYTES.get(dev.type, DEFAULT_BATCH_BYTES["cuda"])
-
     plm = _as_float(plm_input, "target PLM input embeddings")
-    sources = {
-        side: _as_float(m, f"source {side} embeddings") for side, m in source_matrices.items()
-    }
-    n_source_rows = {m.shape[0] for m in sources.values()}
-    if len(n_source_rows) != 1:
-        raise ValueError(f"source matrices disagree on the vocabulary size: {n_source_rows}")
 
     target_ids = np.asarray(neighbors.target_ids, np.int64)
     if np.unique(target_ids).size != target_ids.size:
@@ -259,23 +286,24 @@ def salt_project(
     offsets, nbr_t, nbr_s, capped = _cap_neighbors(neighbors, max_neighbors)
     _check_ids(target_ids, plm.shape[0], "target PLM input embeddings")
     _check_ids(nbr_t, plm.shape[0], "target PLM input embeddings (neighbours)")
-    _check_ids(nbr_s, next(iter(sources.values())).shape[0], "source embeddings (neighbours)")
+    if nbr_s.size and nbr_s.min() < 0:
+        raise ValueError("the neighbour table holds negative source ids")
 
     k = np.diff(offsets)
     missing = np.asarray(neighbors.missing, bool)
     status_raw = np.where(missing, 1, np.where(k < min_neighbors, 2, 0))
+    k_used_raw = np.where(status_raw == 0, k, 0)
     # output in target-id order, so the table's row order cannot matter
     out_order = np.argsort(target_ids, kind="stable")
     n = target_ids.size
-    h_s = {side: m.shape[1] for side, m in sources.items()}
-    result: dict[str, Any] = {
-        "target_ids": target_ids[out_order],
-        "k_used": np.where(status_raw == 0, k, 0)[out_order].astype(np.int32),
-        "status": np.asarray(STATUSES, dtype=object)[status_raw[out_order]],
-    }
-    rows = {side: np.zeros((n, h), np.float32) for side, h in h_s.items()}
     position = np.empty(n, np.int64)  # table row -> output row
     position[out_order] = np.arange(n)
+    k_used = k_used_raw[out_order].astype(np.int32)
+    out_offsets = np.concatenate([[0], np.cumsum(k_used, dtype=np.int64)])
+    # the output's entries: each projected token's neighbours, in the table's order
+    entries = np.arange(out_offsets[-1]) + np.repeat(offsets[:-1][out_order] - out_offsets[:-1],
+                                                     k_used)
+    coefficients = np.zeros(entries.size, np.float64 if dtype == torch.float64 else np.float32)
 
     # projected table rows by (k, target id): batches of similar k, independent of order
     todo = np.flatnonzero(status_raw == 0)
@@ -290,35 +318,19 @@ def salt_project(
                 f"with k up to {int(k[todo].max())} ({floor:.2g}); "
                 "see embtransfer.transfer.regression"
             )
-    all_nbr_t = nbr_t
-    plm_t, nbr_t_idx = _stage(plm, np.concatenate([all_nbr_t, target_ids]), dev)
-    nbr_t_idx, self_idx = nbr_t_idx[: all_nbr_t.size], nbr_t_idx[all_nbr_t.size :]
-    staged_src: dict[str, torch.Tensor] = {}
-    nbr_s_idx = nbr_s
-    for side, matrix in sources.items():
-        staged_src[side], nbr_s_idx = _stage(matrix, nbr_s, dev)
+    plm_t, nbr_t_idx = _stage(plm, np.concatenate([nbr_t, target_ids]), dev)
+    nbr_t_idx, self_idx = nbr_t_idx[: nbr_t.size], nbr_t_idx[nbr_t.size :]
     t_prepared = time.perf_counter()
 
-    # batch boundaries first, so the work buffers can be allocated once
-    bytes_per_entry = 8 * (h_t + sum(h_s.values()))  # float64 rows, both sides
-    batches: list[np.ndarray] = []
-    start = 0
-    while start < todo.size:
-        k_max = int(k[todo[min(start + batch_tokens, todo.size) - 1]])  # sorted by k
-        size = min(batch_tokens, max(1, batch_bytes // (k_max * bytes_per_entry)))
-        batches.append(todo[start : start + size])
-        start += size
-    entries = max((b.size * int(k[b].max()) for b in batches), default=0)
-    work = _Workspace(dev, entries)
+    # batch boundaries first, so the work buffer can be allocated once
+    batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * h_t)  # float64 PLM rows
+    work = _Workspace(dev, max((b.size * int(k[b].max()) for b in batches), default=0))
 
     n_rank_deficient = padded_entries = 0
     for batch in batches:
         kb = k[batch]
         k_max = int(kb.max())
-        # flat (B, k_max) index into the neighbour arrays; padded slots repeat the row's first
-        slot = np.arange(k_max)
-        mask_np = slot[None, :] < kb[:, None]
-        flat = np.where(mask_np, offsets[batch][:, None] + slot[None, :], offsets[batch][:, None])
+        flat, mask_np = _padded(kb, offsets[batch])
         padded_entries += mask_np.size
         maskf = torch.from_numpy(mask_np).to(dev).to(dtype)
 
@@ -337,22 +349,16 @@ def salt_project(
             inv = torch.where(keep, eigval, torch.ones_like(eigval)).reciprocal() * keep
             n_rank_deficient += int((keep.sum(-1).cpu().numpy() < kb).sum())
         coef = ((rhs.unsqueeze(1) @ eigvec) * inv.unsqueeze(1)) @ eigvec.mT  # (B, 1, k)
-        coef = coef * maskf.unsqueeze(1)
-
-        source_idx = nbr_s_idx[flat].reshape(-1)
-        out_pos = position[batch]
-        for side, src in staged_src.items():
-            rows_s = work.gather(side, src, source_idx, dtype)
-            out = coef @ rows_s.view(batch.size, k_max, h_s[side])
-            rows[side][out_pos] = out.squeeze(1).to(torch.float32).cpu().numpy()
+        # row-major over (token, slot): each token's k entries in the table's order
+        values = coef.squeeze(1).cpu().numpy()[mask_np]
+        starts = out_offsets[position[batch]]
+        coefficients[_padded(kb, starts)[0][mask_np]] = values
     t_solved = time.perf_counter()
 
-    for side, matrix in rows.items():
-        if not np.isfinite(matrix).all():
-            raise FloatingPointError(f"SALT projection produced non-finite {side} rows")
-        result[side] = matrix
+    if not np.isfinite(coefficients).all():
+        raise FloatingPointError("SALT's solve produced non-finite coefficients")
     counts = {s: int((status_raw == i).sum()) for i, s in enumerate(STATUSES)}
-    result["stats"] = {
+    stats = {
         "n_tokens": int(n),
         "counts": counts,
         "n_capped": int(capped.sum()),
@@ -370,13 +376,108 @@ def salt_project(
             "batch_bytes": batch_bytes,
         },
         "device": str(dev),
-        "sides": list(sources),
         "seconds": {
             "prepare": round(t_prepared - t_start, 4),
             "solve": round(t_solved - t_prepared, 4),
             "total": round(time.perf_counter() - t_start, 4),
         },
     }
+    return {
+        "target_ids": target_ids[out_order],
+        "k_used": k_used,
+        "status": np.asarray(STATUSES, dtype=object)[status_raw[out_order]],
+        "source_ids": nbr_s[entries],
+        "coefficients": coefficients,
+        "stats": stats,
+    }
+
+
+def apply_coefficients(
+    coefficients: dict[str, Any],
+    source: np.ndarray,
+    *,
+    device: str | torch.device = "cpu",
+    batch_tokens: int = SALT["batch_tokens"],
+    batch_bytes: int | None = None,
+) -> np.ndarray:
+    """Rows ``c S`` of one source matrix (V_s, h_s), float32 (n, h_s) in the order of
+    ``coefficients["target_ids"]``; rows of tokens not projected are zero.
+
+    ``coefficients`` is :func:`salt_coefficients`' result (or :func:`read_coefficients`').
+    The arithmetic runs in the coefficients' dtype, in batches of tokens sorted by (k,
+    target id) padded to the batch's largest k, so the rows do not depend on the order
+    of the neighbour table. The only place coefficients meet source rows: the ``salt``
+    method and :func:`salt_project` both call it.
+    """
+    source = _as_float(source, "source embeddings")
+    source_ids = np.asarray(coefficients["source_ids"], np.int64)
+    coef_flat = np.asarray(coefficients["coefficients"])
+    k = np.asarray(coefficients["k_used"], np.int64)
+    target_ids = np.asarray(coefficients["target_ids"], np.int64)
+    if coef_flat.dtype not in (np.float32, np.float64):
+        raise ValueError(f"coefficients must be float32 or float64, got {coef_flat.dtype}")
+    if k.size != target_ids.size or source_ids.size != coef_flat.size or k.sum() != coef_flat.size:
+        raise ValueError(
+            f"inconsistent coefficients: {target_ids.size} tokens, {k.size} k_used, "
+            f"{int(k.sum())} entries by k_used, {source_ids.size} source ids, "
+            f"{coef_flat.size} coefficients"
+        )
+    _check_ids(source_ids, source.shape[0], "source embeddings (neighbours)")
+    dtype = torch.from_numpy(coef_flat[:0]).dtype
+    dev = resolve_device(device)
+    if batch_bytes is None:
+        batch_bytes = DEFAULT_BATCH_BYTES.get(dev.type, DEFAULT_BATCH_BYTES["cuda"])
+    offsets = np.concatenate([[0], np.cumsum(k)])
+    h_s = source.shape[1]
+    rows = np.zeros((target_ids.size, h_s), np.float32)
+    todo = np.flatnonzero(k > 0)
+    todo = todo[np.lexsort((target_ids[todo], k[todo]))]
+    staged, source_idx = _stage(source, source_ids, dev)
+    coef_t = torch.from_numpy(np.ascontiguousarray(coef_flat)).to(dev)
+    batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * h_s)  # float64 source rows
+    work = _Workspace(dev, max((b.size * int(k[b].max()) for b in batches), default=0))
+    for batch in batches:
+        kb = k[batch]
+        flat, mask_np = _padded(kb, offsets[batch])
+        flat_t = torch.from_numpy(flat).to(dev)
+        coef = coef_t[flat_t] * torch.from_numpy(mask_np).to(dev).to(dtype)  # padding is 0
+        gathered = work.gather("s", staged, source_idx[flat].reshape(-1), dtype)
+        out = coef.unsqueeze(1) @ gathered.view(batch.size, flat.shape[1], h_s)
+        rows[batch] = out.squeeze(1).to(torch.float32).cpu().numpy()
+    if not np.isfinite(rows).all():
+        raise FloatingPointError("SALT's coefficients gave non-finite rows")
+    return rows
+
+
+def salt_project(
+    plm_input: np.ndarray,
+    source_matrices: dict[str, np.ndarray],
+    neighbors: Neighbors,
+    *,
+    device: str | torch.device = "auto",
+    **options: Any,
+) -> dict[str, Any]:
+    """:func:`salt_coefficients` then :func:`apply_coefficients` to each source matrix.
+
+    ``source_matrices`` holds ``"input"`` and optionally ``"output"`` (V_s, h_s) by
+    source id; ``options`` are :func:`salt_coefficients`' keywords. Returns its result
+    with one float32 (n, h_s) array of rows per key of ``source_matrices`` added (rows
+    not projected are zero) and ``stats["sides"]``. The workflow splits the two steps
+    across its jobs; tests and benchmarks use this.
+    """
+    if not source_matrices:
+        raise ValueError("source_matrices is empty: nothing to project")
+    if set(source_matrices) - set(SIDES):
+        raise ValueError(
+            f"source_matrices keys must be among {SIDES}, got {sorted(source_matrices)}"
+        )
+    n_source_rows = {np.shape(m)[0] for m in source_matrices.values()}
+    if len(n_source_rows) != 1:
+        raise ValueError(f"source matrices disagree on the vocabulary size: {n_source_rows}")
+    result = salt_coefficients(plm_input, neighbors, device=device, **options)
+    for side, matrix in source_matrices.items():
+        result[side] = apply_coefficients(result, matrix, device=device)
+    result["stats"]["sides"] = list(source_matrices)
     return result
 
 
@@ -402,22 +503,22 @@ def status_labels(status: np.ndarray) -> np.ndarray:
     return status.astype(object)
 
 
-def write_projection(result: dict[str, Any], tensors_path: str | Any, meta_path: str | Any) -> None:
-    """Write :func:`salt_project`'s result: arrays to safetensors, stats to JSON.
+def write_coefficients(
+    result: dict[str, Any], tensors_path: str | Any, meta_path: str | Any
+) -> None:
+    """Write :func:`salt_coefficients`' result: arrays to safetensors, stats to JSON.
 
-    ``status`` is stored as int8 codes (safetensors holds no strings); the JSON
-    lists the code names. Loaded back with ``safetensors.numpy.load_file`` this is
-    what the ``salt`` method reads as ``inputs.projected``.
+    ``status`` is stored as int8 codes (safetensors holds no strings); the JSON lists
+    the code names. :func:`read_coefficients` reads it back for the ``salt`` method.
     """
     arrays = {
         "target_ids": np.asarray(result["target_ids"], np.int64),
         "k_used": np.asarray(result["k_used"], np.int32),
         "status": status_codes(result["status"]),
+        "source_ids": np.asarray(result["source_ids"], np.int64),
+        "coefficients": np.ascontiguousarray(result["coefficients"]),
     }
-    for side in ("input", "output"):
-        if side in result:
-            check_finite(f"projected {side} rows", result[side])
-            arrays[side] = np.ascontiguousarray(result[side], np.float32)
+    check_finite("SALT coefficients", arrays["coefficients"])
     with atomic_path(tensors_path) as tmp:
         save_file(arrays, str(tmp))
     # Timings go to the job's log, not into the artifact (byte-identical reruns).
@@ -425,9 +526,27 @@ def write_projection(result: dict[str, Any], tensors_path: str | Any, meta_path:
                            "stats": without_run_values(result["stats"])})
 
 
-def read_projection(path: str | Any) -> dict[str, np.ndarray]:
-    """The arrays :func:`write_projection` wrote, ``status`` as labels: the ``salt``
-    method's ``inputs.projected``."""
-    projected = load_file(str(path))
-    projected["status"] = status_labels(projected["status"])
-    return projected
+def read_coefficients(path: str | Any, n_source_rows: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays :func:`write_coefficients` wrote, ``status`` as labels: the ``salt``
+    method's ``inputs.projected``.
+
+    With ``n_source_rows`` (the source's vocabulary size) a file whose source ids do not
+    fit the source model (made for another, or an older, source) is refused, naming it.
+    """
+    coefficients = load_file(str(path))
+    coefficients["status"] = status_labels(coefficients["status"])
+    source_ids = coefficients["source_ids"]
+    k = coefficients["k_used"].astype(np.int64)
+    if k.sum() != source_ids.size or source_ids.size != coefficients["coefficients"].size:
+        raise ValueError(f"{path}: the SALT coefficients are inconsistent (k_used sums to "
+                         f"{int(k.sum())}, {source_ids.size} source ids, "
+                         f"{coefficients['coefficients'].size} coefficients); rebuild it")
+    if n_source_rows is not None and source_ids.size and (
+        source_ids.min() < 0 or source_ids.max() >= n_source_rows
+    ):
+        raise ValueError(
+            f"{path}: SALT coefficients refer to source ids up to {int(source_ids.max())}, "
+            f"but the source model has {n_source_rows} rows; the file is stale against the "
+            "source model: delete it and rerun the salt_regression rule"
+        )
+    return coefficients

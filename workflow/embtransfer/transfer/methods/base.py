@@ -44,7 +44,7 @@ class TransferInputs:
     seed: int
     neighbors: dict[str, Neighbors] = field(default_factory=dict)  # by "word" / "token"
     plm_input: np.ndarray | None = None  # (V_t, h_t) target PLM input embeddings
-    projected: dict[str, np.ndarray] | None = None  # SALT regression: target_ids, input, output
+    projected: dict[str, np.ndarray] | None = None  # SALT regression: per-token coefficients
     aligned: AlignedVectors | None = None
     source_tokenizer: Any | None = None
 

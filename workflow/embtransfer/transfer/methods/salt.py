@@ -1,10 +1,11 @@
 """SALT (docs/design.md §4.3): copy shared tokens, project the others by per-token least squares.
 
-The projection itself runs in the regression stage
-(:func:`embtransfer.transfer.regression.salt_project`, possibly on a GPU) and arrives as
-``inputs.projected`` (:func:`embtransfer.transfer.regression.read_projection`): ``target_ids``,
-``status`` (labels of :data:`embtransfer.transfer.regression.STATUSES`), ``input`` and, for an
-untied source, ``output`` rows. This method assembles the matrix:
+The regression stage solves each non-shared token's coefficients over its neighbours
+(:func:`embtransfer.transfer.regression.salt_coefficients`, possibly on a GPU); they arrive as
+``inputs.projected`` (:func:`embtransfer.transfer.regression.read_coefficients`): ``target_ids``,
+``status`` (labels of :data:`embtransfer.transfer.regression.STATUSES`), ``k_used``,
+``source_ids`` and ``coefficients``. This method applies them to the source's matrix of
+the side (:func:`embtransfer.transfer.regression.apply_coefficients`) and assembles the matrix:
 
 * shared tokens copy their source row (``copied``);
 * projected tokens take their projected row (``projected``);
@@ -26,6 +27,7 @@ import numpy as np
 
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import copy_shared, empty_result, source_normal
+from embtransfer.transfer.regression import apply_coefficients
 
 FALLBACK_LABELS = ("missing_vector", "too_few_neighbors", "not_in_table")
 
@@ -34,23 +36,12 @@ FALLBACK_LABELS = ("missing_vector", "too_few_neighbors", "not_in_table")
 def salt(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     projected = inputs.projected
     if projected is None:
-        raise ValueError("salt needs the regression stage's projected rows (inputs.projected)")
-    if side not in projected:
-        raise ValueError(
-            f"salt: the projection has no {side!r} rows (it was made for a tied source?); "
-            "rerun the regression stage"
-        )
+        raise ValueError("salt needs the regression stage's coefficients (inputs.projected)")
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)
 
     target_ids = np.asarray(projected["target_ids"], np.int64)
     status = np.asarray(projected["status"], dtype=object)
-    values = np.asarray(projected[side])
-    if values.shape != (target_ids.size, rows.shape[1]):
-        raise ValueError(
-            f"salt: projected {side} rows have shape {values.shape}, want "
-            f"({target_ids.size}, {rows.shape[1]})"
-        )
     if target_ids.size and (target_ids.min() < 0 or target_ids.max() >= inputs.n_target):
         raise ValueError("salt: projected target ids fall outside the target vocabulary")
     stale = target_ids[how[target_ids] == "copied"]
@@ -59,6 +50,7 @@ def salt(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResul
             f"salt: {stale.size} projected tokens are shared tokens (e.g. {stale[:5].tolist()}); "
             "the projection is stale against the overlap table"
         )
+    values = apply_coefficients(projected, inputs.source_matrix(side))
 
     done = status == "projected"
     rows[target_ids[done]] = values[done]
