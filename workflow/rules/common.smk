@@ -89,7 +89,7 @@ def corpus_inputs(wildcards):
         return {"world": rules.world.output[0]}
     if spec["type"] == "local":
         return {k: spec[k] for k in ("train", "valid") if spec.get(k)}
-    # wikipedia: the sentences the local rule fetch_wikipedia (download.smk) wrote.
+    # wikipedia: the sentences the local rule fetch_wikipedia (data.smk) wrote.
     return {"sentences": wikipedia_sentences_file(wildcards.lang)}
 
 
@@ -235,7 +235,7 @@ def all_lapt_metrics():
     return [paths.LAPT_METRICS.fill(**r._asdict()) for r in LAPT_RUNS]
 
 
-# --- evaluation (evaluate.smk) -------------------------------------------------------------
+# --- evaluation (evaluation.smk) -----------------------------------------------------------
 from embtransfer.evaluation.catalog import (
     CATALOG as EVAL_CATALOG,
     shipped_tasks_hash,
@@ -269,7 +269,7 @@ def eval_checkpoint(w):
 
 def hub_datasets(keys):
     # Stock and shipped tasks read their datasets from evaluation.datasets_dir, which the
-    # local download rule fills (download.smk), so compute jobs run offline.
+    # local download rule fills (data.smk), so compute jobs run offline.
     if any(EVAL_CATALOG[k].source != "world" for k in keys):
         return {"datasets": rules.fetch_lm_eval_datasets.output[0]}
     return {}
@@ -386,7 +386,7 @@ def all_report():
     return list(REPORT_OUTPUTS.values())
 
 
-# --- downloads (download.smk) --------------------------------------------------------------
+# --- downloads (data.smk) ------------------------------------------------------------------
 from embtransfer.data.download import needed_languages
 from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
 
