@@ -172,7 +172,7 @@ def test_rerun_without_change_does_nothing(workflow_run):
 def test_editing_a_module_reruns_exactly_its_dependents(workflow_run, tmp_path):
     workdir, config = workflow_run
     n_tables = sum(len(p) for p in config["targets"].values()) * len(config["sources"]) * 2
-    module = workdir / "workflow" / "embtransfer" / "neighbors.py"
+    module = workdir / "workflow" / "embtransfer" / "neighbors" / "search.py"
     original = module.read_text()
     try:
         module.write_text(original + "\n# an edit\n")
@@ -184,7 +184,7 @@ def test_editing_a_module_reruns_exactly_its_dependents(workflow_run, tmp_path):
     assert planned_jobs(workdir, "neighbors_only") == {}
 
     # sparsemax is imported by neighbors only: editing it reruns the same jobs.
-    module = workdir / "workflow" / "embtransfer" / "sparsemax.py"
+    module = workdir / "workflow" / "embtransfer" / "neighbors" / "sparsemax.py"
     original = module.read_text()
     try:
         module.write_text(original + "\n# an edit\n")
@@ -192,14 +192,14 @@ def test_editing_a_module_reruns_exactly_its_dependents(workflow_run, tmp_path):
     finally:
         module.write_text(original)
 
-    module = workdir / "workflow" / "embtransfer" / "overlap.py"
+    module = workdir / "workflow" / "embtransfer" / "vocab" / "overlap.py"
     original = module.read_text()
     try:
         module.write_text(original + "\n# an edit\n")
         jobs = planned_jobs(workdir, "neighbors_only")
     finally:
         module.write_text(original)
-    # overlap.py is imported by the overlap and neighbours scripts; vocab,
+    # vocab/overlap.py is imported by the overlap and neighbours scripts; vocab,
     # fastText and token vectors do not depend on it.
     assert set(jobs) == {"overlap", "neighbors", "neighbors_only"}
 
