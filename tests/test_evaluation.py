@@ -390,6 +390,20 @@ def test_world_task_directory_and_relocation(world, tmp_path):
         moved / "ar_mini" / "world_mrc" / "test.jsonl").resolve()
 
 
+def test_world_task_files_do_not_depend_on_where_they_were_built(world, tmp_path):
+    """The same world and seed give byte-identical task directories wherever they are
+    written (a YAML naming its build directory would differ run to run: the atomic write
+    builds in a temporary directory)."""
+    sizes, shots = {"size": 6, "fewshot_pool": 4}, {"world_mrc": 3}
+    a, b = tmp_path / "a" / "ar_mini", tmp_path / "elsewhere" / "b"
+    build_world_tasks(world, "ar_mini", a, 5, sizes, shots)
+    build_world_tasks(world, "ar_mini", b, 5, sizes, shots)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for rel in files:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
 def test_catalog_is_consistent():
     for key, bench in CATALOG.items():
         assert bench.key == key and bench.kind in catalog.KINDS

@@ -17,12 +17,11 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from embtransfer.lapt.settings import LaptSettings, Replay
 from embtransfer.lapt.trainer import (
     CheckpointError,
     CorpusTooSmallError,
-    LaptSettings,
     MicroBatchOOMError,
-    Replay,
     epoch_order,
     lr_factor,
     replay_count,
@@ -296,7 +295,7 @@ def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
 
 def test_settings_from_the_config_section():
     from embtransfer.config.validation import validate_config
-    from embtransfer.lapt.trainer import settings_from_config
+    from embtransfer.lapt.settings import settings_from_config
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml")
                             .read_text())
@@ -568,27 +567,35 @@ def test_prebuilt_blocks_equal_text_and_are_checked(world, straight, tmp_path):
 WORKFLOW_ONLY = {"enabled", "select", "variant", "gpus", "mem_mb", "runtime"}
 
 
-def test_settings_defaults_match_the_schema():
-    """LaptSettings holds the defaults; the schema repeats them for the config: one truth."""
+def test_settings_defaults_are_written_once():
+    """lapt/settings.py holds the trainer's defaults; the schema file writes none of them,
+    and the loaded schema fills in exactly those (a validated empty section is the
+    dataclass's defaults; LoRA's, with its learning rate, likewise)."""
     from dataclasses import fields
 
-    from embtransfer.lapt.lora import DEFAULT_LORA
+    from embtransfer.config.validation import load_schema, validate_config
+    from embtransfer.lapt.settings import LORA_LR, lora_settings, settings_from_config
 
-    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
-                             / "lapt.schema.yaml").read_text())["properties"]
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
+                          / "lapt.schema.yaml").read_text())["properties"]
     names = {f.name for f in fields(LaptSettings)}
-    assert not set(schema) - names - WORKFLOW_ONLY, "schema keys with no LaptSettings field"
+    assert not set(raw) - names - WORKFLOW_ONLY, "schema keys with no LaptSettings field"
     assert not WORKFLOW_ONLY & names
-    defaults = LaptSettings()
-    for key in set(schema) & names - {"replay", "lora"}:
-        assert schema[key]["default"] == getattr(defaults, key), key
-    assert schema["replay"]["default"] is None and defaults.replay is None
-    assert set(schema["replay"]["oneOf"][1]["properties"]) == {"language", "ratio"}
-    # LoRA: the schema's sub-keys are embtransfer.lapt.lora's settings plus its learning rate.
-    lora = schema["lora"]["properties"]
-    assert set(lora) - {"lr"} <= set(DEFAULT_LORA), set(lora) - set(DEFAULT_LORA)
-    for key in set(lora) - {"lr"}:
-        assert lora[key]["default"] == DEFAULT_LORA[key], key
+    written = [k for k in set(raw) & names - {"lora"} if "default" in raw[k]]
+    written += [f"lora.{k}" for k, v in raw["lora"]["properties"].items() if "default" in v]
+    assert not written, f"defaults written in the schema file too: {sorted(written)}"
+    loaded = load_schema()["properties"]["lapt"]["properties"]
+    assert all("default" in loaded[k] for k in set(raw) - {"lora"})
+    assert all("default" in v for v in loaded["lora"]["properties"].values())
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+                            .read_text())
+    config["lapt"] = {}
+    section = validate_config(config)["lapt"]
+    assert settings_from_config(section, None, None) == LaptSettings()
+    config["lapt"] = {"variant": "lora"}
+    lora = settings_from_config(validate_config(config)["lapt"], None, None)
+    assert lora.lr == LORA_LR and lora.lora == lora_settings({})
 
 
 def test_settings_refuse_bad_values():

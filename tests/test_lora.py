@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
 from embtransfer.lapt import lora as lora_mod
+from embtransfer.lapt.settings import lora_settings
 from embtransfer.lapt.trainer import train_lapt
 
 LORA = {"r": 4, "alpha": 16, "dropout": 0.0}
@@ -23,7 +24,7 @@ def _randomised_adapters(model_dir: Path, settings: dict, seed: int = 0):
     """A PEFT model whose adapters (B starts at zero) and embeddings hold random values."""
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     torch.manual_seed(seed)  # PEFT draws lora_A from the global generator
-    peft_model = lora_mod.add_adapters(base, lora_mod.lora_settings(settings))
+    peft_model = lora_mod.add_adapters(base, lora_settings(settings))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
@@ -48,7 +49,7 @@ def test_adapters_cover_every_linear_layer_but_the_head(world):  # noqa: F811
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_merge_equals_base_plus_scaled_low_rank_update(world, family, tmp_path):  # noqa: F811
-    settings = lora_mod.lora_settings(LORA)
+    settings = lora_settings(LORA)
     peft_model = _randomised_adapters(world[family], settings)
     params = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
     ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -89,7 +90,7 @@ def test_merge_equals_base_plus_scaled_low_rank_update(world, family, tmp_path):
 
 def test_int8_style_merge_by_reloading_the_base_agrees(world):  # noqa: F811
     # The int8 path folds the trained tensors into a freshly loaded fp32 base.
-    settings = lora_mod.lora_settings(LORA)
+    settings = lora_settings(LORA)
     direct = lora_mod.merge(_randomised_adapters(world["llama"], settings), world["llama"],
                             settings)
     reloaded = lora_mod.merge(_randomised_adapters(world["llama"], settings), world["llama"],
@@ -104,7 +105,7 @@ def test_int8_needs_cuda(world):  # noqa: F811
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
     with pytest.raises(RuntimeError, match="lapt.lora.int8 needs a CUDA device"):
-        lora_mod.load_base(world["llama"], lora_mod.lora_settings({"int8": True}),
+        lora_mod.load_base(world["llama"], lora_settings({"int8": True}),
                            torch.device("cpu"))
 
 

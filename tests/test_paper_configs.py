@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from embtransfer.config.validation import load_config_file
-from embtransfer.lapt.trainer import DEFAULT_LAPT
+from embtransfer.lapt.settings import DEFAULT_LAPT
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = {"salt": "config/paper_salt.yaml", "cva": "config/paper_cva.yaml"}

@@ -20,6 +20,7 @@ import yaml
 
 from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
 from embtransfer.evaluation.config_check import check_evaluation
+from embtransfer.lapt.settings import schema_defaults as lapt_defaults
 from embtransfer.transfer.catalog import METHODS, OptionError, method_needs, resolve_options
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -68,6 +69,8 @@ def load_schema() -> dict[str, Any]:
     for section, name in (("lapt", "lapt"), ("evaluation", "evaluation"), ("report", "report")):
         sub = _read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
+    # The trainer's defaults come from lapt/settings.py, the one place they are written.
+    _fill_defaults(schema["properties"]["lapt"], lapt_defaults())
     # The method names come from the method catalog, the one place that lists methods; their
     # options are checked by check_transfer with the catalog's resolve_options.
     transfer = schema["properties"]["transfer"]["properties"]
@@ -75,6 +78,19 @@ def load_schema() -> dict[str, Any]:
     transfer["methods"]["default"] = list(METHODS)
     transfer["options"]["propertyNames"] = {"enum": list(METHODS)}
     return schema
+
+
+def _fill_defaults(schema: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Set each of ``schema``'s properties named in ``defaults`` to default to its value
+    (a dict value fills the property's own properties, at any depth)."""
+    props = schema["properties"]
+    for key, value in defaults.items():
+        if key not in props:
+            continue  # a trainer setting the config does not expose (threads, schedule)
+        if isinstance(value, dict):
+            _fill_defaults(props[key], value)
+        else:
+            props[key]["default"] = copy.deepcopy(value)
 
 
 def _with_defaults(validator_class: type) -> type:

@@ -128,9 +128,13 @@ def passage_doc(world: dict[str, Any], item: dict[str, Any], context_lang: str,
 
 
 def task_yaml(name: str, test: Path, train: Path | None, num_fewshot: int) -> dict[str, Any]:
-    files = {"test": str(test.resolve())}
+    """The task's lm-eval config. Its data files are named relative to the YAML's own
+    directory, so the file does not depend on where it was built (the atomic write builds
+    in a temporary directory); :func:`relocated_include_dir` makes them absolute for
+    lm-eval, which reads relative paths from the working directory."""
+    files = {"test": test.name}
     if train is not None:
-        files["train"] = str(train.resolve())
+        files["train"] = train.name
     spec: dict[str, Any] = {
         "task": name,
         "dataset_path": "json",
@@ -214,8 +218,9 @@ def build_world_tasks(world: dict[str, Any], lang: str, out_dir: str | Path, see
 
 def relocated_include_dir(task_dir: str | Path, tmp_dir: str | Path) -> Path:
     """Copies of the task YAMLs under ``task_dir`` with their data files pointed at the JSONL
-    files beside each YAML (absolute paths now), in ``tmp_dir``: the tasks keep working when
-    the results directory was moved or copied after they were built."""
+    files beside each YAML (absolute paths), in ``tmp_dir``: what lm-eval reads (the YAMLs
+    name their files relative to themselves, so a moved or copied results directory keeps
+    working)."""
     task_dir, tmp_dir = Path(task_dir), Path(tmp_dir)
     for path in sorted(task_dir.glob("*/*.yaml")):
         spec = yaml.safe_load(path.read_text())

@@ -21,25 +21,6 @@ import torch
 from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-DEFAULT_LORA: dict[str, Any] = {
-    "r": 8,
-    "alpha": 32,
-    "dropout": 0.05,
-    "target_modules": "all-linear",
-    "train_embeddings": True,
-    "int8": False,
-}
-
-
-def lora_settings(cfg: dict[str, Any] | None) -> dict[str, Any]:
-    unknown = set(cfg or {}) - set(DEFAULT_LORA)
-    if unknown:
-        raise ValueError(f"unknown LoRA keys {sorted(unknown)}; known: {sorted(DEFAULT_LORA)}")
-    out = {**DEFAULT_LORA, **(cfg or {})}
-    if int(out["r"]) < 1:
-        raise ValueError(f"LoRA rank r must be at least 1, got {out['r']}")
-    return out
-
 
 def embedding_params(model: PreTrainedModel) -> list[torch.nn.Parameter]:
     """The input embedding matrix and, when not tied to it, the output one."""

@@ -4,13 +4,13 @@
 target-language text (docs/design.md §5) and writes the result, atomically, as a
 checkpoint directory (safetensors + tokenizer + ``lapt.json``).
 
-Settings: :class:`LaptSettings` (defaults in one place, :data:`DEFAULT_LAPT` is its
-dict; :func:`settings_from_config` maps the config's ``lapt`` section onto it),
-following the SALT paper: max length 1024, lr 1e-5, linear warmup (5%) then
-cosine to 0, a global batch of 512 sequences reached by gradient accumulation, one
-epoch, bf16 autocast over fp32 master weights where the device supports it (fp32 on
-CPU). Weight decay 0.0 (the Hugging Face Trainer default; the paper names none),
-AdamW betas (0.9, 0.999), gradient clipping at 1.0.
+Settings: :class:`embtransfer.lapt.settings.LaptSettings` (the one place of the
+defaults; :func:`~embtransfer.lapt.settings.settings_from_config` maps the config's
+``lapt`` section onto it), following the SALT paper: max length 1024, lr 1e-5,
+linear warmup (5%) then cosine to 0, a global batch of 512 sequences reached by
+gradient accumulation, one epoch, bf16 autocast over fp32 master weights where the
+device supports it (fp32 on CPU). Weight decay 0.0 (the Hugging Face Trainer default;
+the paper names none), AdamW betas (0.9, 0.999), gradient clipping at 1.0.
 
 Memory and speed: SDPA attention; the loss over the vocabulary in chunks
 (:mod:`embtransfer.lapt.loss`, never the whole logits); optional activation
@@ -87,7 +87,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -103,109 +103,7 @@ from embtransfer.core.logs import without_run_values
 from embtransfer.lapt import lora as lora_mod
 from embtransfer.lapt.blocks import blocks_for, file_sha256
 from embtransfer.lapt.loss import causal_lm_loss
-
-
-@dataclass(frozen=True)
-class Replay:
-    """English replay: the blocks of ``file`` (text or ``.npy``) make up ``ratio`` of an epoch."""
-
-    file: str
-    ratio: float
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= float(self.ratio) < 1.0:
-            raise ValueError(f"replay ratio must lie in [0, 1), got {self.ratio}")
-
-
-@dataclass(frozen=True)
-class LaptSettings:
-    """Every LAPT setting and its default, in one place.
-
-    The keys shared with ``workflow/schemas/lapt.schema.yaml`` have the same defaults
-    there (``tests/test_lapt.py`` fails if they disagree or a schema key has no home);
-    the schema adds what only the workflow needs (``variant``, ``gpus``, ...), which
-    :func:`settings_from_config` maps here. Build from a dict with :meth:`from_dict`.
-    """
-
-    max_length: int = 1024
-    lr: float = 1e-5
-    schedule: str = "cosine"  # the only one: linear warmup, then cosine to 0
-    warmup_ratio: float = 0.05
-    global_batch_size: int = 512  # sequences per optimizer step
-    micro_batch_size: int = 8  # sequences per forward pass; accumulation = global / micro
-    epochs: int = 1
-    max_steps: int | None = None  # None: `epochs` full epochs
-    bf16: bool | str = "auto"  # "auto": bf16 autocast on a CUDA device that supports it
-    weight_decay: float = 0.0
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    log_every: int = 10  # optimizer steps
-    eval_fractions: list[float] = field(default_factory=lambda: [0.3, 0.6, 0.9])
-    eval_batches: int | None = None  # micro batches of the valid file per evaluation
-    checkpoint_every: int = 100  # optimizer steps
-    checkpoint_minutes: float | None = None  # also checkpoint after this much wall time
-    stop_before_end_s: int = 900  # under SLURM: checkpoint and stop this long before the limit
-    embedding_only_steps: int = 0
-    replay: Replay | None = None  # None: target text only
-    threads: int | None = None  # torch CPU threads; None: leave torch's setting alone
-    lora: dict[str, Any] | None = None  # None: full training; embtransfer.lapt.lora settings: LoRA
-    loss_chunk_rows: int = 1024  # tokens per chunk of the vocabulary loss; 0: whole logits
-    activation_checkpointing: bool = False  # recompute layer activations in backward
-    compile: bool = False  # torch.compile the model (pays on a GPU; slow to start)
-    attn_implementation: str = "sdpa"  # PyTorch scaled_dot_product_attention (flash on GPU)
-
-    def __post_init__(self) -> None:
-        if int(self.loss_chunk_rows) < 0:
-            raise ValueError(f"loss_chunk_rows must be >= 0 (0 = whole logits), got "
-                             f"{self.loss_chunk_rows}")
-        if self.schedule != "cosine":
-            raise ValueError(f"unknown schedule {self.schedule!r}; only 'cosine'")
-        g, m = int(self.global_batch_size), int(self.micro_batch_size)
-        if g <= 0 or m <= 0 or g % m:
-            raise ValueError(
-                f"global_batch_size {g} must be a positive multiple of micro_batch_size {m}"
-            )
-
-    @classmethod
-    def from_dict(cls, cfg: dict[str, Any] | None) -> LaptSettings:
-        """Settings from ``cfg`` (missing keys take the defaults; unknown keys are refused)."""
-        cfg = dict(cfg or {})
-        unknown = set(cfg) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown LAPT keys {sorted(unknown)}")
-        if cfg.get("lora") is not None:
-            cfg["lora"] = lora_mod.lora_settings(cfg["lora"])
-        if cfg.get("replay") is not None:
-            cfg["replay"] = Replay(**cfg["replay"])
-        return cls(**cfg)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-able settings, in field order (lapt.json's ``config``, the spec file)."""
-        return asdict(self)
-
-
-DEFAULT_LAPT: dict[str, Any] = LaptSettings().as_dict()
-
-def settings_from_config(section: dict[str, Any], threads: int | None,
-                         replay_file: str | None) -> LaptSettings:
-    """:func:`train_lapt`'s settings from the validated config's ``lapt`` section.
-
-    The workflow-only keys map here: ``variant: lora`` takes ``lora.lr`` (its default
-    is the schema's) as the learning rate, ``replay.language`` becomes the replay file.
-    """
-    cfg = {k: section[k] for k in DEFAULT_LAPT if k in section and k not in ("replay", "lora")}
-    if section.get("variant") == "lora":
-        lora = dict(section["lora"])
-        cfg["lr"] = lora.pop("lr")
-        cfg["lora"] = lora
-    if section.get("replay"):
-        if replay_file is None:
-            raise ValueError("lapt.replay is set but no replay text was given")
-        cfg["replay"] = {"file": str(replay_file), "ratio": float(section["replay"]["ratio"])}
-    cfg["threads"] = threads
-    return LaptSettings.from_dict(cfg)
-
+from embtransfer.lapt.settings import LaptSettings
 
 # Keys that may change between a checkpoint and its resumption: they change speed and
 # memory (and float rounding), not the trajectory's definition.

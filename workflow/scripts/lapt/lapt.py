@@ -14,7 +14,8 @@ import torch
 
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.logs import job_logger
-from embtransfer.lapt.trainer import launch_command, settings_from_config, train_lapt
+from embtransfer.lapt.settings import settings_from_config
+from embtransfer.lapt.trainer import launch_command, train_lapt
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
