@@ -7,8 +7,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import ExecMode
 
-from embtransfer.core import codehash
+from embtransfer.core import codehash, jobserver
 from embtransfer.config.validation import ConfigError, validate_config
 
 # The default config (the miniature world) unless one is given with --configfile: a grid
@@ -36,8 +37,10 @@ include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/report.smk"
 
 
-# --- SLURM profile check (embtransfer/core/cluster.py): with `--executor slurm`, refuse to
-# submit while slurm/config.yaml still holds FILL_IN_* placeholders. ---
+# --- on start: with `--executor slurm`, refuse to submit while slurm/config.yaml still holds
+# FILL_IN_* placeholders (embtransfer/core/cluster.py); for a local run, start the job
+# server, whose forks have torch, transformers and lm-eval imported already
+# (embtransfer/core/jobserver.py; `job_server: false` turns it off). ---
 onstart:
     from embtransfer.core.cluster import SlurmProfileError, check_slurm_run
 
@@ -45,9 +48,23 @@ onstart:
         check_slurm_run(workflow)
     except SlurmProfileError as err:
         raise WorkflowError(str(err)) from None
+    if (
+        config["job_server"]
+        and workflow.local_exec
+        and not workflow.dryrun
+        and workflow.exec_mode == ExecMode.DEFAULT
+    ):
+        jobserver.start(
+            Path(".snakemake") / "jobserver", min(config["threads"], workflow.cores)
+        )
 
 
-# --- end SLURM profile check ---
+onsuccess:
+    jobserver.stop()
+
+
+onerror:
+    jobserver.stop()
 
 
 rule all:

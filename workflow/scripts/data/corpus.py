@@ -1,5 +1,9 @@
 """Write train.txt and valid.txt of one language from its configured source."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import read_json, write_text_lines
 from embtransfer.core.logs import job_logger
 from embtransfer.data.corpus import local_corpus, mini_corpus, wikipedia_corpus

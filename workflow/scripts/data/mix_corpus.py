@@ -1,5 +1,9 @@
 """A source LLM's pretraining text: its language plus small target-language shares."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from pathlib import Path
 
 from embtransfer.core.atomic import read_json, write_text_lines

@@ -1,5 +1,9 @@
 """Build the miniature world (languages, lexicons, fact base) from the config seed."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
 from embtransfer.world.languages import build_world

@@ -1,5 +1,9 @@
 """lm-eval benchmarks of one checkpoint: one contract JSON per task (embtransfer.evaluation)."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 import os
 
 # Stock and shipped tasks read their data from the datasets directory (its tasks.json

@@ -1,5 +1,9 @@
 """The miniature world's benchmarks of one language as local lm-eval tasks."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import atomic_path, read_json, write_json
 from embtransfer.core.logs import job_logger
 from embtransfer.evaluation.catalog import CATALOG

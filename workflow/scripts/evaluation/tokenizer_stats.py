@@ -1,5 +1,9 @@
 """Fertility and prompt-token ratios of the source and target tokenizers of one language."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 import os
 
 # Data come from the datasets directory; set before lm-eval imports `datasets`, which reads

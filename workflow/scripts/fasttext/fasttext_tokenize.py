@@ -1,5 +1,9 @@
 """FOCUS token-level mode: the corpus tokenized by the target tokenizer, tokens as words."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.fasttext.vectors import tokenize_for_fasttext
 from embtransfer.models.loading import load_tokenizer

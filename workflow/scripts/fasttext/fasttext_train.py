@@ -1,5 +1,9 @@
 """Train fastText vectors (word-level on raw text, or token-level on tokenized text)."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.fasttext.vectors import train_fasttext
 

@@ -1,5 +1,9 @@
 """One fastText vector per token of a vocabulary, and the mask of tokens without one."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.fasttext.vectors import load_fasttext, save_token_vectors, token_vectors
 from embtransfer.vocab.canonical import read_vocab

@@ -5,6 +5,10 @@ settings (else sets it aside). A preempted run exits non-zero after its checkpoi
 SLURM (or Snakemake's retries) to start it again.
 """
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 import json
 import shutil
 import subprocess

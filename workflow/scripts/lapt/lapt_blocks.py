@@ -1,5 +1,9 @@
 """Tokenise a LAPT text once into packed uint32 blocks (.npy) with a JSON sidecar."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from transformers import AutoConfig, AutoTokenizer
 
 from embtransfer.core.logs import job_logger

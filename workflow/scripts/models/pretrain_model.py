@@ -1,5 +1,9 @@
 """Pretrain a miniature model (source LLM or target PLM) on CPU or GPU."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import load_tokenizer
 from embtransfer.world.pretrain import build_model, pretrain, save_checkpoint

@@ -1,5 +1,9 @@
 """Train a miniature model's tokenizer on its pretraining text."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.logs import job_logger
 from embtransfer.world.tokenizers import DEFAULT_ALGORITHM, train_tokenizer

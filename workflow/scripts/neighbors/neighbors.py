@@ -1,5 +1,9 @@
 """Neighbour table: shared neighbours and sparsemax weights of every non-shared target token."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.fasttext.vectors import load_token_vectors
 from embtransfer.neighbors.search import compute_neighbors, write_neighbors

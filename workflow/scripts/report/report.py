@@ -1,5 +1,9 @@
 """The paper's tables (Markdown + CSV), Figure 2 and report.md from the result files."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.report.build import Inputs, write_report
 

@@ -1,5 +1,9 @@
 """Source and target token vectors in one aligned fastText space (WECHSEL, OFA)."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from pathlib import Path
 
 from embtransfer.core.atomic import read_json

@@ -4,6 +4,10 @@ Reads the target PLM and the neighbour table only; the transfer job applies the
 coefficients to the source model's rows (embtransfer.transfer.methods.salt).
 """
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import check_tokenizer_model_agreement, load_embeddings
 from embtransfer.neighbors.search import Neighbors, read_neighbors

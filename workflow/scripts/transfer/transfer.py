@@ -2,6 +2,10 @@
 and its zero-shot scores (held-out loss and bits per byte before any training): one
 process for both, so the checkpoint is read back once and Python starts once."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
 from embtransfer.evaluation.intrinsic import zeroshot_record

@@ -2,6 +2,10 @@
 (the untouched source LLM, and LAPT checkpoints; a transferred checkpoint gets its own in
 the transfer job)."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
 from embtransfer.evaluation.intrinsic import zeroshot_record

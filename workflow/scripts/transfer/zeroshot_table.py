@@ -1,5 +1,9 @@
 """One table of every checkpoint's zero-shot held-out loss and bits per byte."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.logs import job_logger
 from embtransfer.report.records import read_records
 from embtransfer.report.zeroshot import write_zeroshot_table

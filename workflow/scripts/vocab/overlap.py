@@ -1,5 +1,9 @@
 """Shared tokens of a source and a target vocabulary, and the paper's Table 6 counts."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import load_tokenizer

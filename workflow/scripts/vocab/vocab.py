@@ -1,5 +1,9 @@
 """Canonical forms of every token of one model's vocabulary."""
 
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
 from pathlib import Path
 
 from embtransfer.core.logs import job_logger

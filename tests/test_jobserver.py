@@ -1,0 +1,204 @@
+"""The job server (embtransfer/core/jobserver.py): a job run in a fork behaves as one run in
+its own process (streams, directory, environment, exit status, errors, signals, the job's
+own code), and a job falls back to its own process wherever no server is usable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from embtransfer.core import jobserver
+
+WORKFLOW = Path(__file__).resolve().parents[1] / "workflow"
+
+SCRIPT = '''"""A job script."""
+
+from embtransfer.core.jobserver import delegate
+
+delegate()
+
+import json, os, sys
+from pathlib import Path
+
+import embtransfer.core.jobserver as js
+
+mode = sys.argv[1]
+Path("report.json").write_text(json.dumps({
+    "pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv,
+    "flag": os.environ.get("JOB_FLAG"), "child": os.environ.get(js.CHILD_ENV),
+    "torch_loaded": "torch" in sys.modules, "package": js.__file__,
+}))
+print("to stdout")
+print("to stderr", file=sys.stderr)
+if mode == "fail":
+    raise ValueError("the job's own error")
+if mode == "exit":
+    sys.exit(3)
+if mode == "sleep":
+    Path("started").write_text("")
+    import time
+    time.sleep(60)
+'''
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server preloading one small module (the mechanism does not depend on which)."""
+    directory = tmp_path_factory.mktemp("server")
+    path = str(directory / "s.sock")
+    env = {**os.environ, "PYTHONPATH": str(WORKFLOW)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c",
+         f"from embtransfer.core import jobserver; jobserver.serve({path!r}, ('json',))"],
+        env=env)
+    for _ in range(200):
+        if Path(path).is_socket():
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the server did not start")
+    yield f"{socket.gethostname()}:{path}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _run(tmp_path: Path, mode: str, server_env: str | None, extra_env=None, **popen):
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != jobserver.ENV}
+    env.update(PYTHONPATH=str(WORKFLOW), JOB_FLAG="set-by-job")
+    if server_env is not None:
+        env[jobserver.ENV] = server_env
+    env.update(extra_env or {})
+    return subprocess.Popen([sys.executable, str(script), mode], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)
+
+
+def _report(tmp_path: Path) -> dict:
+    import json
+
+    return json.loads((tmp_path / "report.json").read_text())
+
+
+def test_a_job_runs_in_a_fork_as_in_its_own_process(server, tmp_path):
+    proc = _run(tmp_path, "ok", server)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = _report(tmp_path)
+    assert report["child"] == "1" and report["pid"] != proc.pid  # it ran in the fork
+    assert report["cwd"] == str(tmp_path) and report["argv"][1:] == ["ok"]
+    assert report["flag"] == "set-by-job"  # the job's environment, not the server's
+    assert report["package"].startswith(str(WORKFLOW))  # the job's own code, afresh
+    assert out == "to stdout\n" and err == "to stderr\n"  # the job's own streams
+
+
+def test_exit_status_and_errors_reach_the_job_process(server, tmp_path):
+    proc = _run(tmp_path, "exit", server)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    proc = _run(tmp_path, "fail", server)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "ValueError: the job's own error" in err and "Traceback" in err
+
+
+def test_a_signal_to_the_job_process_stops_the_fork(server, tmp_path):
+    proc = _run(tmp_path, "sleep", server)
+    for _ in range(200):
+        if (tmp_path / "started").exists():
+            break
+        time.sleep(0.05)
+    child = _report(tmp_path)["pid"]
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the forked job outlived its job process")
+
+
+def test_a_killed_job_process_takes_its_fork_along(server, tmp_path):
+    proc = _run(tmp_path, "sleep", server)
+    for _ in range(200):
+        if (tmp_path / "started").exists():
+            break
+        time.sleep(0.05)
+    child = _report(tmp_path)["pid"]
+    proc.kill()  # no handler runs: the fork notices the closed connection
+    proc.communicate(timeout=30)
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the forked job outlived its killed job process")
+
+
+@pytest.mark.parametrize("where", ["no server", "another host", "no socket"])
+def test_without_a_usable_server_the_job_runs_itself(tmp_path, where):
+    server_env = {"no server": None, "another host": f"not-{socket.gethostname()}:/x.sock",
+                  "no socket": f"{socket.gethostname()}:{tmp_path / 'gone.sock'}"}[where]
+    proc = _run(tmp_path, "ok", server_env)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = _report(tmp_path)
+    assert report["child"] is None and report["pid"] == proc.pid
+
+
+@pytest.mark.parametrize("changed", [{"OMP_NUM_THREADS": "7"}, {"HF_DATASETS_OFFLINE": "0"},
+                                     {"HF_HUB_OFFLINE": "1"}])
+def test_a_job_whose_libraries_would_load_differently_runs_itself(server, tmp_path, changed):
+    """Thread pools and offline switches are read when a library loads: a job that differs
+    from the server there would compute differently in a fork."""
+    if all(os.environ.get(k) == v for k, v in changed.items()):
+        pytest.skip("the test's environment already has this value")
+    proc = _run(tmp_path, "ok", server, extra_env=changed)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert _report(tmp_path)["pid"] == proc.pid  # its own process
+
+
+def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv(jobserver.ENV, raising=False)
+    jobserver.start(tmp_path, 1)
+    try:
+        host, _, path = os.environ[jobserver.ENV].partition(":")
+        assert host == socket.gethostname() and Path(path).parent == tmp_path.resolve()
+        for _ in range(600):  # the real preload list: torch, transformers, lm-eval
+            if Path(path).is_socket():
+                break
+            time.sleep(0.1)
+        assert Path(path).is_socket()
+    finally:
+        jobserver.stop()
+    assert jobserver.ENV not in os.environ and not Path(path).exists()
+
+
+def test_every_job_script_hands_over_before_its_imports():
+    """Each compute script calls delegate() first (download scripts, which need the network
+    settings they set themselves, run in their own process)."""
+    for script in sorted((WORKFLOW / "scripts").glob("*/*.py")):
+        text = script.read_text()
+        if script.name.startswith("download_") or script.name == "fetch_model.py":
+            assert "delegate()" not in text, script
+            continue
+        code = [line for line in text.split('"""', 2)[2].splitlines()
+                if line.strip() and not line.startswith("#")]
+        assert code[:2] == ["from embtransfer.core.jobserver import delegate", "delegate()"] \
+            or code[1].startswith("delegate()"), script
