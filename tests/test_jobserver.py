@@ -174,6 +174,25 @@ def test_a_job_whose_libraries_would_load_differently_runs_itself(server, tmp_pa
     assert _report(tmp_path)["pid"] == proc.pid  # its own process
 
 
+def test_a_server_that_does_not_answer_is_no_server(tmp_path, monkeypatch):
+    """A server that accepts but never forks (hung) leaves the job to run itself."""
+    import threading
+
+    path = tmp_path / "hung.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    held = []
+    threading.Thread(target=lambda: held.append(listener.accept()), daemon=True).start()
+    monkeypatch.setenv(jobserver.ENV, f"{socket.gethostname()}:{path}")
+    monkeypatch.delenv(jobserver.CHILD_ENV, raising=False)
+    monkeypatch.setattr(jobserver, "HANDSHAKE_TIMEOUT_S", 0.5)
+    start = time.monotonic()
+    jobserver.delegate()  # returns: the caller runs the job
+    assert time.monotonic() - start < 10
+    listener.close()
+
+
 def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv(jobserver.ENV, raising=False)
     jobserver.start(tmp_path, 1)

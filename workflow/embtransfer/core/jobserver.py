@@ -72,6 +72,8 @@ PACKAGE = "embtransfer"
 #: This module, as ``python -m`` runs it.
 MODULE = "embtransfer.core.jobserver"
 _HEADER_MAX = 1 << 20
+#: Seconds a job waits for the server to take it (fork and reply) before running itself.
+HANDSHAKE_TIMEOUT_S = 30.0
 
 
 def _send(sock: socket.socket, obj: object) -> None:
@@ -113,6 +115,7 @@ def delegate() -> None:
     if path is None:
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)  # a server that does not answer is no server
     try:
         sock.connect(path)
         request = {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ),
@@ -126,6 +129,7 @@ def delegate() -> None:
     except (OSError, KeyError, TypeError, ValueError):
         sock.close()
         return  # no server after all, or one of another interpreter: run here
+    sock.settimeout(None)  # the job itself may run for hours
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f, pid=child: _forward(pid, s))
     try:
