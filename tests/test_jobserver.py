@@ -83,6 +83,15 @@ def _run(tmp_path: Path, mode: str, server_env: str | None, extra_env=None, **po
                             **popen)
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be slow to collect it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 def _report(tmp_path: Path) -> dict:
     import json
 
@@ -122,9 +131,7 @@ def test_a_signal_to_the_job_process_stops_the_fork(server, tmp_path):
     proc.communicate(timeout=30)
     assert proc.returncode != 0
     for _ in range(100):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
+        if not _running(child):
             break
         time.sleep(0.05)
     else:
@@ -141,9 +148,7 @@ def test_a_killed_job_process_takes_its_fork_along(server, tmp_path):
     proc.kill()  # no handler runs: the fork notices the closed connection
     proc.communicate(timeout=30)
     for _ in range(100):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
+        if not _running(child):
             break
         time.sleep(0.05)
     else:
@@ -207,6 +212,24 @@ def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
     finally:
         jobserver.stop()
     assert jobserver.ENV not in os.environ and not Path(path).exists()
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path):
+    """Snakemake killed outright (no onsuccess/onerror) leaves no server behind, even one
+    still importing its libraries."""
+    parent = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from embtransfer.core import jobserver; "
+         f"jobserver.start({str(tmp_path)!r}, 1); print(jobserver._PROCESS[0].pid)"],
+        env={**os.environ, "PYTHONPATH": str(WORKFLOW)}, capture_output=True, text=True,
+        check=True)
+    server = int(parent.stdout.split()[-1])
+    for _ in range(150):
+        if not _running(server):
+            return
+        time.sleep(0.1)
+    os.kill(server, signal.SIGKILL)
+    pytest.fail("the server outlived the process that started it")
 
 
 def test_every_job_script_hands_over_before_its_imports():

@@ -246,7 +246,7 @@ class _Server(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
 
 
 def _exit_with_parent(parent: int, path: str) -> None:
-    while os.getppid() == parent:
+    while os.getppid() == parent:  # reparented once the process that started it is gone
         time.sleep(1)
     with contextlib.suppress(OSError):
         os.unlink(path)
@@ -256,9 +256,12 @@ def _exit_with_parent(parent: int, path: str) -> None:
 _SERVER_ENV: dict[str, str] = {}  # the environment the server imported its modules in
 
 
-def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
-    """Import ``preload``, then fork a child per job request on ``path`` until the process
-    that started the server exits."""
+def serve(path: str, preload: tuple[str, ...] = PRELOAD, parent: int | None = None) -> None:
+    """Import ``preload``, then fork a child per job request on ``path`` until ``parent``
+    (the process that started the server; default: this one's parent) exits."""
+    parent = os.getppid() if parent is None else parent
+    # watched from before the imports, which can outlast a short run
+    threading.Thread(target=_exit_with_parent, args=(parent, path), daemon=True).start()
     for key, value in JOB_DEFAULTS.items():
         os.environ.setdefault(key, value)
     _SERVER_ENV.update(os.environ)
@@ -271,7 +274,6 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     server = _Server(tmp, _Handler)
     os.chmod(tmp, 0o600)  # this user's jobs only
     os.replace(tmp, path)  # ready: jobs see the socket only once it accepts
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(), path), daemon=True).start()
     server.serve_forever(poll_interval=0.5)
 
 
@@ -293,7 +295,8 @@ def start(directory: str | Path, threads: int) -> None:
     env.update(dict.fromkeys(THREAD_ENV, str(threads)))
     with open(directory / "jobserver.log", "w") as log:
         _PROCESS.append(subprocess.Popen(
-            [sys.executable, "-m", MODULE, path], stdin=subprocess.DEVNULL, stdout=log,
+            [sys.executable, "-m", MODULE, path, str(os.getpid())],
+            stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, env=env,
             start_new_session=True,  # Ctrl-C reaches Snakemake, which stops the server
         ))
@@ -315,4 +318,4 @@ def stop() -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], parent=int(sys.argv[2]))
