@@ -209,6 +209,7 @@ def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
                 break
             time.sleep(0.1)
         assert Path(path).is_socket()
+        assert Path(path).stat().st_mode & 0o077 == 0  # it runs what it is sent: ours only
     finally:
         jobserver.stop()
     assert jobserver.ENV not in os.environ and not Path(path).exists()

@@ -271,8 +271,11 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, parent: int | None = No
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     tmp = f"{path}.{os.getpid()}"
-    server = _Server(tmp, _Handler)
-    os.chmod(tmp, 0o600)  # this user's jobs only
+    mask = os.umask(0o077)  # the socket runs any script it is sent: this user's jobs only
+    try:
+        server = _Server(tmp, _Handler)
+    finally:
+        os.umask(mask)
     os.replace(tmp, path)  # ready: jobs see the socket only once it accepts
     server.serve_forever(poll_interval=0.5)
 
@@ -287,7 +290,7 @@ def start(directory: str | Path, threads: int) -> None:
     :data:`THREAD_ENV`): jobs of other thread counts run in their own process, as do jobs
     started before it is ready."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = str((directory / f"jobserver.{os.getpid()}.sock").resolve())
     package_root = str(Path(__file__).resolve().parents[2])  # where `embtransfer` is
     env = dict(os.environ)
