@@ -215,6 +215,25 @@ def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
     assert jobserver.ENV not in os.environ and not Path(path).exists()
 
 
+def test_a_deep_working_directory_gets_a_short_socket(tmp_path, monkeypatch):
+    """Unix socket paths are limited to 107 bytes: a deep run directory must still get its
+    server (its socket then lives in a private temporary directory)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    monkeypatch.delenv(jobserver.ENV, raising=False)
+    jobserver.start(deep, 1)
+    try:
+        path = Path(os.environ[jobserver.ENV].partition(":")[2])
+        assert len(str(path).encode()) <= jobserver.SOCKET_PATH_MAX
+        for _ in range(600):
+            if path.is_socket():
+                break
+            time.sleep(0.1)
+        assert path.is_socket()
+    finally:
+        jobserver.stop()
+    assert not path.exists() and not path.parent.exists()
+
+
 def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     """Snakemake killed outright (no onsuccess/onerror) leaves no server behind, even one
     still importing its libraries."""

@@ -72,6 +72,9 @@ PACKAGE = "embtransfer"
 #: This module, as ``python -m`` runs it.
 MODULE = "embtransfer.core.jobserver"
 _HEADER_MAX = 1 << 20
+#: Linux takes socket paths of up to 107 bytes (the server binds "<path>.<pid>" first); a
+#: longer one goes under the temporary directory.
+SOCKET_PATH_MAX = 90
 #: Seconds a job waits for the server to take it (fork and reply) before running itself.
 HANDSHAKE_TIMEOUT_S = 30.0
 
@@ -292,6 +295,8 @@ def start(directory: str | Path, threads: int) -> None:
     directory = Path(directory)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = str((directory / f"jobserver.{os.getpid()}.sock").resolve())
+    if len(path.encode()) > SOCKET_PATH_MAX:  # a deep working directory: a short private one
+        path = str(Path(tempfile.mkdtemp(prefix="embt-jobserver-")) / "s.sock")
     package_root = str(Path(__file__).resolve().parents[2])  # where `embtransfer` is
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -318,6 +323,9 @@ def stop() -> None:
     if path:
         with contextlib.suppress(OSError):
             os.unlink(path)
+        if Path(path).parent.name.startswith("embt-jobserver-"):
+            with contextlib.suppress(OSError):
+                Path(path).parent.rmdir()
 
 
 if __name__ == "__main__":
