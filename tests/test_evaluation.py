@@ -267,7 +267,7 @@ def test_record_follows_the_contract(tmp_path):
     assert record["task"] == "world_mrc" and record["lm_eval_task"] == "world_mrc_ar_mini"
     assert (record["kind"], record["eval_language"], record["note"]) == (
         "mrc", "target", "eval_language=target")
-    assert record["num_fewshot"] == 3 and record["metrics_used"] == {"MRC acc": "acc,none"}
+    assert record["num_fewshot"] == 1 and record["metrics_used"] == {"MRC acc": "acc,none"}
     write_json(tmp_path / "r.json", record)
     assert json.loads((tmp_path / "r.json").read_text())["scores"] == {"MRC acc": 25.0}
 

@@ -105,7 +105,7 @@ def test_world_tasks_run_offline_and_match_an_independent_computation(tiny, tmp_
         assert record["task"] == key and record["lm_eval_task"] == f"{key}_{LANG}"
         assert record["n_samples"] == 12 and record["limit"] is None
         assert {k: record[k] for k in ("stage", "lang", "source", "target", "method")} == meta
-    assert records["world_xl_ctx_en"]["num_fewshot"] == 3
+    assert records["world_xl_ctx_en"]["num_fewshot"] == 1  # the world's passage tasks
     assert records["world_xl_ctx_en"]["note"] == "context=en,question=target"
     assert records["world_facts"]["kind"] == "knowledge"
     for key, name in (("world_mrc", "MRC acc"), ("world_facts", "Facts acc")):
