@@ -38,6 +38,9 @@ Path("report.json").write_text(json.dumps({
 print("to stdout")
 print("to stderr", file=sys.stderr)
 if mode == "fail":
+    import atexit
+    atexit.register(lambda: Path("atexit_ran").write_text(""))
+    sys.excepthook = lambda t, e, tb: Path("hook_saw").write_text(str(e))  # as job_logger's
     raise ValueError("the job's own error")
 if mode == "exit":
     sys.exit(3)
@@ -115,9 +118,16 @@ def test_exit_status_and_errors_reach_the_job_process(server, tmp_path):
     proc.communicate(timeout=60)
     assert proc.returncode == 3
     proc = _run(tmp_path, "fail", server)
-    _, err = proc.communicate(timeout=60)
+    proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert "ValueError: the job's own error" in err and "Traceback" in err
+    # The job's own excepthook (job_logger's writes the error to the job's log) and exit
+    # handlers run, as at the end of its own process.
+    assert (tmp_path / "hook_saw").read_text() == "the job's own error"
+    assert (tmp_path / "atexit_ran").exists()
+    (tmp_path / "hook_saw").unlink()
+    proc = _run(tmp_path, "fail", None)  # the same job in its own process, for comparison
+    proc.communicate(timeout=60)
+    assert proc.returncode == 1 and (tmp_path / "hook_saw").exists()
 
 
 def test_a_signal_to_the_job_process_stops_the_fork(server, tmp_path):

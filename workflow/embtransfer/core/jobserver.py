@@ -25,6 +25,7 @@ runs first in every job.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -38,7 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
 
 #: ``host:socket path`` of the run's server, set in the jobs' environment by the Snakefile.
@@ -224,9 +224,11 @@ def _run_job(sock: socket.socket) -> None:
         status = code if isinstance(code, int) else (0 if code is None else 1)
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
-    except BaseException:  # the job's error, as Python would print it
-        traceback.print_exc()
+    except BaseException:  # the job's error, handled as Python would: its excepthook
+        sys.excepthook(*sys.exc_info())  # (job_logger's writes it to the job's log)
         status = 1
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()  # the job's exit handlers (logging's flush among them)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
