@@ -43,6 +43,11 @@ if mode == "fail":
     sys.excepthook = lambda t, e, tb: Path("hook_saw").write_text(str(e))  # as job_logger's
     raise ValueError("the job's own error")
 if mode == "exit":
+    import threading, time
+    def late():
+        time.sleep(0.5)
+        Path("thread_done").write_text("")
+    threading.Thread(target=late).start()  # non-daemon: the exit waits for it
     sys.exit(3)
 if mode == "sleep":
     Path("started").write_text("")
@@ -116,7 +121,7 @@ def test_a_job_runs_in_a_fork_as_in_its_own_process(server, tmp_path):
 def test_exit_status_and_errors_reach_the_job_process(server, tmp_path):
     proc = _run(tmp_path, "exit", server)
     proc.communicate(timeout=60)
-    assert proc.returncode == 3
+    assert proc.returncode == 3 and (tmp_path / "thread_done").exists()
     proc = _run(tmp_path, "fail", server)
     proc.communicate(timeout=60)
     assert proc.returncode == 1

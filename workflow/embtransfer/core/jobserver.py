@@ -227,8 +227,12 @@ def _run_job(sock: socket.socket) -> None:
     except BaseException:  # the job's error, handled as Python would: its excepthook
         sys.excepthook(*sys.exc_info())  # (job_logger's writes it to the job's log)
         status = 1
+    # What the interpreter does at exit: wait for the job's non-daemon threads, then run
+    # its exit handlers (logging's flush among them).
     with contextlib.suppress(Exception):
-        atexit._run_exitfuncs()  # the job's exit handlers (logging's flush among them)
+        threading._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
