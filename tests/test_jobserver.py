@@ -56,6 +56,16 @@ if mode == "sleep":
 '''
 
 
+def _wait(condition, seconds: float) -> bool:
+    """Poll ``condition`` until it holds or ``seconds`` pass; whether it held."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A server preloading one small module (the mechanism does not depend on which)."""
@@ -66,11 +76,7 @@ def server(tmp_path_factory):
         [sys.executable, "-c",
          f"from embtransfer.core import jobserver; jobserver.serve({path!r}, ('json',))"],
         env=env)
-    for _ in range(200):
-        if Path(path).is_socket():
-            break
-        time.sleep(0.05)
-    else:
+    if not _wait(Path(path).is_socket, 10):
         proc.kill()
         pytest.fail("the server did not start")
     yield f"{socket.gethostname()}:{path}"
@@ -135,39 +141,18 @@ def test_exit_status_and_errors_reach_the_job_process(server, tmp_path):
     assert proc.returncode == 1 and (tmp_path / "hook_saw").exists()
 
 
-def test_a_signal_to_the_job_process_stops_the_fork(server, tmp_path):
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_job_process_takes_its_fork_along(server, tmp_path, stop):
+    """SIGTERM is relayed to the fork; after SIGKILL (no handler runs) the fork notices the
+    closed connection."""
     proc = _run(tmp_path, "sleep", server)
-    for _ in range(200):
-        if (tmp_path / "started").exists():
-            break
-        time.sleep(0.05)
+    assert _wait((tmp_path / "started").exists, 10)
     child = _report(tmp_path)["pid"]
-    proc.send_signal(signal.SIGTERM)
+    assert child != proc.pid  # it runs in the fork
+    proc.send_signal(getattr(signal, stop))
     proc.communicate(timeout=30)
     assert proc.returncode != 0
-    for _ in range(100):
-        if not _running(child):
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the forked job outlived its job process")
-
-
-def test_a_killed_job_process_takes_its_fork_along(server, tmp_path):
-    proc = _run(tmp_path, "sleep", server)
-    for _ in range(200):
-        if (tmp_path / "started").exists():
-            break
-        time.sleep(0.05)
-    child = _report(tmp_path)["pid"]
-    proc.kill()  # no handler runs: the fork notices the closed connection
-    proc.communicate(timeout=30)
-    for _ in range(100):
-        if not _running(child):
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the forked job outlived its killed job process")
+    assert _wait(lambda: not _running(child), 5), "the forked job outlived its job process"
 
 
 @pytest.mark.parametrize("where", ["no server", "another host", "no socket"])
@@ -219,11 +204,8 @@ def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
     try:
         host, _, path = os.environ[jobserver.ENV].partition(":")
         assert host == socket.gethostname() and Path(path).parent == tmp_path.resolve()
-        for _ in range(600):  # the real preload list: torch, transformers, lm-eval
-            if Path(path).is_socket():
-                break
-            time.sleep(0.1)
-        assert Path(path).is_socket()
+        # the real preload list: torch, transformers, lm-eval
+        assert _wait(Path(path).is_socket, 60)
         assert Path(path).stat().st_mode & 0o077 == 0  # it runs what it is sent: ours only
     finally:
         jobserver.stop()
@@ -239,11 +221,7 @@ def test_a_deep_working_directory_gets_a_short_socket(tmp_path, monkeypatch):
     try:
         path = Path(os.environ[jobserver.ENV].partition(":")[2])
         assert len(str(path).encode()) <= jobserver.SOCKET_PATH_MAX
-        for _ in range(600):
-            if path.is_socket():
-                break
-            time.sleep(0.1)
-        assert path.is_socket()
+        assert _wait(path.is_socket, 60)
     finally:
         jobserver.stop()
     assert not path.exists() and not path.parent.exists()
@@ -259,12 +237,9 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path):
         env={**os.environ, "PYTHONPATH": str(WORKFLOW)}, capture_output=True, text=True,
         check=True)
     server = int(parent.stdout.split()[-1])
-    for _ in range(150):
-        if not _running(server):
-            return
-        time.sleep(0.1)
-    os.kill(server, signal.SIGKILL)
-    pytest.fail("the server outlived the process that started it")
+    if not _wait(lambda: not _running(server), 15):
+        os.kill(server, signal.SIGKILL)
+        pytest.fail("the server outlived the process that started it")
 
 
 def test_every_job_script_hands_over_before_its_imports():
