@@ -348,21 +348,21 @@ def test_world_tasks_are_deterministic_and_well_formed(world, tmp_path):
 
 
 def test_passage_questions_are_answerable_from_the_passage(world):
+    from embtransfer.evaluation.world_tasks import passage_doc
+
     items = passage_items(world, 20, 3, "test", 3)
     for item in items:
-        asked = item["people"][item["asked"]]
-        gold_value = item["choices"][item["gold"]]
-        assert item["values"][item["asked"]] == gold_value
-        # Every stated value is among the choices: only reading tells them apart.
-        assert set(item["values"]) <= set(item["choices"])
-        assert asked in world["entities"]["extra_names"]  # never a fact-base person
+        facts, asked = item["facts"], item["facts"][item["asked"]]
+        assert len(facts) == 3
+        assert len({f["relation"] for f in facts}) == 3  # one relation a person
+        assert len({f["subject"] for f in facts}) == 3
+        assert {f["subject"] for f in facts} <= set(world["entities"]["extra_names"])
+        assert item["choices"][item["gold"]] == asked["value"]
+        # The passage states exactly one of the choices: reading it answers the question.
+        stated = {(f["value_type"], f["value"]) for f in facts}
+        assert [(asked["value_type"], c) in stated for c in item["choices"]].count(True) == 1
         for lang in ("en_mini", "ar_mini"):
-            fact = {"id": "x", "subject": asked, "subject_type": "person",
-                    "relation": item["relation"], "value": gold_value,
-                    "value_type": "x"}
-            sentence = render(world, fact_frame(world, fact), lang)
-            from embtransfer.evaluation.world_tasks import passage_doc
-
+            sentence = render(world, fact_frame(world, asked), lang)
             doc = passage_doc(world, item, lang, lang)
             assert sentence in doc["text"]
             query = doc["text"].rsplit(". ", 1)[1]  # the passage's sentences end with "."

@@ -341,6 +341,42 @@ def test_pretraining_is_reproducible(tokenizers, corpus):
     assert torch.equal(weights[0], weights[1])
 
 
+def test_causal_blocks_never_cut_a_line_and_fill_counts_no_loss():
+    from embtransfer.world.pretrain import FILL, _pack_lines
+
+    rng = random.Random(0)
+    docs = [[rng.randrange(3, 50) for _ in range(rng.randrange(1, 9))] for _ in range(200)]
+    docs.append(list(range(3, 30)))  # longer than a block: cut into blocks of its own
+    blocks = _pack_lines(docs, 2, 10)
+    assert blocks.shape[1] == 10
+    # Brute force: every line followed by sep is one contiguous run inside one block, in
+    # order, except the long one; fill only ends blocks, and no block is fill only.
+    rows = [[t for t in row if t != FILL] for row in blocks.tolist()]
+    for row, full in zip(rows, blocks.tolist(), strict=True):
+        assert row and full[: len(row)] == row
+    stream = [t for row in rows for t in row]
+    assert stream == [t for d in docs for t in [*d, 2]]
+    starts = {0}
+    for d in docs:
+        starts.add(max(starts) + len(d) + 1)
+    offset = 0
+    for row in rows:
+        assert offset in starts or offset >= sum(len(d) + 1 for d in docs[:-1])
+        offset += len(row)
+
+    class Tok:
+        eos_token_id = 2
+
+        def __len__(self) -> int:
+            return 50
+
+    from embtransfer.world.pretrain import _Objective
+
+    batch = _Objective("llama", Tok(), 10).batch(blocks, torch.Generator())
+    assert int((batch["input_ids"] == FILL).sum()) == 0
+    assert torch.equal(batch["labels"] == -100, blocks == FILL)
+
+
 def test_save_is_atomic(tokenizers, tmp_path):
     tok = tokenizers["gpt2"]
     model = build_model("gpt2", len(tok), {"hidden_size": 32}, True, special_token_ids(tok), 0)

@@ -56,8 +56,6 @@ def test_the_source_llm_knows_its_facts_in_every_target_language(source_scores):
             assert acc >= FACTS_TARGET_MIN, f"facts in {lang}: {acc}"
 
 
-@pytest.mark.xfail(strict=True, reason="the miniature source LLM has not learnt to read its "
-                   "context yet: reading comprehension stays near chance (see the README)")
 def test_the_source_llm_reads_passages_in_the_source_language(source_scores):
     for (lang, task), acc in source_scores.items():
         if task == "world_mrc_en":

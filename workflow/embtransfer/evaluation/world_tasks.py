@@ -9,10 +9,10 @@ writes one directory per task key under ``out_dir`` (``results/benchmarks/{L}/{k
   corpus) as cloze questions (:func:`embtransfer.world.corpus.fact_question`) in ``L`` /
   in ``S``. Knowledge that must transfer from the source model.
 * ``world_mrc`` / ``world_mrc_en``: reading comprehension. A passage states one relation
-  (e.g. where someone lives) for ``passage_people`` people who are *not* in the fact base,
-  each with a different value; the cloze question asks it for one of them. The choices are
-  the values the passage states plus random ones of the same type, so only reading (and
-  binding names to values) answers it. Passage and question in ``L`` / in ``S``.
+  each (where someone lives, what they own, ...) of ``passage_people`` people who are
+  *not* in the fact base; the cloze question asks one of them. The choices are the stated
+  value and other values of its type, so only reading the passage answers it (no value of
+  a passage is a fact the model could know). Passage and question in ``L`` / in ``S``.
 * ``world_xl_ctx_en`` / ``world_xl_ctx_target``: the same passages and questions
   cross-lingually: passage in ``S`` and question in ``L``, or passage in ``L`` and question
   in ``S`` (the reference's ``context=en,question=target`` and the reverse).
@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from embtransfer.core.atomic import atomic_path
-from embtransfer.world.corpus import PASSAGE_RELATIONS, fact_frame, fact_question, render
+from embtransfer.world.corpus import fact_frame, fact_question, passage_facts, render
 from embtransfer.world.languages import value_pool
 
 DEFAULT_SIZES = {"size": 100, "fact_questions": None, "fewshot_pool": 20, "passage_people": 3}
@@ -80,44 +80,29 @@ def fact_docs(world: dict[str, Any], lang: str, size: int | None, seed: int,
 
 def passage_items(world: dict[str, Any], n: int, seed: int, split: str,
                   passage_people: int) -> list[dict[str, Any]]:
-    """Language-independent passages: per item a relation, people, their values, the asked
-    person and the ordered choice values."""
+    """Language-independent passages (:func:`embtransfer.world.corpus.passage_facts`): per
+    item the stated facts, the asked one and the ordered choice values (its value and
+    others of its type, which the passage does not state)."""
     n_choices = world["config"]["n_choices"]
-    names = list(world["entities"]["extra_names"])
-    k = max(1, min(passage_people, n_choices, len(names)))
     items = []
     for i in range(n):
         rng = _rng(seed, "world_mrc", split, i)
-        relation = rng.choice(list(PASSAGE_RELATIONS))
-        pool = list(value_pool(world, PASSAGE_RELATIONS[relation]))
-        people = rng.sample(names, k)
-        values = rng.sample(pool, min(k, len(pool)))
-        people = people[: len(values)]
-        asked = rng.randrange(len(people))
-        others = [v for v in pool if v not in values]
-        extra = rng.sample(others, min(n_choices - len(values), len(others)))
-        choices = [*values, *extra]
+        facts = passage_facts(world, rng, max(1, passage_people))
+        asked = rng.randrange(len(facts))
+        fact = facts[asked]
+        others = [v for v in value_pool(world, fact["value_type"]) if v != fact["value"]]
+        choices = [fact["value"], *rng.sample(others, min(n_choices - 1, len(others)))]
         rng.shuffle(choices)
-        items.append({"id": f"{split}_{i:04d}", "relation": relation, "people": people,
-                      "values": values, "asked": asked, "choices": choices,
-                      "gold": choices.index(values[asked])})
+        items.append({"id": f"{split}_{i:04d}", "facts": facts, "asked": asked,
+                      "relation": fact["relation"], "choices": choices,
+                      "gold": choices.index(fact["value"])})
     return items
-
-
-def _fact(item: dict[str, Any], j: int) -> dict[str, Any]:
-    relation = item["relation"]
-    return {"id": f"{item['id']}_{j}", "subject": item["people"][j], "subject_type": "person",
-            "relation": relation, "value": item["values"][j],
-            "value_type": PASSAGE_RELATIONS[relation]}
 
 
 def passage_doc(world: dict[str, Any], item: dict[str, Any], context_lang: str,
                 question_lang: str) -> dict[str, Any]:
-    passage = " ".join(
-        render(world, fact_frame(world, _fact(item, j)), context_lang)
-        for j in range(len(item["people"]))
-    )
-    query, choices = cloze(world, _fact(item, item["asked"]), item["choices"], question_lang)
+    passage = " ".join(render(world, fact_frame(world, f), context_lang) for f in item["facts"])
+    query, choices = cloze(world, item["facts"][item["asked"]], item["choices"], question_lang)
     return {"id": item["id"], "text": _join(passage, query), "choices": choices,
             "gold": item["gold"], "relation": item["relation"],
             "values": [str(v) for v in item["choices"]],

@@ -353,33 +353,42 @@ def fact_question(world: dict[str, Any], fact: dict[str, Any], lang: str) -> dic
     }
 
 
-# Relations a passage can state for several people at once without contradicting itself
-# (no born beside age), with the type of value each takes.
+# Relations a passage states, one per person, with the type of value each takes.
 PASSAGE_RELATIONS = {"lives_in": "city", "profession": "profession", "likes": "food",
                      "owns": "animal", "age": "age", "works_for": "company"}
+# How often a passage mentions its statements again, each time in another order.
+PASSAGE_REMENTIONS = 2
 
 
 def passage_facts(world: dict[str, Any], rng: random.Random, people: int) -> list[dict[str, Any]]:
-    """One relation stated for ``people`` different people outside the fact base, each with
-    a different value: the content of a reading-comprehension passage."""
-    relation = rng.choice(list(PASSAGE_RELATIONS))
-    value_type = PASSAGE_RELATIONS[relation]
-    pool = list(value_pool(world, value_type))
-    people = min(people, len(pool), len(world["entities"]["extra_names"]))
+    """The content of a reading-comprehension passage: ``people`` different people outside
+    the fact base, each with a different relation and a value of it.
+
+    One relation per person, not one shared by all: a question is then answered by finding
+    the statement of its relation in the passage and reading the value there. Telling apart
+    the values of one relation by the person they belong to (binding a name to a value two
+    words later) is beyond the miniature source LLM at any budget tried (docs/design.md).
+    """
+    people = min(people, len(PASSAGE_RELATIONS), len(world["entities"]["extra_names"]))
+    relations = rng.sample(list(PASSAGE_RELATIONS), people)
     names = rng.sample(world["entities"]["extra_names"], people)
-    values = rng.sample(pool, people)
-    return [{"id": f"passage_{j}", "subject": name, "subject_type": "person",
-             "relation": relation, "value": value, "value_type": value_type}
-            for j, (name, value) in enumerate(zip(names, values, strict=True))]
+    facts = []
+    for j, (name, relation) in enumerate(zip(names, relations, strict=True)):
+        value_type = PASSAGE_RELATIONS[relation]
+        facts.append({"id": f"passage_{j}", "subject": name, "subject_type": "person",
+                      "relation": relation, "value": rng.choice(value_pool(world, value_type)),
+                      "value_type": value_type})
+    return facts
 
 
 def passage_text(world: dict[str, Any], rng: random.Random, lang: str) -> str:
-    """A short passage (2-3 statements about people) whose statements are mentioned again,
-    in another order, as running text re-mentions what it said: where a model learns to
-    read its context."""
+    """A short passage (2-3 statements about people) whose statements are mentioned again
+    (:data:`PASSAGE_REMENTIONS` times, each time in another order), as running text
+    re-mentions what it said: where a model learns to read its context."""
     facts = passage_facts(world, rng, rng.randint(2, min(3, world["config"]["n_choices"])))
     statements = [fact_statement(world, f, lang) for f in facts]
-    again = rng.sample(statements, len(statements))
+    again = [s for _ in range(PASSAGE_REMENTIONS)
+             for s in rng.sample(statements, len(statements))]
     return " ".join([*statements, *again])
 
 

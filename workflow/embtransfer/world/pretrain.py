@@ -208,6 +208,31 @@ def _pack(docs: list[list[int]], sep: int | None, block: int) -> torch.Tensor:
     return torch.tensor(stream[: n * block], dtype=torch.long).view(n, block)
 
 
+# Marks the unused tail of a block packed by whole lines: no input reads it (causal
+# attention looks back only) and no loss counts it.
+FILL = -100
+
+
+def _pack_lines(docs: list[list[int]], sep: int, block: int) -> torch.Tensor:
+    """Whole documents (each followed by ``sep``) into blocks, a document never cut in two
+    (one longer than a block is cut into blocks of its own); the tail of a block is
+    :data:`FILL`. A passage cut in two cannot teach a causal LM to read its context."""
+    blocks: list[list[int]] = []
+    current: list[int] = []
+    for ids in docs:
+        ids = [*ids, sep]
+        if current and len(current) + len(ids) > block:
+            blocks.append(current + [FILL] * (block - len(current)))
+            current = []
+        while len(ids) > block:
+            blocks.append(ids[:block])
+            ids = ids[block:]
+        current.extend(ids)
+    if current:
+        blocks.append(current + [FILL] * (block - len(current)))
+    return torch.tensor(blocks, dtype=torch.long)
+
+
 class _Objective:
     """Turns a batch of packed blocks into model inputs and labels."""
 
@@ -216,6 +241,8 @@ class _Objective:
         self.tok = tokenizer
         self.seq_len = seq_len
         self.vocab = len(tokenizer)
+        if family in DECODER_ONLY and tokenizer.eos_token_id is None:
+            raise ValueError("causal LM pretraining needs an eos token (it ends every line)")
         if family == "bert":
             for role in ("cls", "sep", "mask", "pad"):
                 if getattr(tokenizer, f"{role}_token_id") is None:
@@ -240,12 +267,17 @@ class _Objective:
 
     def blocks(self, path: str | Path) -> torch.Tensor:
         docs = _read_ids(self.tok, path)
+        if self.family in DECODER_ONLY:
+            return _pack_lines(docs, self.tok.eos_token_id, self.block)
+        # The masked and span objectives read both ways within a few tokens: a stream.
         sep = self.tok.eos_token_id if self.family != "bert" else self.tok.sep_token_id
         return _pack(docs, sep, self.block)
 
     def batch(self, x: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
         if self.family in DECODER_ONLY:
-            return {"input_ids": x, "labels": x.clone()}
+            fill = x == FILL
+            return {"input_ids": x.masked_fill(fill, self.tok.eos_token_id),
+                    "labels": x.masked_fill(fill, -100)}
         if self.family == "bert":
             return self._mlm(x, gen)
         return self._spans(x, gen)
