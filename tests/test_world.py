@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from embtransfer.world.corpus import (
+    PASSAGE_REMENTIONS,
     _Index,
     dictionary,
     fact_frame,
@@ -22,6 +23,8 @@ from embtransfer.world.corpus import (
     fact_statement,
     generate_parallel,
     generate_sentences,
+    passage_facts,
+    passage_text,
     render,
     sample_frame,
     type_overlap,
@@ -148,6 +151,34 @@ def test_default_corpora_are_fast(world: dict):
 
 
 # --- scripts ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", [SRC, AR, VI])
+def test_passages_state_one_relation_a_person_and_mention_it_again(world: dict, lang: str):
+    import random
+
+    for i in range(30):
+        facts = passage_facts(world, random.Random(i), 3)
+        assert len({f["relation"] for f in facts}) == 3
+        assert len({f["subject"] for f in facts}) == 3
+        assert all(f["value"] in value_pool(world, f["value_type"]) for f in facts)
+        text = passage_text(world, random.Random(i), lang)
+        rng = random.Random(i)  # the passage's own draws: its size, then its facts
+        stated = passage_facts(world, rng, rng.randint(2, 3))
+        # Every statement, then every statement again in each re-mention round.
+        sentences = Counter(text.rstrip(".").split(". "))
+        assert sum(sentences.values()) == len(stated) * (1 + PASSAGE_REMENTIONS)
+        for fact in stated:
+            assert sentences[fact_statement(world, fact, lang).rstrip(".")] == \
+                1 + PASSAGE_REMENTIONS, text
+
+
+def test_passages_fill_their_share_of_the_lines(world: dict, corpora: dict):
+    share = world["config"]["passage_fraction"]
+    n = len(corpora[SRC])
+    # Passage lines are the long ones: 2-3 statements, three times each.
+    long = sum(line.count(". ") >= 5 for line in corpora[SRC])
+    assert abs(long / n - share) < 0.02, (long / n, share)
 
 
 def test_ar_mini_is_written_in_the_arabic_block(corpora: dict):
