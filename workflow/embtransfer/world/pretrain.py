@@ -6,8 +6,9 @@ stage handles them exactly as it handles hub models.
 
 Objectives by family: causal LM for decoder-only models, masked LM (15%,
 80/10/10) for BERT, span corruption with sentinel ids for T5. Text is packed
-into fixed-length blocks; the data order and every random mask come from
-generators seeded with ``seed``, so a rerun trains the same model.
+into fixed-length blocks (for causal LMs, of whole lines: :func:`_pack_lines`); the
+data order and every random mask come from generators seeded with ``seed``, so a rerun
+trains the same model.
 """
 
 from __future__ import annotations
