@@ -369,6 +369,16 @@ def test_passage_questions_are_answerable_from_the_passage(world):
             assert (query + " " + doc["choices"][doc["gold"]]).strip() == sentence
 
 
+def test_passage_people_schema_bound_is_the_number_of_passage_relations():
+    # One relation a person: a passage cannot talk about more people than there are
+    # relations, and the config check must say so rather than the passage quietly shrink.
+    from embtransfer.config.validation import load_schema
+    from embtransfer.world.corpus import PASSAGE_RELATIONS
+
+    world_cfg = load_schema()["properties"]["evaluation"]["properties"]["world"]
+    assert world_cfg["properties"]["passage_people"]["maximum"] == len(PASSAGE_RELATIONS)
+
+
 def test_world_task_directory_and_relocation(world, tmp_path):
     out = tmp_path / "bench" / "ar_mini"
     manifest = build_world_tasks(world, "ar_mini", out, 5, {"size": 6, "fewshot_pool": 4},
