@@ -136,7 +136,7 @@ def test_written_outputs_are_the_tables_and_a_real_png(in_fixtures, tmp_path):
     csv = pd.read_csv(outputs["table1_csv"])
     assert list(csv.columns) == ["table", "stage", "lang", "source", "target", "method",
                                  "eval language", "metric", "value", "stderr", "status",
-                                 "paper_value", "comparable"]
+                                 "paper_value", "comparable", "best", "vs_best_p"]
     line = csv[(csv.source == "gemma") & (csv.method == "salt") & (csv.target == "gpt2_de")
                & (csv.metric == "ARC")].iloc[0]
     assert (line.value, line.stderr, line.status, line.paper_value, bool(line.comparable)) == (

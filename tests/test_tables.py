@@ -38,14 +38,27 @@ def test_ranks_are_per_setting_and_skip_the_source_model():
     assert pd.isna(ranks[("(source tokenizer)", "source_model")])
 
 
+def test_a_method_alone_in_its_setting_and_the_oracle_are_not_ranked():
+    frame = zeroshot_frame([
+        record("salt", 2.0), record("focus", 1.0), record("world_oracle", 0.5),
+        record("salt", 3.0, target="bert_x"), record("world_oracle", 0.1, target="bert_x"),
+    ])
+    ranks = {(r.target, r.method): r.rank for r in frame.itertuples()}
+    assert ranks[("gpt2_x", "focus")] == 1 and ranks[("gpt2_x", "salt")] == 2
+    assert pd.isna(ranks[("gpt2_x", "world_oracle")])
+    assert pd.isna(ranks[("bert_x", "salt")]) and pd.isna(ranks[("bert_x", "world_oracle")])
+
+
 def test_written_table_has_the_expected_text(tmp_path):
     records = [record("salt", 1.0), record("random", 3.0), record("source_model", 0.5),
                record("salt", 2.0, target="bert_x")]
     write_zeroshot_table(records, tmp_path / "t.csv", tmp_path / "t.md")
     text = (tmp_path / "t.md").read_text()
-    assert "| method | mean_rank | wins | settings | mean_bits_per_byte |" in text
-    assert "| salt | 1.0000 | 2 | 2 | 1.5000 |" in text
-    assert "| random | 2.0000 | 0 | 1 | 3.0000 |" in text
+    # salt ran alone with bert_x: shown, not ranked, not a win (it was credited one before)
+    assert ("| method | mean_rank | wins | ranked_settings | mean_bits_per_byte | "
+            "unranked_settings |") in text
+    assert "| salt | 1.0000 | 1 | 1 | 1.0000 | 1 |" in text
+    assert "| random | 2.0000 | 0 | 1 | 3.0000 | 0 |" in text
     assert "The source model with its own tokenizer: 0.5000 bits per byte." in text
     # random has no bert_x result: the pivot says so with a dash, never a made-up number.
     assert "| method | bert_x | gpt2_x |" in text

@@ -178,6 +178,7 @@ def transfer_inputs(w):
         "projected": paths.REGRESSION.fill(**w),
         "aligned": paths.ALIGNED.fill(**w),
         "source_tokenizer": tokenizer_dir(w.source),
+        "truth": paths.WORLD_TRUTH.fill(**w),
     }
     for need in sorted(method_needs(w.method, method_options(w.method))):
         inputs[need] = by_need[need]
@@ -331,6 +332,30 @@ def all_evaluation():
     return files
 
 
+from embtransfer.core.grid import alignment_groups
+
+ALIGNMENT_GROUPS = alignment_groups(config)
+
+
+def alignment_methods(w):
+    runs = TRANSFER_RUNS if w.stage == "transfer" else LAPT_RUNS
+    return [r.method for r in runs if (r.lang, r.source, r.target) == (w.lang, w.source, w.target)]
+
+
+def alignment_inputs(w):
+    model = paths.TRANSFER_MODEL if w.stage == "transfer" else paths.LAPT_MODEL
+    return {
+        "source": model_dir(w.source),
+        "source_vocab": paths.VOCAB.fill(model=w.source),
+        "truth": paths.WORLD_TRUTH.fill(**w),
+        "checkpoints": [model.fill(**w, method=m) for m in alignment_methods(w)],
+    }
+
+
+def all_alignment():
+    return [paths.ALIGNMENT.fill(stage=stage, **r._asdict()) for stage, r in ALIGNMENT_GROUPS]
+
+
 def all_intrinsic():
     """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
     files = []
@@ -368,6 +393,14 @@ def report_output(name):
             category="Paper tables",
             subcategory=REPORT_SUBCATEGORIES[number],
             labels={"table": str(number), "format": kind},
+        )
+    if name.startswith("alignment"):
+        kind = "Markdown" if name.endswith("_md") else "CSV"
+        return report(
+            path,
+            caption="../report/alignment.rst",
+            category="Alignment with the world's truth",
+            labels={"table": "alignment", "format": kind},
         )
     if name == "figure2":
         return report(

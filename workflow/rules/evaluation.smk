@@ -147,3 +147,22 @@ rule evaluation:
     input:
         all_evaluation(),
         all_intrinsic(),
+        all_alignment(),
+
+
+rule alignment:
+    # How well each method's new rows mean their tokens' translations (the world's truth).
+    input:
+        unpack(alignment_inputs),
+    output:
+        paths.ALIGNMENT,
+    params:
+        methods=alignment_methods,
+        trust_remote_code=config["trust_remote_code"],
+        code=script_hash("evaluation/alignment.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/alignment/{{stage}}/{{lang}}/{{source}}/{{target}}.log",
+    script:
+        "../scripts/evaluation/alignment.py"

@@ -20,6 +20,7 @@ rule report:
         lapt=all_lapt_metrics(),
         coverage=all_coverage(),
         zeroshot=zeroshot_paths(all_lapt_metrics()),
+        alignment=all_alignment(),
         reference=config["report"]["reference"],
     output:
         **{name: report_output(name) for name in REPORT_OUTPUTS},

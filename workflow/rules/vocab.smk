@@ -36,3 +36,25 @@ rule overlap:
         f"{paths.LOGS}/overlap/{{source}}/{{target}}.log",
     script:
         "../scripts/vocab/overlap.py"
+
+
+rule world_truth:
+    # What each target token means in the source language, as the miniature world knows it.
+    input:
+        world=rules.world.output[0],
+        source_vocab=paths.VOCAB.fill(model="{source}"),
+        target_vocab=paths.VOCAB.fill(model="{target}"),
+        source_tokenizer=lambda w: tokenizer_dir(w.source),
+        overlap=paths.OVERLAP.fill(source="{source}", target="{target}"),
+    output:
+        table=paths.WORLD_TRUTH,
+        counts=paths.WORLD_TRUTH_COUNTS,
+    params:
+        trust_remote_code=config["trust_remote_code"],
+        code=script_hash("vocab/truth.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/truth/{{lang}}/{{source}}/{{target}}.log",
+    script:
+        "../scripts/vocab/truth.py"

@@ -21,7 +21,13 @@ import yaml
 from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
-from embtransfer.transfer.catalog import METHODS, OptionError, method_needs, resolve_options
+from embtransfer.transfer.catalog import (
+    DEFAULT_METHODS,
+    METHODS,
+    OptionError,
+    method_needs,
+    resolve_options,
+)
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -75,7 +81,7 @@ def load_schema() -> dict[str, Any]:
     # options are checked by check_transfer with the catalog's resolve_options.
     transfer = schema["properties"]["transfer"]["properties"]
     transfer["methods"]["items"] = {"enum": list(METHODS)}
-    transfer["methods"]["default"] = list(METHODS)
+    transfer["methods"]["default"] = list(DEFAULT_METHODS)
     transfer["options"]["propertyNames"] = {"enum": list(METHODS)}
     return schema
 
@@ -148,6 +154,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
     Returns the same dict for convenience. Raises :class:`ConfigError`.
     """
+    methods_given = "methods" in (config.get("transfer") or {})
     schema = load_schema()
     validator_cls = _with_defaults(jsonschema.Draft202012Validator)
     errors = sorted(validator_cls(schema).iter_errors(config), key=lambda e: list(e.path))
@@ -155,6 +162,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         lines = [_describe(e) for e in errors[:10]]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_references(config)
+    if not methods_given and _world_run(config):
+        # The miniature world's own run also gets its upper bound, the methods that read
+        # the world's truth; a config that lists its methods gets what it lists.
+        config["transfer"]["methods"] += [m for m in METHODS if METHODS[m].get("world_only")]
     check_transfer(config)
     check_lapt(config)
     check_evaluation(config)
@@ -220,6 +231,31 @@ def check_references(config: dict[str, Any]) -> None:
                 )
 
 
+def _not_the_worlds(config: dict[str, Any]) -> list[str]:
+    """The run's target languages and models that are not the miniature world's own."""
+    corpus = {lang: config["languages"][lang]["corpus"]["type"] for lang in config["targets"]}
+    found = [f"target language {lang!r} (corpus type {kind!r})" for lang, kind in corpus.items()
+             if kind != "mini"]
+    models = set(config["sources"]) | {m for ms in config["targets"].values() for m in ms}
+    found += [f"model {m!r} (type {config['models'][m]['type']!r})" for m in sorted(models)
+              if config["models"][m]["type"] != "mini"]
+    return found
+
+
+def _world_run(config: dict[str, Any]) -> bool:
+    return bool(config["targets"]) and not _not_the_worlds(config)
+
+
+def _check_world_only(config: dict[str, Any], method: str) -> None:
+    """A method that reads the miniature world's ground truth runs on the world's own
+    languages and models only."""
+    others = _not_the_worlds(config)
+    _require(not others, (
+        f"config key transfer.methods: {method!r} reads the miniature world's ground truth, "
+        f"but the run has what is not the world's: {', '.join(others)}; drop {method!r} from "
+        "transfer.methods"))
+
+
 def check_transfer(config: dict[str, Any]) -> None:
     """Method options pass the catalog's check and methods get what they need, named at
     start-up rather than after hours of compute."""
@@ -235,6 +271,8 @@ def check_transfer(config: dict[str, Any]) -> None:
         except OptionError as err:
             raise ConfigError(f"config key {err}") from None
     for method in transfer["methods"]:
+        if METHODS[method].get("world_only"):
+            _check_world_only(config, method)
         if "aligned" not in method_needs(method, transfer["options"].get(method, {})):
             continue
         source_lang = config.get("source_language")

@@ -70,6 +70,33 @@ def lapt_runs(config: dict[str, Any]) -> list[Run]:
     return _selected(transfer_runs(config), lapt.get("select"))
 
 
+def world_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (language, source, target) pairs the miniature world knows the truth of: its own
+    language and models (:mod:`embtransfer.world.truth`, the alignment metric)."""
+    def mini(model: str) -> bool:
+        return config["models"][model].get("type") == "mini"
+
+    return [(lang, source, target) for lang, source, target in target_pairs(config)
+            if config["languages"][lang]["corpus"]["type"] == "mini"
+            and mini(source) and mini(target)]
+
+
+def alignment_groups(config: dict[str, Any]) -> list[tuple[str, Run]]:
+    """(stage, run with method ``*``) of every checkpoint group the alignment metric scores:
+    the transferred and LAPT checkpoints of each world pair, one group per (stage, language,
+    source, target)."""
+    pairs = set(world_pairs(config))
+    groups = []
+    for stage, runs in (("transfer", transfer_runs(config)), ("lapt", lapt_runs(config))):
+        seen = []
+        for run in runs:
+            key = (run.lang, run.source, run.target)
+            if key in pairs and key not in seen:
+                seen.append(key)
+        groups += [(stage, Run(*key, "*")) for key in seen]
+    return groups
+
+
 # --- which checkpoints are evaluated --------------------------------------------------------
 
 

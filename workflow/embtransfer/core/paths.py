@@ -105,6 +105,10 @@ TOKENIZER = Template("resources/tokenizers/{model}")
 VOCAB = Template("results/vocab/{model}.parquet")
 OVERLAP = Template("results/overlap/{source}/{target}.parquet")
 COVERAGE = Template("results/overlap/{source}/{target}.coverage.json")
+#: The miniature world's ground truth: each target token's translation as source ids
+#: (embtransfer.world.truth), and its counts.
+WORLD_TRUTH = Template("results/truth/{lang}/{source}/{target}.parquet")
+WORLD_TRUTH_COUNTS = Template("results/truth/{lang}/{source}/{target}.json")
 
 # --- fastText and token vectors (fasttext.smk) ------------------------------------------------
 FASTTEXT_WORD = Template("results/fasttext/{lang}/word.bin")
@@ -138,6 +142,9 @@ LAPT_WORK = Template("results/lapt/{lang}/{source}/{target}/{method}.work")
 WORLD_BENCHMARKS = Template("results/benchmarks/{lang}")
 EVAL = Template("results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json")
 EVAL_SOURCE = Template("results/eval/source/{lang}/{source}/{task}.json")
+#: Per token of the world's truth: retrieval hits and cosine to the oracle row of every
+#: method's checkpoint of one (stage, language, source, target) (embtransfer.evaluation.alignment)
+ALIGNMENT = Template("results/alignment/{stage}/{lang}/{source}/{target}.parquet")
 INTRINSIC_LAPT = Template("results/intrinsic/lapt/{lang}/{source}/{target}/{method}.json")
 TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
 

@@ -164,10 +164,18 @@ CATALOG: dict[str, Benchmark] = {b.key: b for b in [
     # --- the miniature world (local tasks built from the world JSON) --------------------
     _b("world_facts", "world", "knowledge", "target", "", "world_facts_{lang}",
        {"Facts acc": ("acc",)},
-       description="facts of the source-language corpus asked in the target language "
+       description="facts of the source-language corpus whose answers are shared material "
+                   "(names, numbers, loanwords), asked in the target language "
                    "(multiple-choice cloze)"),
     _b("world_facts_en", "world", "knowledge", "english", "eval_language=english",
        "world_facts_en_{lang}", {"Facts acc (English)": ("acc",)},
+       description="the same facts asked in the source language"),
+    _b("world_words", "world", "knowledge", "target", "", "world_words_{lang}",
+       {"Words acc": ("acc",)},
+       description="facts whose answers are native words of the target language (no shared "
+                   "token spells them), asked in the target language (multiple-choice cloze)"),
+    _b("world_words_en", "world", "knowledge", "english", "eval_language=english",
+       "world_words_en_{lang}", {"Words acc (English)": ("acc",)},
        description="the same facts asked in the source language"),
     _b("world_mrc", "world", "mrc", "target", "eval_language=target", "world_mrc_{lang}",
        {"MRC acc": ("acc",)}, WORLD_RC_SHOTS,

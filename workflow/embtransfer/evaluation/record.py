@@ -14,6 +14,8 @@ lapt) and ``results/eval/source/{lang}/{source}/{task}.json`` hold::
      "n_samples": documents scored, "lm_eval_version": str,
      ... extra keys: "metrics_used" (score name -> lm-eval "metric,filter"),
      "lm_eval_results" (lm-eval's raw numbers for the task, non-finite ones as null),
+     "per_document" (score name -> its value per document, in document order: what the
+     report's paired tests compare),
      "model", "device", "batch_size", "seed", and for extractive QA "scoring":
      {"normalisation": "mlqa_official", "answer_language", "nfc"}; timings go to the job's log}
 
@@ -88,6 +90,22 @@ def extract_scores(task_results: dict[str, Any], metrics: dict[str, tuple[str, .
     return scores, stderr, used
 
 
+def per_document(samples: list[dict[str, Any]] | None, used: dict[str, str]
+                 ) -> dict[str, list[float]]:
+    """Each score's per-document values in document order (``doc_id``), from lm-eval's logged
+    samples: what a paired test between two checkpoints compares question by question."""
+    if not samples:
+        return {}
+    ordered = sorted(samples, key=lambda s: s["doc_id"])
+    out: dict[str, list[float]] = {}
+    for name, key in used.items():
+        metric = key.split(",", 1)[0]
+        values = [_number(s.get(metric)) for s in ordered]
+        if all(v is not None and math.isfinite(v) for v in values):
+            out[name] = [float(v) for v in values]
+    return out
+
+
 def sanitize(obj: Any) -> Any:
     """Non-finite floats to None (for lm-eval's raw numbers, kept for reference only)."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -101,8 +119,12 @@ def sanitize(obj: Any) -> Any:
 
 def make_record(spec: TaskSpec, *, stage: str, lang: str, source: str, target: str | None,
                 method: str | None, task_results: dict[str, Any], n_samples: int,
-                limit: int | None, lm_eval_version: str, **extra: Any) -> dict[str, Any]:
+                limit: int | None, lm_eval_version: str,
+                samples: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
     scores, stderr, used = extract_scores(task_results, spec.metrics)
+    documents = per_document(samples, used)
+    if documents:
+        extra["per_document"] = documents
     record = {
         "task": spec.key, "lm_eval_task": spec.lm_eval_task, "stage": stage, "lang": lang,
         "source": source, "target": target, "method": method, "kind": spec.kind,

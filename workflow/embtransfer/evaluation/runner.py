@@ -186,7 +186,7 @@ def evaluate_checkpoint(
                     model=lm, tasks=[tspec], num_fewshot=spec.num_fewshot,
                     limit=limit, task_manager=manager, random_seed=seed,
                     numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                    log_samples=False,
+                    log_samples=True,  # per-document scores, for paired tests
                 )
             except Exception as err:  # name the task and its data (a field lm-eval lacks)
                 data = (tspec.get("dataset_kwargs") or {}).get("data_files") \
@@ -202,6 +202,7 @@ def evaluate_checkpoint(
             n_samples = n.get("effective", task_results.get("sample_len", 0))
             record = make_record(
                 spec, **meta, task_results=task_results, n_samples=n_samples, limit=limit,
+                samples=(result.get("samples") or {}).get(spec.lm_eval_task),
                 lm_eval_version=version, model=str(model_dir), device=dev,
                 batch_size=batch_size, seed=seed, prefix_token_id=lm.prefix_token_id,
                 **({"scoring": {"normalisation": "mlqa_official",

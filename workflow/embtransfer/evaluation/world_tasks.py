@@ -5,9 +5,14 @@ writes one directory per task key under ``out_dir`` (``results/benchmarks/{L}/{k
 ``test.jsonl``, ``train.jsonl`` (the few-shot pool) and ``{key}.yaml`` (an lm-eval
 ``multiple_choice`` task named ``{key}_{L}``; fields ``text``, ``choices``, ``gold``).
 
-* ``world_facts`` / ``world_facts_en``: facts of the fact base (stated only in the source
-  corpus) as cloze questions (:func:`embtransfer.world.corpus.fact_question`) in ``L`` /
-  in ``S``. Knowledge that must transfer from the source model.
+* ``world_facts`` / ``world_facts_en``: facts of the fact base whose answers are shared
+  material (names, cities, companies, numbers, loanwords) as cloze questions
+  (:func:`embtransfer.world.corpus.fact_question`) in ``L`` / in ``S``: knowledge that must
+  transfer from the source model, answered by tokens both vocabularies share.
+* ``world_words`` / ``world_words_en``: the facts whose answers are native lexicon words
+  (professions, foods, animals, objects no language borrows), with native distractors of the
+  same class: answered only by target tokens the source does not share, so they measure the
+  rows a method makes rather than the rows it copies.
 * ``world_mrc`` / ``world_mrc_en``: reading comprehension. A passage states one relation
   each (where someone lives, what they own, ...) of ``passage_people`` people who are
   *not* in the fact base; the cloze question asks one of them. The choices are the stated
@@ -60,18 +65,39 @@ def _join(context: str, query: str) -> str:
 # --- documents ------------------------------------------------------------------------------
 
 
+def native_words(world: dict[str, Any], value_type: str) -> list[str]:
+    """The concepts of a lexicon class that no language borrows: every target language has a
+    native word of its own for them, which the source's vocabulary does not spell."""
+    loans = {c["id"] for c in world["concepts"] if c["loan"]}
+    return [v for v in value_pool(world, value_type) if v not in loans]
+
+
+def word_answer(world: dict[str, Any], fact: dict[str, Any]) -> bool:
+    """Whether a fact's answer is a native lexicon word (a profession, food, animal or object
+    no language borrows), not shared material (a name, a number, a loanword)."""
+    classes = {c["class"] for c in world["concepts"]}
+    return fact["value_type"] in classes and fact["value"] in native_words(
+        world, fact["value_type"])
+
+
 def fact_docs(world: dict[str, Any], lang: str, size: int | None, seed: int,
-              split: str) -> list[dict[str, Any]]:
+              split: str, words: bool = False) -> list[dict[str, Any]]:
     """Cloze questions on the fact base in ``lang``: ``size`` test facts (None: all), the
-    rest (up to ``size``) as the few-shot pool (``split`` = test/train)."""
-    facts = list(world["facts"])
+    rest (up to ``size``) as the few-shot pool (``split`` = test/train).
+
+    ``words=False``: the facts whose answers are shared material (names, cities, companies,
+    numbers, loanwords), which the source and target vocabularies share. ``words=True``: the
+    facts whose answers are native lexicon words, with native distractors of the same class,
+    which only non-shared target tokens spell."""
+    facts = [f for f in world["facts"] if word_answer(world, f) == words]
     order = list(range(len(facts)))
-    _rng(seed, "world_facts").shuffle(order)
+    _rng(seed, "world_words" if words else "world_facts").shuffle(order)
     n_test = len(facts) if size is None else min(size, len(facts))
     chosen = sorted(order[:n_test]) if split == "test" else sorted(order[n_test:][:size])
     docs = []
     for i in chosen:
-        q = fact_question(world, facts[i], lang)
+        pool = native_words(world, facts[i]["value_type"]) if words else None
+        q = fact_question(world, facts[i], lang, pool)
         docs.append({"id": q["id"], "text": q["query"], "choices": q["choices"],
                      "gold": q["gold"], "relation": q["relation"],
                      "values": [str(v) for v in q["values"]]})
@@ -154,8 +180,9 @@ def world_task_docs(world: dict[str, Any], lang: str, seed: int,
     sizes = {**DEFAULT_SIZES, **sizes}
     src = world["source_language"]
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for key, q_lang in (("world_facts", lang), ("world_facts_en", src)):
-        out[key] = {split: fact_docs(world, q_lang, sizes["fact_questions"], seed, split)
+    for key, q_lang, words in (("world_facts", lang, False), ("world_facts_en", src, False),
+                               ("world_words", lang, True), ("world_words_en", src, True)):
+        out[key] = {split: fact_docs(world, q_lang, sizes["fact_questions"], seed, split, words)
                     for split in ("test", "train")}
     items = {
         "test": passage_items(world, sizes["size"], seed, "test", sizes["passage_people"]),

@@ -10,6 +10,7 @@ from typing import Any
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid, evaluated_stages, report_stages
+from embtransfer.report.alignment import write_alignment
 from embtransfer.report.figures import Curves, missing_curves, write_figure2
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import (
@@ -42,6 +43,8 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     for n in TABLE_NUMBERS:
         names[f"table{n}_md"] = f"{directory}/table{n}.md"
         names[f"table{n}_csv"] = f"{directory}/table{n}.csv"
+    names["alignment_md"] = f"{directory}/alignment.md"
+    names["alignment_csv"] = f"{directory}/alignment.csv"
     names["figure2"] = f"{directory}/figure2.png"
     names["report_md"] = f"{directory}/report.md"
     return names
@@ -56,6 +59,8 @@ class Inputs:
     #: Zero-shot records of the LAPT runs' checkpoints (:func:`zeroshot_paths`): Table 5's
     #: bits per byte.
     zeroshot: list[str] = field(default_factory=list)
+    #: Per-token alignment scores (:data:`paths.ALIGNMENT`), the miniature world only.
+    alignment: list[str] = field(default_factory=list)
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
@@ -153,6 +158,8 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
         _write_text(outputs[f"table{n}_md"], table.markdown())
         with atomic_path(outputs[f"table{n}_csv"]) as tmp:
             table.long().to_csv(tmp, index=False)
+    alignment = write_alignment(inputs.alignment, outputs["alignment_csv"],
+                                outputs["alignment_md"])
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     figure_dir = Path(outputs["report_md"]).parent
     figure_link = os.path.relpath(outputs["figure2"], figure_dir)
@@ -163,6 +170,10 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
               "Training loss per optimizer step of every method, one panel per (language, "
               "source model), with the language's GPT target PLM.", "",
               f"![Figure 2]({figure_link})"]
+    if len(alignment):
+        parts += ["", "## Alignment of the new rows (the miniature world's truth)", "",
+                  f"Per method and setting in [alignment.md]({Path(outputs['alignment_md']).name})"
+                  f" ({len(alignment)} lines)."]
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     lacking = missing_curves(curves, grid, targets)
     if lacking:

@@ -80,6 +80,8 @@ class EvalRecord:
     scores: dict[str, float]
     #: lm-eval's standard error of each score (percent); None where it reports none.
     stderr: dict[str, float | None] = field(default_factory=dict)
+    #: Each score's per-document values in document order (paired tests); empty if absent.
+    per_document: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -171,6 +173,8 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
             task=str(values["task"]), kind=kind, eval_language=eval_language, note=note,
             scores={k: float(v) for k, v in scores.items()},
             stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
+            per_document={k: [float(x) for x in v]
+                          for k, v in (values.get("per_document") or {}).items() if k in scores},
         ))
     return records, absent
 

@@ -28,14 +28,17 @@ with our value, its standard error, the paper's value and the cell's status.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.grid import STAGES, Grid
+from embtransfer.report.paired import ALPHA, mcnemar, paired_bootstrap
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 
@@ -48,6 +51,8 @@ PAPER_METRIC_ORDER = (
     "XQuAD F1", "Avg",
 )
 SOURCE_MODEL_LABEL = "source model (no transfer)"
+#: The miniature world's upper bound (a transfer method that reads the truth): shown, not ranked.
+ORACLE = "world_oracle"
 
 
 def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
@@ -86,6 +91,10 @@ class Row:
     paper: tuple[str, str, str, str] | None = None  # (source_model, arch, method, lang)
     note: str = ""  # the reference CSV's note for this row
     missing: list[str] = field(default_factory=list)
+    #: Per metric, the paired comparison with the best competing method of the row's block
+    #: (:func:`mark_best`): "best", or the two-sided p-value of the difference from it.
+    vs_best: dict[str, str | float] = field(default_factory=dict)
+    per_document: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -141,7 +150,11 @@ class Table:
             return MISSING
         err = row.stderr.get(metric)
         text = self.fmt(metric, value)
-        return text if err is None else f"{text} ± {self.fmt(metric, err)}"
+        mark = row.vs_best.get(metric)
+        text = text if err is None else f"{text} ± {self.fmt(metric, err)}"
+        if mark == "best":
+            return f"{text} (best)"
+        return text + (" *" if isinstance(mark, float) and mark < ALPHA else "")
 
     def long(self) -> pd.DataFrame:
         """One line per (row, metric): value, stderr, status, paper_value, comparable."""
@@ -160,10 +173,13 @@ class Table:
                     "status": "ok" if value is not None else MISSING,
                     "paper_value": ref if ref is not None else math.nan,
                     "comparable": ref is not None,
+                    "best": row.vs_best.get(metric) == "best",
+                    "vs_best_p": (row.vs_best[metric] if isinstance(row.vs_best.get(metric),
+                                                                   float) else math.nan),
                 })
         keys = list(self.rows[0].keys) if self.rows else []
         columns = ["table", *keys, "metric", "value", "stderr", "status", "paper_value",
-                   "comparable"]
+                   "comparable", "best", "vs_best_p"]
         return pd.DataFrame(lines, columns=columns)
 
     def markdown(self, level: int = 1) -> str:
@@ -183,6 +199,15 @@ class Table:
                 f"target-PLM architecture, method and metric; `{NOT_COMPARABLE}` where our "
                 "setting is not the paper's."
             )
+        if any(row.vs_best for row in self.rows):
+            notes.append(
+                "`(best)`: the best method of its block (stage, language, source, target PLM, "
+                "evaluation language), where two or more methods with per-question scores "
+                "compete; `*`: a method whose difference from it clears a paired test over the "
+                "same questions (McNemar's "
+                f"exact test, or a paired bootstrap for non-binary scores; p < {ALPHA}). "
+                f"`{ORACLE}` is the upper bound and the source model the control: neither is "
+                "ranked.")
         missing = [f"- {row_label(row)}: {what}" for row in self.rows for what in row.missing]
         if missing:
             notes.append(f"Rows with `{MISSING}` cells ({len(missing)}):\n" + "\n".join(missing))
@@ -311,9 +336,11 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
     # (stage, lang, source, target, method, variant) -> metric -> (value, path, stderr)
     found: dict[tuple, dict[str, tuple[float, str, float | None]]] = {}
     files: dict[tuple, list[str]] = {}
+    documents: dict[tuple, dict[str, list[float]]] = {}
     for r in mine:
         key = (r.stage, r.lang, r.source, r.target, r.method, _variant(r, spec))
         files.setdefault(key, []).append(r.path)
+        documents.setdefault(key, {}).update(r.per_document)
         cell = found.setdefault(key, {})
         for metric, value in r.scores.items():
             if metric in cell:
@@ -369,6 +396,8 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
         for metric in wanted:
             row.values[metric] = cell[metric][0] if metric in cell else None
             row.stderr[metric] = cell[metric][2] if metric in cell else None
+            if key in documents and metric in documents[key]:
+                row.per_document[metric] = documents[key][metric]
             if metric not in cell:
                 lacking.append(metric)
         if knowledge and wanted:
@@ -411,8 +440,42 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
             f"`{SOURCE_MODEL_LABEL}` rows (stage `source`): the control, the source LLM "
             "itself with its own tokenizer, before any transfer."
         )
+    mark_best(rows, metrics)
     return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
+
+
+def mark_best(rows: list[Row], metrics: list[str], seed: int = 0) -> None:
+    """Fill each row's ``vs_best``: in every block of competing methods (same keys but the
+    method; the source control and ``world_oracle`` do not compete) with two or more
+    methods that have per-document scores, the best value is "best" and each other method
+    gets the p-value of its paired test against the best (:mod:`embtransfer.report.paired`;
+    a bootstrap's generator is seeded from ``seed`` and the row)."""
+    blocks: dict[tuple, list[Row]] = {}
+    for row in rows:
+        method = row.keys.get("method")
+        if row.keys.get("stage") == "source" or method in (None, ORACLE, SOURCE_MODEL_LABEL):
+            continue
+        key = tuple((k, v) for k, v in row.keys.items() if k != "method")
+        blocks.setdefault(key, []).append(row)
+    for block in blocks.values():
+        for metric in metrics:
+            scored = [r for r in block if r.values.get(metric) is not None
+                      and r.per_document.get(metric)]
+            if len(scored) < 2:
+                continue
+            best = max(scored, key=lambda r: r.values[metric])
+            best.vs_best[metric] = "best"
+            theirs = best.per_document[metric]
+            for row in scored:
+                mine = row.per_document[metric]
+                if row is best or len(mine) != len(theirs):
+                    continue
+                a, b = np.asarray(mine), np.asarray(theirs)
+                binary = np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()
+                test = (mcnemar(a, b) if binary else paired_bootstrap(
+                    a, b, zlib.crc32(repr((seed, sorted(row.keys.items()), metric)).encode())))
+                row.vs_best[metric] = test.p
 
 
 def mean_stderr(errors: list[float | None]) -> float | None:

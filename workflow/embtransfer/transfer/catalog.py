@@ -45,6 +45,7 @@ NEEDS = {
     "projected": "the SALT regression stage's per-token coefficients (inputs.projected)",
     "aligned": "source- and target-token vectors in one aligned space (inputs.aligned)",
     "source_tokenizer": "the source tokenizer (inputs.source_tokenizer)",
+    "truth": "the miniature world's ground truth of the target tokens (inputs.truth)",
 }
 
 #: name -> module under embtransfer.transfer.methods, needs, one-line description, options (in the
@@ -151,7 +152,19 @@ METHODS: dict[str, dict[str, Any]] = {
             "chunk_cols": Option(65536, COUNT),
         },
     },
+    "world_oracle": {
+        "module": "oracle", "needs": ["truth"],
+        "description": "the miniature world's upper bound: copy shared rows; a token whose "
+        "meaning the world knows = mean source row of its translation; others as Mean",
+        "options": {},
+        # Needs the world's ground truth: not in the default method list, refused outside it.
+        "world_only": True,
+    },
 }
+
+
+#: The methods a run gets when its config names none: all but the miniature world's own.
+DEFAULT_METHODS: list[str] = [m for m, spec in METHODS.items() if not spec.get("world_only")]
 
 
 class OptionError(ValueError):

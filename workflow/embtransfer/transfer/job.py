@@ -29,6 +29,7 @@ from embtransfer.transfer.regression import read_coefficients
 from embtransfer.transfer.run import run_method
 from embtransfer.vocab.canonical import read_vocab
 from embtransfer.vocab.overlap import read_overlap
+from embtransfer.world.truth import read_truth
 
 
 def versions() -> dict[str, str]:
@@ -83,6 +84,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         inputs.source_tokenizer = load_tokenizer(
             paths["source_tokenizer"], trust_remote_code=trust_remote_code
         )
+    if "truth" in paths:
+        inputs.truth = read_truth(paths["truth"])
     return inputs, neighbor_stats
 
 

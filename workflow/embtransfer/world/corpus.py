@@ -324,16 +324,19 @@ def fact_statement(world: dict[str, Any], fact: dict[str, Any], lang: str) -> st
     return render(world, fact_frame(world, fact), lang)
 
 
-def fact_question(world: dict[str, Any], fact: dict[str, Any], lang: str) -> dict[str, Any]:
+def fact_question(world: dict[str, Any], fact: dict[str, Any], lang: str,
+                  pool: list[Any] | None = None) -> dict[str, Any]:
     """A cloze multiple-choice question about ``fact`` in ``lang``.
 
     The statement is rendered with the gold value and with distractor values of the same
     type; ``query`` is their common leading words and each choice is the rest of its sentence
     (so word order and morphology of the value never leak the answer). Score a choice as the
     continuation ``query + " " + choice`` (``query`` may be empty in object-first orders).
+    ``pool``: the values distractors are drawn from (default: every value of the type).
     """
     n_choices = world["config"]["n_choices"]
-    pool = [v for v in value_pool(world, fact["value_type"]) if v != fact["value"]]
+    pool = [v for v in (value_pool(world, fact["value_type"]) if pool is None else pool)
+            if v != fact["value"]]
     # Seeded by the fact only: the same question has the same choices in every language.
     rng = _rng(world["seed"], "question", fact["id"])
     values = [fact["value"], *rng.sample(pool, min(n_choices - 1, len(pool)))]

@@ -15,6 +15,7 @@ inputs = Inputs(
     coverage=list(sm.input.coverage),
     reference=sm.input.reference,
     zeroshot=list(sm.input.zeroshot),
+    alignment=list(sm.input.alignment),
 )
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,

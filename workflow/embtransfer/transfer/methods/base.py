@@ -47,6 +47,7 @@ class TransferInputs:
     projected: dict[str, np.ndarray] | None = None  # SALT regression: per-token coefficients
     aligned: AlignedVectors | None = None
     source_tokenizer: Any | None = None
+    truth: pd.DataFrame | None = None  # the miniature world's ground truth (world_oracle)
 
     def statistic_ids(self) -> np.ndarray:
         """Source ids whose rows enter statistics over the source's embeddings (ascending).

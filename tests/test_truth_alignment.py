@@ -1,0 +1,331 @@
+"""The miniature world's ground truth, the oracle method, the alignment metric and the paired
+tests, on hand-built cases and against slow, obviously correct references."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.evaluation.alignment import score_checkpoints, summary, token_scores
+from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
+from embtransfer.models.loading import Embeddings
+from embtransfer.report.alignment import alignment_frame
+from embtransfer.report.paired import binomial_two_sided, mcnemar, paired_bootstrap
+from embtransfer.transfer.catalog import DEFAULT_METHODS, METHODS
+from embtransfer.transfer.methods.base import TransferInputs, get_method
+from embtransfer.world.languages import build_world, value_pool
+from embtransfer.world.truth import source_form, token_truth
+
+SEED = 1234
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def world():
+    return build_world(None, SEED)
+
+
+def vocab(texts, starts=None, kinds=None):
+    n = len(texts)
+    return pd.DataFrame({
+        "id": np.arange(n, dtype=np.int64), "token": texts,
+        "bytes": [t.encode() for t in texts], "canonical": texts,
+        "start": starts if starts is not None else [True] * n,
+        "kind": kinds if kinds is not None else ["normal"] * n, "role": [None] * n,
+    })
+
+
+class FakeSource:
+    """A source 'tokenizer' that gives every distinct text a fresh id (recorded)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def __call__(self, texts):
+        return [[self.ids.setdefault(t, len(self.ids) + 1)] for t in texts]
+
+
+# --- ground truth ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", ["ar_mini", "vi_mini"])
+def test_every_lexicon_word_maps_to_its_concepts_source_word(world, lang):
+    target = world["languages"][lang]
+    source = world["languages"][world["source_language"]]
+    concepts = [c for c in target["lexicon"]]
+    texts = [target["lexicon"][c] for c in concepts] + ["qqzq", "\u0628"]
+    encode = FakeSource()
+    table, counts = token_truth(world, lang, vocab(texts), vocab(["<s>"], kinds=["special"]),
+                                encode, np.array([], np.int64))
+    by_id = table.set_index("target_id")
+    # brute force: a lemma maps to its concept unless another reading of the text exists
+    forms = {}
+    for c, w in target["lexicon"].items():
+        forms.setdefault(w, set()).add(c)
+    checked = 0
+    for i, c in enumerate(concepts):
+        if i not in by_id.index:
+            continue
+        row = by_id.loc[i]
+        kind, _, value = row["meaning"].partition(":")
+        if kind == "concept":
+            assert value == c
+            expected = " " + source["lexicon"][c]
+            assert [encode.ids[expected]] == list(row["source_ids"])
+            checked += 1
+    assert checked >= 0.8 * len(concepts)
+    assert len(texts) - 2 not in by_id.index and len(texts) - 1 not in by_id.index
+    assert counts["nonshared"] == len(texts) and counts["with_truth"] == len(table)
+    assert counts["nonshared_with_truth"] + counts["nonshared_without_truth"] == len(texts)
+
+
+def test_names_stems_and_affixes_have_their_source_forms(world):
+    lang = "ar_mini"
+    target = world["languages"][lang]
+    source = world["languages"][world["source_language"]]
+    name_id = next(n for n, form in target["names"].items() if not form.isascii())
+    stem_concept = "animal_003"
+    definite = target["morphology"]["definite"]["prefix"]  # ar_mini glues its article
+    texts = [target["names"][name_id], target["lexicon"][stem_concept], definite]
+    starts = [True, False, False]
+    encode = FakeSource()
+    table, _ = token_truth(world, lang, vocab(texts, starts), vocab(["x"]), encode,
+                           np.array([1], np.int64))
+    rows = table.set_index("target_id")
+    assert rows.loc[0, "kind"] == "name" and rows.loc[0, "meaning"] == f"name:{name_id}"
+    assert list(rows.loc[0, "source_ids"]) == [encode.ids[" " + source["names"][name_id]]]
+    assert rows.loc[1, "kind"] == "stem" and rows.loc[1, "meaning"] == f"concept:{stem_concept}"
+    assert bool(rows.loc[1, "shared"]) and not bool(rows.loc[0, "shared"])
+    # the source (suffixing) marks definiteness with a word: the prefix translates to it
+    assert rows.loc[2, "kind"] == "affix"
+    assert source_form(world, rows.loc[2, "meaning"]) == (
+        source["morphology"]["definite"]["word"], True)
+
+
+def test_truth_refuses_the_source_language(world):
+    with pytest.raises(ValueError, match="not a target language"):
+        token_truth(world, "en_mini", vocab(["a"]), vocab(["a"]), FakeSource(), np.array([]))
+
+
+# --- the oracle method -----------------------------------------------------------------------
+
+
+def oracle_inputs():
+    rng = np.random.default_rng(0)
+    vs, vt, h = 12, 6, 4
+    truth = pd.DataFrame({"target_id": [1, 2, 3], "text": ["a", "b", "c"],
+                          "kind": ["word"] * 3, "meaning": ["concept:x"] * 3,
+                          "source_ids": [np.array([4]), np.array([5, 6]), np.array([7])],
+                          "shared": [False, False, True]})
+    return TransferInputs(
+        source_input=rng.standard_normal((vs, h)).astype(np.float32),
+        source_output=rng.standard_normal((vs, h)).astype(np.float32),
+        source_vocab=vocab([f"s{i}" for i in range(vs)]),
+        target_vocab=vocab([f"t{i}" for i in range(vt)]),
+        overlap=pd.DataFrame({"target_id": [0, 3], "source_id": [9, 10], "how": ["exact"] * 2}),
+        seed=0, truth=truth)
+
+
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_world_oracle_rows(side):
+    inputs = oracle_inputs()
+    spec = get_method("world_oracle")
+    result = spec.fn(inputs, spec.defaults, side)
+    src = inputs.source_matrix(side)
+    np.testing.assert_array_equal(result.rows[0], src[9])  # shared: copied
+    np.testing.assert_array_equal(result.rows[3], src[10])  # shared wins over its truth
+    np.testing.assert_allclose(result.rows[1], src[4], rtol=1e-6)
+    np.testing.assert_allclose(result.rows[2], src[[5, 6]].mean(0), rtol=1e-6)
+    np.testing.assert_allclose(result.rows[4], src.mean(0), rtol=1e-5)  # no truth: Mean
+    assert list(result.how) == ["copied", "oracle", "oracle", "copied", "mean", "mean"]
+
+
+def test_world_oracle_joins_the_worlds_default_methods_and_is_refused_outside_it():
+    assert "world_oracle" in METHODS and "world_oracle" not in DEFAULT_METHODS
+    world_run = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    assert world_run["transfer"]["methods"] == [*DEFAULT_METHODS, "world_oracle"]
+    paper = validate_config(yaml.safe_load((ROOT / "config" / "paper_cva.yaml").read_text()))
+    assert "world_oracle" not in paper["transfer"]["methods"]
+    config = yaml.safe_load((ROOT / "config" / "paper_salt.yaml").read_text())
+    config["transfer"]["methods"].append("world_oracle")
+    with pytest.raises(ConfigError, match=r"transfer\.methods: 'world_oracle'.*not the world"):
+        validate_config(config)
+
+
+# --- the alignment metric --------------------------------------------------------------------
+
+
+def slow_scores(rows, source, text_ids, target_ids, translations):
+    out = []
+    for t, ids in zip(target_ids, translations, strict=True):
+        sims = []
+        for s in text_ids:
+            a, b = rows[t], source[s]
+            sims.append(float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+        order = [text_ids[i] for i in sorted(range(len(sims)), key=lambda i: -sims[i])]
+        oracle = source[ids].mean(0)
+        out.append((int(order[0] in ids), int(any(o in ids for o in order[:10])),
+                    float(oracle @ rows[t]) / (np.linalg.norm(oracle) * np.linalg.norm(rows[t]))))
+    return out
+
+
+def test_token_scores_equal_a_brute_force_on_random_inputs():
+    rng = np.random.default_rng(3)
+    source = rng.standard_normal((60, 5))
+    rows = rng.standard_normal((30, 5))
+    text_ids = np.sort(rng.choice(60, 50, replace=False))
+    target_ids = np.arange(5, 25)
+    translations = [rng.choice(text_ids, rng.integers(1, 4), replace=False) for _ in target_ids]
+    rows[target_ids[:8]] = source[[t[0] for t in translations[:8]]] + 0.01  # some hits
+    got = token_scores(rows, source, text_ids, target_ids, translations)
+    want = slow_scores(rows, source, text_ids, target_ids, translations)
+    assert got["hit_1"].tolist() == [w[0] for w in want]
+    assert got["hit_10"].tolist() == [w[1] for w in want]
+    np.testing.assert_allclose(got["cos_oracle"], [w[2] for w in want], rtol=1e-9)
+    assert got["hit_1"].sum() >= 8
+
+
+def test_identity_map_scores_one_and_a_shuffled_map_scores_chance():
+    rng = np.random.default_rng(5)
+    n, h = 400, 32
+    source = rng.standard_normal((n, h)).astype(np.float32)
+    text_ids = np.arange(n)
+    target_ids = np.arange(n)
+    translations = [np.array([i]) for i in range(n)]
+    identity = token_scores(source, source, text_ids, target_ids, translations)
+    assert summary(identity)["p_at_1"] == 100.0 and summary(identity)["p_at_10"] == 100.0
+    assert summary(identity)["cos_oracle"] == pytest.approx(1.0)
+    shuffled = token_scores(source[rng.permutation(n)], source, text_ids, target_ids,
+                            translations)
+    stats = summary(shuffled)
+    # chance is 1/400 for P@1 and 10/400 for P@10
+    assert stats["p_at_1"] <= 2.0 and stats["p_at_10"] <= 6.0
+    assert abs(stats["cos_oracle"]) < 0.05
+
+
+def test_score_checkpoints_uses_each_side_and_only_nonshared_tokens():
+    rng = np.random.default_rng(1)
+    src_in = rng.standard_normal((20, 4))
+    src_out = rng.standard_normal((20, 4))
+    source = Embeddings(input=src_in, output=src_out, tied=False, model_type="llama")
+    truth = pd.DataFrame({"target_id": [0, 1, 2], "source_ids": [np.array([3]), np.array([4]),
+                                                                  np.array([5])],
+                          "shared": [False, False, True], "kind": "word", "text": "",
+                          "meaning": ""})
+    ckpt_rows_in = np.zeros((3, 4))
+    ckpt_rows_in[[0, 1]] = src_in[[3, 4]]
+    ckpt_rows_out = np.zeros((3, 4))
+    ckpt_rows_out[[0, 1]] = src_out[[4, 3]]  # swapped: both wrong
+    ckpt = Embeddings(input=ckpt_rows_in, output=ckpt_rows_out, tied=False, model_type="llama")
+    scores = score_checkpoints(source, vocab([f"s{i}" for i in range(20)]), truth, {"m": ckpt})
+    assert set(scores["target_id"]) == {0, 1}
+    by_side = scores.groupby("side")["hit_1"].sum().to_dict()
+    assert by_side == {"input": 2, "output": 0}
+
+
+def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
+    n = 200
+    rng = np.random.default_rng(2)
+    good = (rng.random(n) < 0.6).astype(int)
+    bad = (rng.random(n) < 0.1).astype(int)
+    close = good.copy()
+    close[:3] = 1 - close[:3]
+    rows = []
+    for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
+                         ("c", close)):
+        rows.append(pd.DataFrame({"stage": "transfer", "lang": "x", "source": "s",
+                                  "target": "t", "side": "input", "method": method,
+                                  "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
+                                  "cos_oracle": hits * 0.5 + rng.random(n) * 0.1}))
+    solo = rows[1].assign(target="t2")
+    flat = alignment_frame(pd.concat([*rows, solo]), seed=0)
+    frame = flat.set_index(["target", "method"])
+    assert math.isnan(frame.loc[("t", "world_oracle"), "rank"])
+    assert frame.loc[("t", "a"), "rank"] == 1 and frame.loc[("t", "b"), "rank"] == 3
+    assert frame.loc[("t", "b"), "p_at_1_vs_best_p"] < 1e-6  # clears
+    assert frame.loc[("t", "c"), "p_at_1_vs_best_p"] > 0.05  # 3 tokens differ: does not
+    assert math.isnan(frame.loc[("t2", "a"), "rank"])  # alone in its setting: not ranked
+    assert list(flat.columns[:12]) == [
+        "lang", "source", "target", "method", "stage", "side", "tokens", "p_at_1",
+        "p_at_1_se", "p_at_10", "cos_oracle", "cos_oracle_se"]
+
+
+# --- paired tests ----------------------------------------------------------------------------
+
+
+def test_mcnemar_is_the_exact_binomial_test_on_discordant_pairs():
+    a = np.array([1] * 9 + [0] * 1 + [1] * 20)
+    b = np.array([0] * 9 + [1] * 1 + [1] * 20)
+    test = mcnemar(a, b)
+    # 9 vs 1 discordant: P(X <= 1) + P(X >= 9), X ~ Bin(10, 1/2) = 22/1024
+    assert test.p == pytest.approx(22 / 1024)
+    assert test.clears and test.diff == pytest.approx(8 / 30)
+    assert binomial_two_sided(5, 10) == 1.0
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for k, n in ((0, 7), (3, 20), (40, 100)):
+        assert binomial_two_sided(k, n) == pytest.approx(
+            scipy_stats.binomtest(k, n, 0.5).pvalue)
+
+
+def test_paired_bootstrap_is_seeded_and_tells_noise_from_a_shift():
+    rng = np.random.default_rng(0)
+    a = rng.random(300)
+    shifted = paired_bootstrap(a + 0.1, a + rng.normal(0, 0.01, 300), seed=1)
+    assert shifted.clears and shifted.z > 3
+    noise = paired_bootstrap(a, a + rng.normal(0, 0.1, 300), seed=1)
+    assert not noise.clears
+    assert paired_bootstrap(a, a[::-1], seed=4) == paired_bootstrap(a, a[::-1], seed=4)
+
+
+# --- questions only new tokens answer --------------------------------------------------------
+
+
+def test_word_questions_are_native_words_and_the_facts_partition(world):
+    loans = {c["id"] for c in world["concepts"] if c["loan"]}
+    words = fact_docs(world, "vi_mini", None, SEED, "test", words=True)
+    names = fact_docs(world, "vi_mini", None, SEED, "test", words=False)
+    assert len(words) + len(names) == len(world["facts"])
+    assert len(words) >= 40
+    for doc in words:
+        assert not set(doc["values"]) & loans
+        assert all(v in value_pool(world, "profession") + value_pool(world, "food")
+                   + value_pool(world, "animal") + value_pool(world, "object")
+                   for v in doc["values"])
+    facts = {f["id"]: f for f in world["facts"]}
+    assert not any(word_answer(world, facts[d["id"]]) for d in names)
+    assert set(native_words(world, "food")) == set(value_pool(world, "food")) - loans
+    # the same questions in the source language
+    en = fact_docs(world, "en_mini", None, SEED, "test", words=True)
+    assert [d["id"] for d in en] == [d["id"] for d in words]
+    assert [d["gold"] for d in en] == [d["gold"] for d in words]
+
+
+def test_report_tables_mark_the_best_and_the_differences_that_clear_a_paired_test():
+    from embtransfer.report.tables import Row, mark_best
+
+    rng = np.random.default_rng(0)
+    good = (rng.random(150) < 0.7).astype(float).tolist()
+    bad = (rng.random(150) < 0.3).astype(float).tolist()
+    near = list(good)
+    near[:2] = [1 - v for v in near[:2]]
+
+    def row(method, docs, stage="transfer"):
+        return Row(keys={"stage": stage, "lang": "x", "target": "t", "method": method},
+                   values={"Words acc": 100 * float(np.mean(docs))},
+                   per_document={"Words acc": docs})
+
+    rows = [row("a", good), row("b", bad), row("c", near), row("world_oracle", [1.0] * 150),
+            row("source model (no transfer)", [1.0] * 150, stage="source"),
+            row("alone", bad, stage="lapt")]
+    mark_best(rows, ["Words acc"], seed=0)
+    marks = {r.keys["method"]: r.vs_best.get("Words acc") for r in rows}
+    assert marks["a"] == "best"
+    assert marks["b"] < 1e-6 and marks["c"] > 0.05
+    assert marks["world_oracle"] is None and marks["source model (no transfer)"] is None
+    assert marks["alone"] is None  # alone in its block: not ranked

@@ -1,0 +1,130 @@
+"""How well a checkpoint's new rows mean what their tokens mean (the miniature world only).
+
+For every non-shared target token with a ground truth (:mod:`embtransfer.world.truth`) and
+one embedding side of a checkpoint:
+
+* **translation retrieval**: the source text rows (input or output side of the *source*
+  model) ranked by cosine to the token's row; a hit at k when one of its translation's
+  source ids is among the first k (P@1, P@10). Chance is about (translation length) / (source
+  text rows): a random row scores ~0.
+* **cosine to the oracle row**: the cosine between the token's row and the mean of its
+  translation's source rows (the row ``world_oracle`` gives it).
+
+Per-token values are kept (:func:`token_scores`), so two methods are compared token by token
+(:mod:`embtransfer.report.paired`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Retrieval depths reported.
+DEPTHS = (1, 10)
+#: Rows of the similarity matrix computed at once.
+CHUNK = 2048
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
+
+
+def token_scores(rows: np.ndarray, source: np.ndarray, text_ids: np.ndarray,
+                 target_ids: np.ndarray, translations: list[np.ndarray]) -> pd.DataFrame:
+    """Per token: ``target_id``, ``hit_1``, ``hit_10`` (0/1) and ``cos_oracle``.
+
+    ``rows``: the checkpoint's (V_t, h) matrix of one side; ``source``: the source model's
+    (V_s, h) matrix of the same side; ``text_ids``: the source ids that are text tokens (the
+    candidates); ``translations[i]``: the source ids meaning ``target_ids[i]``, a subset of
+    ``text_ids``.
+    """
+    text_ids = np.asarray(text_ids, np.int64)
+    target_ids = np.asarray(target_ids, np.int64)
+    if rows.shape[1] != source.shape[1]:
+        raise ValueError(f"the checkpoint's rows have width {rows.shape[1]}, the source's "
+                         f"{source.shape[1]}: not a transfer of this source")
+    position = np.full(source.shape[0], -1, np.int64)
+    position[text_ids] = np.arange(text_ids.size)
+    candidates = _unit(source[text_ids].astype(np.float64))
+    queries = _unit(rows[target_ids].astype(np.float64))
+    depth = min(max(DEPTHS), text_ids.size)
+    top = np.empty((target_ids.size, depth), np.int64)
+    for s in range(0, target_ids.size, CHUNK):
+        sims = queries[s : s + CHUNK] @ candidates.T
+        part = np.argpartition(-sims, depth - 1, axis=1)[:, :depth]
+        order = np.argsort(-np.take_along_axis(sims, part, axis=1), axis=1, kind="stable")
+        top[s : s + CHUNK] = np.take_along_axis(part, order, axis=1)
+    hits = {k: np.zeros(target_ids.size, np.int8) for k in DEPTHS}
+    cos = np.zeros(target_ids.size)
+    for i, ids in enumerate(translations):
+        ids = np.asarray(ids, np.int64)
+        where = position[ids]
+        if (where < 0).any():
+            raise ValueError(f"target token {target_ids[i]}: its translation names source ids "
+                             f"{ids[where < 0].tolist()} that are not text tokens")
+        for k in DEPTHS:
+            hits[k][i] = np.isin(top[i, :k], where).any()
+        oracle = source[ids].astype(np.float64).mean(axis=0)
+        denom = np.linalg.norm(oracle) * np.linalg.norm(rows[target_ids[i]])
+        cos[i] = float(oracle @ rows[target_ids[i]]) / denom if denom > 0 else 0.0
+    return pd.DataFrame({"target_id": target_ids, **{f"hit_{k}": hits[k] for k in DEPTHS},
+                         "cos_oracle": cos})
+
+
+def summary(scores: pd.DataFrame) -> dict[str, Any]:
+    """P@1 and P@10 (percent) with the binomial standard error of P@1, and the mean cosine to
+    the oracle row with its standard error, over ``scores``' tokens."""
+    n = len(scores)
+    if n == 0:
+        return {"tokens": 0, "p_at_1": None, "p_at_1_se": None, "p_at_10": None,
+                "cos_oracle": None, "cos_oracle_se": None}
+    p1 = float(scores["hit_1"].mean())
+    cos = scores["cos_oracle"].to_numpy(np.float64)
+    return {
+        "tokens": n,
+        "p_at_1": 100 * p1,
+        "p_at_1_se": 100 * math.sqrt(p1 * (1 - p1) / n),
+        "p_at_10": 100 * float(scores["hit_10"].mean()),
+        "cos_oracle": float(cos.mean()),
+        "cos_oracle_se": float(cos.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
+    }
+
+
+def text_ids(source_vocab: pd.DataFrame, rows: int) -> np.ndarray:
+    """The source ids that are text tokens (not special) and have a row: the candidates."""
+    ids = source_vocab.loc[source_vocab["kind"] != "special", "id"].to_numpy(np.int64)
+    return np.unique(ids[(ids >= 0) & (ids < rows)])
+
+
+def score_checkpoints(source: Any, source_vocab: pd.DataFrame, truth: pd.DataFrame,
+                      checkpoints: dict[str, Any]) -> pd.DataFrame:
+    """Per (method, side, token): the scores of :func:`token_scores` over the non-shared
+    tokens of ``truth``. ``source`` and each checkpoint are
+    :class:`embtransfer.models.loading.Embeddings` (``input``, ``output`` None when tied);
+    an untied source's output side is scored against its output rows."""
+    todo = truth[~truth["shared"].to_numpy(bool)]
+    target_ids = todo["target_id"].to_numpy(np.int64)
+    translations = list(todo["source_ids"])
+    sides = {"input": source.input}
+    if source.output is not None:
+        sides["output"] = source.output
+    parts = []
+    for method, ckpt in checkpoints.items():
+        for side, matrix in sides.items():
+            rows = ckpt.input if side == "input" else ckpt.output
+            if rows is None:
+                raise ValueError(f"{method}: the checkpoint is tied but the source is not")
+            if target_ids.size and target_ids.max() >= rows.shape[0]:
+                raise ValueError(f"{method}: the checkpoint has {rows.shape[0]} rows, the truth "
+                                 f"names target id {target_ids.max()}: another tokenizer's truth")
+            scores = token_scores(rows, matrix, text_ids(source_vocab, matrix.shape[0]),
+                                  target_ids, translations)
+            scores.insert(0, "side", side)
+            scores.insert(0, "method", method)
+            parts.append(scores)
+    columns = ["method", "side", "target_id", *(f"hit_{k}" for k in DEPTHS), "cos_oracle"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)

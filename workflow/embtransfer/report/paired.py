@@ -1,0 +1,100 @@
+"""Paired comparisons of two methods over the same items (questions or tokens).
+
+Two methods scored on the same items differ by less noise than two independent samples:
+the item's difficulty cancels. So the report compares methods item by item:
+
+* :func:`mcnemar` for 0/1 outcomes (a question answered, a translation retrieved): the exact
+  two-sided McNemar test, a binomial test on the items where exactly one method is right;
+* :func:`paired_bootstrap` for continuous scores (cosine to the oracle row): the share of
+  seeded bootstrap resamples of the items in which the mean difference changes sign;
+* :func:`difference` the mean difference with its paired standard error (the standard
+  deviation of the per-item differences over sqrt(n)): "k standard errors of the difference".
+
+A difference *clears* the test at :data:`ALPHA`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Two-sided level at which a table marks a difference as clearing the paired test.
+ALPHA = 0.05
+BOOTSTRAP_SAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Comparison:
+    diff: float  # mean of a - b
+    se: float  # paired standard error of the difference
+    p: float  # two-sided p-value of the paired test
+    test: str  # "mcnemar" | "bootstrap"
+
+    @property
+    def z(self) -> float:
+        """The difference in standard errors of the difference (inf when they always agree
+        in one direction)."""
+        if self.se == 0:
+            return 0.0 if self.diff == 0 else math.copysign(math.inf, self.diff)
+        return self.diff / self.se
+
+    @property
+    def clears(self) -> bool:
+        return self.p < ALPHA
+
+
+def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired scores must be two vectors of one length, got {a.shape} "
+                         f"and {b.shape}")
+    if a.size < 2:
+        raise ValueError("a paired comparison needs at least two items")
+    return a, b
+
+
+def difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(mean(a - b), its paired standard error)."""
+    a, b = _pair(a, b)
+    d = a - b
+    return float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size))
+
+
+def binomial_two_sided(k: int, n: int) -> float:
+    """P(X <= min(k, n-k)) + P(X >= max(k, n-k)) for X ~ Binomial(n, 1/2), capped at 1."""
+    if n == 0:
+        return 1.0
+    low = min(k, n - k)
+    tail = sum(math.comb(n, i) for i in range(low + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def mcnemar(a: np.ndarray, b: np.ndarray) -> Comparison:
+    """Exact McNemar test of two 0/1 outcome vectors over the same items."""
+    a, b = _pair(a, b)
+    if not np.isin(a, (0, 1)).all() or not np.isin(b, (0, 1)).all():
+        raise ValueError("McNemar's test takes 0/1 outcomes")
+    only_a = int(((a == 1) & (b == 0)).sum())
+    only_b = int(((a == 0) & (b == 1)).sum())
+    diff, se = difference(a, b)
+    return Comparison(diff, se, binomial_two_sided(only_a, only_a + only_b), "mcnemar")
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, seed: int,
+                     samples: int = BOOTSTRAP_SAMPLES) -> Comparison:
+    """Paired bootstrap of mean(a - b): p = twice the share of resamples on the far side of
+    zero (at least 1 / samples), from a generator seeded with ``seed``."""
+    a, b = _pair(a, b)
+    d = a - b
+    rng = np.random.default_rng(seed)
+    means = np.empty(samples)
+    for s in range(0, samples, 256):
+        idx = rng.integers(0, d.size, size=(min(256, samples - s), d.size))
+        means[s : s + idx.shape[0]] = d[idx].mean(axis=1)
+    diff, se = difference(a, b)
+    if diff == 0 and not d.any():
+        return Comparison(0.0, 0.0, 1.0, "bootstrap")
+    far = (means <= 0).mean() if diff > 0 else (means >= 0).mean()
+    return Comparison(diff, se, float(min(1.0, max(2 * far, 1 / samples))), "bootstrap")
