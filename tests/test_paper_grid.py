@@ -55,6 +55,12 @@ def lapt_runs(config: dict) -> set[tuple[str, str, str, str]]:
     return _select(config, lapt.get("select"), transfer_runs(config))
 
 
+def world_pair(config: dict, run: tuple) -> bool:
+    lang, source, target = run[:3]
+    return (config["languages"][lang]["corpus"]["type"] == "mini"
+            and config["models"][source]["type"] == config["models"][target]["type"] == "mini")
+
+
 def expected_jobs(config: dict) -> dict[str, int]:
     langs = config["languages"]
     targets = config["targets"]
@@ -105,6 +111,10 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "aligned_vectors": len({r[:3] for r in transfer_runs(config)
                                 if r[3] in ("wechsel", "ofa")}),
         "transfer": len(transfer_runs(config)),
+        # the miniature world's truth and alignment scores: every world pair a checkpoint has
+        "world_truth": len({r[:3] for r in transfer_runs(config) if world_pair(config, r)}),
+        "alignment": len({r[:3] for r in transfer_runs(config) if world_pair(config, r)})
+        + len({r[:3] for r in runs if world_pair(config, r)}),
         "zeroshot_source": len(targets) * len(sources),
         "zeroshot_table": 1,
         "lapt": len(runs),
