@@ -329,3 +329,50 @@ def test_report_tables_mark_the_best_and_the_differences_that_clear_a_paired_tes
     assert marks["b"] < 1e-6 and marks["c"] > 0.05
     assert marks["world_oracle"] is None and marks["source model (no transfer)"] is None
     assert marks["alone"] is None  # alone in its block: not ranked
+
+
+def test_word_questions_keep_only_answers_no_shared_token_spells(world):
+    from embtransfer.evaluation.world_tasks import answer_tokens, world_task_docs
+
+    lang = "vi_mini"
+    target = world["languages"][lang]
+    vocab_ids: dict[str, int] = {}
+
+    def encode(texts):  # one id per whitespace word (punctuation kept on it)
+        return [[vocab_ids.setdefault(w, len(vocab_ids)) for w in t.split()] for t in texts]
+
+    everything = world_task_docs(world, lang, SEED, {"fact_questions": None},
+                                 [(encode, set())])["world_words"]["test"]
+    assert len(everything) == len(fact_docs(world, lang, None, SEED, "test", words=True))
+    # share the ids of every word form of a few animals: their questions and choices go
+    animals = [c for c in native_words(world, "animal")][:5]
+    shared_words = {w for d in everything for c in d["choices"] for w in c.split()
+                    if any(target["lexicon"][a] in w for a in animals)}
+    shared = {vocab_ids[w] for w in shared_words}
+    kept = world_task_docs(world, lang, SEED, {"fact_questions": None},
+                           [(encode, set()), (encode, shared)])
+    words = kept["world_words"]["test"]
+    assert 0 < len(words) < len(everything)
+    for doc in words:
+        assert not set(doc["values"]) & set(animals)
+        assert all(d and not d & shared for d in answer_tokens(encode, doc["choices"]))
+    en = kept["world_words_en"]["test"]
+    assert [(d["id"], d["values"], d["gold"]) for d in en] == [
+        (d["id"], d["values"], d["gold"]) for d in words]
+    assert all(d["text"] != e["text"] for d, e in zip(words, en, strict=True) if d["text"])
+
+
+def test_eval_records_keep_their_per_question_scores(tmp_path):
+    import json
+
+    from embtransfer.report.records import read_eval_records
+
+    path = tmp_path / "results/eval/transfer/xx/src/tgt/salt/world_words.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "task": "world_words", "stage": "transfer", "lang": "xx", "source": "src",
+        "target": "tgt", "method": "salt", "kind": "knowledge", "eval_language": "target",
+        "note": "", "scores": {"Words acc": 50.0}, "stderr": {"Words acc": 25.0},
+        "per_document": {"Words acc": [1.0, 0.0], "other": [1.0]}}))
+    records, _ = read_eval_records([str(path)])
+    assert records[0].per_document == {"Words acc": [1.0, 0.0]}

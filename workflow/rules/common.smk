@@ -59,6 +59,13 @@ def pretraining_text(model):
     return corpus_file(spec["language"], "train")
 
 
+def tokenizer_text(model):
+    spec = MODELS[model]
+    if spec["tokenizer"].get("text") == "language":
+        return corpus_file(spec["language"], "train")
+    return pretraining_text(model)
+
+
 def fasttext_word_bin(lang):
     spec = config["languages"][lang]["fasttext"]
     if spec["type"] == "file":
@@ -243,7 +250,7 @@ from embtransfer.evaluation.catalog import (
     spec_dicts,
     world_task_keys,
 )
-from embtransfer.core.grid import evaluated_runs, evaluated_sources
+from embtransfer.core.grid import evaluated_runs, evaluated_sources, world_pairs
 
 EVAL = config["evaluation"]
 EVAL_TASKS = EVAL["tasks"]
@@ -274,6 +281,17 @@ def hub_datasets(keys):
     if any(EVAL_CATALOG[k].source != "world" for k in keys):
         return {"datasets": rules.fetch_lm_eval_datasets.output[0]}
     return {}
+
+
+def world_benchmark_inputs(w):
+    # world_words keeps the choices that no (source, target) pair of the language shares a
+    # token of: the world, and each pair's target tokenizer and overlap, in the same order.
+    pairs = [(s, t) for lang, s, t in world_pairs(config) if lang == w.lang]
+    return {
+        "world": rules.world.output[0],
+        "tokenizers": [tokenizer_dir(t) for _, t in pairs],
+        "overlaps": [paths.OVERLAP.fill(source=s, target=t) for s, t in pairs],
+    }
 
 
 def eval_inputs(w):

@@ -25,11 +25,12 @@ SRC = "source/{lang}/{source}"
 rule world_benchmarks:
     # The miniature world's benchmarks of one target language (local JSONL + task YAML).
     input:
-        world=rules.world.output[0],
+        unpack(world_benchmark_inputs),
     output:
         directory(paths.WORLD_BENCHMARKS),
     params:
         sizes=EVAL["world"],
+        trust_remote_code=config["trust_remote_code"],
         seed=config["seed"],
         code=script_hash("evaluation/evaluate_benchmarks.py"),
     conda:

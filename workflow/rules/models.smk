@@ -13,7 +13,7 @@ onerror:
 
 rule train_tokenizer:
     input:
-        text=lambda w: pretraining_text(w.model),
+        text=lambda w: tokenizer_text(w.model),
     output:
         directory(paths.TOKENIZER),
     wildcard_constraints:

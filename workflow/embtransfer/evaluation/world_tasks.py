@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +81,56 @@ def word_answer(world: dict[str, Any], fact: dict[str, Any]) -> bool:
         world, fact["value_type"])
 
 
+#: How one target tokenizer spells text, and which of its ids it shares with a source:
+#: (encode: texts -> ids per text, shared target ids).
+Speller = tuple[Callable[[list[str]], list[list[int]]], set[int]]
+
+
+def answer_tokens(encode: Callable[[list[str]], list[list[int]]],
+                  choices: list[str]) -> list[set[int]]:
+    """The ids that tell each choice apart: its ids (after the space lm-eval puts before a
+    choice) less those every choice has."""
+    ids = [set(t) for t in encode([" " + c for c in choices])]
+    common = set.intersection(*ids)
+    return [i - common for i in ids]
+
+
+def unshared(spellers: list[Speller], choices: list[str]) -> bool:
+    """Whether, for every target tokenizer, every choice is told apart by tokens of its own
+    and none of them is shared with a source: only the rows a method makes answer."""
+    for encode, shared in spellers:
+        distinct = answer_tokens(encode, choices)
+        if any(not d or d & shared for d in distinct):
+            return False
+    return True
+
+
+def _spelt_unshared(world: dict[str, Any], fact: dict[str, Any], value: str, lang: str,
+                    spellers: list[Speller]) -> bool:
+    """Whether ``value`` in ``fact``'s statement is told apart from another native value of
+    its class by unshared tokens only (the test a value must pass to be a choice)."""
+    other = next(v for v in native_words(world, fact["value_type"]) if v != value)
+    choices = cloze(world, fact, [value, other], lang)[1]
+    return all(d and not d & shared
+               for encode, shared in spellers for d in answer_tokens(encode, choices)[:1])
+
+
 def fact_docs(world: dict[str, Any], lang: str, size: int | None, seed: int,
-              split: str, words: bool = False) -> list[dict[str, Any]]:
+              split: str, words: bool = False,
+              spellers: list[Speller] | None = None) -> list[dict[str, Any]]:
     """Cloze questions on the fact base in ``lang``: ``size`` test facts (None: all), the
     rest (up to ``size``) as the few-shot pool (``split`` = test/train).
 
     ``words=False``: the facts whose answers are shared material (names, cities, companies,
     numbers, loanwords), which the source and target vocabularies share. ``words=True``: the
     facts whose answers are native lexicon words, with native distractors of the same class,
-    which only non-shared target tokens spell."""
+    which only non-shared target tokens spell. With ``spellers`` (the run's target tokenizers
+    of ``lang`` and their shared ids), the word questions keep only answers and distractors
+    that no tokenizer spells with a shared token (:func:`unshared`): in the miniature world
+    the source saw some target text, so its vocabulary holds pieces of target words."""
     facts = [f for f in world["facts"] if word_answer(world, f) == words]
+    if words and spellers:
+        facts = [f for f in facts if _spelt_unshared(world, f, f["value"], lang, spellers)]
     order = list(range(len(facts)))
     _rng(seed, "world_words" if words else "world_facts").shuffle(order)
     n_test = len(facts) if size is None else min(size, len(facts))
@@ -97,11 +138,23 @@ def fact_docs(world: dict[str, Any], lang: str, size: int | None, seed: int,
     docs = []
     for i in chosen:
         pool = native_words(world, facts[i]["value_type"]) if words else None
+        if words and spellers:
+            pool = [v for v in pool if _spelt_unshared(world, facts[i], v, lang, spellers)]
         q = fact_question(world, facts[i], lang, pool)
+        if words and spellers and not unshared(spellers, q["choices"]):
+            continue  # two choices share a piece after all: the question is left out
         docs.append({"id": q["id"], "text": q["query"], "choices": q["choices"],
                      "gold": q["gold"], "relation": q["relation"],
                      "values": [str(v) for v in q["values"]]})
     return docs
+
+
+def _ask_in(world: dict[str, Any], fact: dict[str, Any], doc: dict[str, Any],
+            lang: str) -> dict[str, Any]:
+    """``doc``'s question (the same fact and choices, in the same order) asked in ``lang``."""
+    values = [v for v in doc["values"]]
+    query, choices = cloze(world, fact, values, lang)
+    return {**doc, "text": query, "choices": choices}
 
 
 def passage_items(world: dict[str, Any], n: int, seed: int, split: str,
@@ -174,16 +227,23 @@ def _write_jsonl(path: Path, docs: list[dict[str, Any]]) -> None:
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
 
 
-def world_task_docs(world: dict[str, Any], lang: str, seed: int,
-                    sizes: dict[str, Any]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """key -> split -> documents, for every world task key of target language ``lang``."""
+def world_task_docs(world: dict[str, Any], lang: str, seed: int, sizes: dict[str, Any],
+                    spellers: list[Speller] | None = None
+                    ) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """key -> split -> documents, for every world task key of target language ``lang``
+    (``spellers``: see :func:`fact_docs`; the source-language variant asks the same facts)."""
     sizes = {**DEFAULT_SIZES, **sizes}
     src = world["source_language"]
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for key, q_lang, words in (("world_facts", lang, False), ("world_facts_en", src, False),
-                               ("world_words", lang, True), ("world_words_en", src, True)):
+    for key, q_lang, words in (("world_facts", lang, False), ("world_facts_en", src, False)):
         out[key] = {split: fact_docs(world, q_lang, sizes["fact_questions"], seed, split, words)
                     for split in ("test", "train")}
+    asked = {split: fact_docs(world, lang, sizes["fact_questions"], seed, split, True, spellers)
+             for split in ("test", "train")}
+    out["world_words"] = asked
+    facts = {f["id"]: f for f in world["facts"]}
+    out["world_words_en"] = {split: [_ask_in(world, facts[d["id"]], d, src) for d in docs]
+                             for split, docs in asked.items()}
     items = {
         "test": passage_items(world, sizes["size"], seed, "test", sizes["passage_people"]),
         "train": passage_items(world, sizes["fewshot_pool"], seed, "train",
@@ -198,7 +258,8 @@ def world_task_docs(world: dict[str, Any], lang: str, seed: int,
 
 
 def build_world_tasks(world: dict[str, Any], lang: str, out_dir: str | Path, seed: int,
-                      sizes: dict[str, Any], num_fewshot: dict[str, int]) -> dict[str, Any]:
+                      sizes: dict[str, Any], num_fewshot: dict[str, int],
+                      spellers: list[Speller] | None = None) -> dict[str, Any]:
     """Write every world task of ``lang`` under ``out_dir`` (see the module docstring).
 
     ``out_dir`` is written in place; wrap the call in ``atomic_path(directory=True)``.
@@ -209,9 +270,15 @@ def build_world_tasks(world: dict[str, Any], lang: str, out_dir: str | Path, see
     out_dir = Path(out_dir)
     manifest: dict[str, Any] = {"lang": lang, "source_language": world["source_language"],
                                 "seed": seed, "sizes": {**DEFAULT_SIZES, **sizes}, "tasks": {}}
-    for key, splits in world_task_docs(world, lang, seed, sizes).items():
+    for key, splits in world_task_docs(world, lang, seed, sizes, spellers).items():
         task_dir = out_dir / key
         task_dir.mkdir(parents=True, exist_ok=True)
+        if not splits["test"] and key.startswith("world_words"):
+            raise ValueError(
+                f"{key}: no fact's answer is spelt by target tokens that no source shares: the "
+                "source tokenizers hold the target's answer words (trained on a mix that "
+                "restates the facts); train them on their own language (models.<source>."
+                "tokenizer.text: language) or drop world_words from evaluation.tasks")
         if not splits["test"]:
             raise ValueError(f"{key}: no test documents (world too small?)")
         _write_jsonl(task_dir / "test.jsonl", splits["test"])

@@ -174,7 +174,7 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
             scores={k: float(v) for k, v in scores.items()},
             stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
             per_document={k: [float(x) for x in v]
-                          for k, v in (values.get("per_document") or {}).items() if k in scores},
+                          for k, v in (raw.get("per_document") or {}).items() if k in scores},
         ))
     return records, absent
 
