@@ -4,8 +4,9 @@ The shipped profile (slurm/config.yaml) leaves the site-specific values
 (`slurm_account`, `slurm_partition`, optionally `gpu_model`) as ``FILL_IN_*``
 placeholders. Left in, sbatch fails late and cryptically ("invalid partition
 specified") or, on clusters without account enforcement, silently charges a
-wrong account. The Snakefile's onstart hook calls :func:`check_slurm_run`, which
-stops the run before the first submission with a message naming the file and key.
+wrong account. The run's start hook (:func:`embtransfer.core.hooks.on_start`) calls
+:func:`check_slurm_run`, which stops the run before the first submission with a message
+naming the file and key.
 """
 
 from __future__ import annotations
