@@ -7,9 +7,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from snakemake.exceptions import WorkflowError
-from snakemake.settings.types import ExecMode
 
-from embtransfer.core import codehash, jobserver
+from embtransfer.core import codehash, hooks
+from embtransfer.core.cluster import SlurmProfileError
 from embtransfer.config.validation import ConfigError, validate_config
 
 # The default config (the miniature world) unless one is given with --configfile: a grid
@@ -37,34 +37,28 @@ include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/report.smk"
 
 
-# --- on start: with `--executor slurm`, refuse to submit while slurm/config.yaml still holds
-# FILL_IN_* placeholders (embtransfer/core/cluster.py); for a local run, start the job
-# server, whose forks have torch, transformers and lm-eval imported already
-# (embtransfer/core/jobserver.py; `job_server: false` turns it off). ---
+# --- the run's hooks, each registered here once: Snakemake keeps one handler of each kind,
+# so a second `onsuccess:` would replace this one. At the start: refuse a SLURM run while
+# slurm/config.yaml holds FILL_IN_* placeholders; start the job server of a local run. At
+# the end: pin hub revisions into the --configfile files; stop the job server
+# (embtransfer/core/hooks.py). ---
 onstart:
-    from embtransfer.core.cluster import SlurmProfileError, check_slurm_run
-
     try:
-        check_slurm_run(workflow)
+        hooks.on_start(workflow, config)
     except SlurmProfileError as err:
         raise WorkflowError(str(err)) from None
-    if (
-        config["job_server"]
-        and workflow.local_exec
-        and not workflow.dryrun
-        and workflow.exec_mode == ExecMode.DEFAULT
-    ):
-        jobserver.start(
-            Path(".snakemake") / "jobserver", min(config["threads"], workflow.cores)
-        )
 
 
 onsuccess:
-    jobserver.stop()
+    hooks.on_end(workflow, config)
 
 
 onerror:
-    jobserver.stop()
+    hooks.on_end(workflow, config)
+
+
+# Every output of the report rule is registered for `snakemake --report report.html`.
+report: "workflow/report/workflow.rst"
 
 
 rule all:

@@ -99,6 +99,7 @@ def test_methods_that_align_spaces_need_a_dictionary():
         validate_config(config)
     config = fresh()
     config["transfer"] = {"methods": ["ofa"]}
+    config["report"]["focus_method"] = "ofa"  # the report's focus must be a method that runs
     validate_config(config)
     assert config["languages"]["vi_mini"]["dictionary"] == {"type": "world"}
     assert config["source_language"] == "en_mini"
@@ -108,6 +109,22 @@ def test_unknown_method_lists_the_known_ones():
     config = fresh()
     config["transfer"] = {"methods": ["salt", "salty"]}
     with pytest.raises(ConfigError, match="transfer.methods.1: 'salty' is not one of.*'focus'"):
+        validate_config(config)
+
+
+def test_report_settings_a_run_refuses_are_refused_by_the_file_loader(tmp_path):
+    """load_config_file (the entry point outside Snakemake) runs every check a run runs."""
+    from embtransfer.config.validation import load_config_file
+
+    config = fresh()
+    config["transfer"]["methods"] = ["salt", "focus"]
+    config["report"] = {"methods": ["salt", "ofa"]}  # a row of a method that never ran
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=r"report\.methods: 'ofa' is not one of transfer"):
+        load_config_file(path)
+    config["report"] = {"paper_names": {"sources": {"nosuch": "Gemma"}}}
+    with pytest.raises(ConfigError, match=r"report\.paper_names\.sources: \['nosuch'\]"):
         validate_config(config)
 
 

@@ -17,9 +17,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from embtransfer.lapt.checkpointing import CheckpointError
 from embtransfer.lapt.settings import LaptSettings, Replay
 from embtransfer.lapt.trainer import (
-    CheckpointError,
     CorpusTooSmallError,
     MicroBatchOOMError,
     epoch_order,
@@ -122,7 +122,8 @@ def test_sigterm_saves_checkpoint_and_resume_matches(world, straight, tmp_path):
     # Slow logging (every step) so the signal arrives mid-run.
     script = (
         "import sys, time\n"
-        "from embtransfer.lapt.trainer import train_lapt, Preempted\n"
+        "from embtransfer.lapt.preemption import Preempted\n"
+        "from embtransfer.lapt.trainer import train_lapt\n"
         f"cfg = {json.dumps({**CFG, 'max_steps': 10})}\n"
         "def log(s):\n    print(s, flush=True); time.sleep(0.3)\n"
         "try:\n"
@@ -266,7 +267,7 @@ def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
     import os
     import socket
 
-    from embtransfer.lapt.trainer import launch_command
+    from embtransfer.lapt.distributed import launch_command
 
     cfg = {**CFG, "max_steps": 4, "micro_batch_size": 2}
     one, two = tmp_path / "one", tmp_path / "two"
@@ -393,7 +394,7 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
     import os
 
     import embtransfer.lapt.trainer as lapt_mod
-    from embtransfer.lapt.trainer import Preempted
+    from embtransfer.lapt.preemption import Preempted
 
     # 4 micro batches per step; SIGUSR1 arrives during the 2nd micro batch of step 5.
     real, calls = lapt_mod._LossModule.forward, {"n": 0}
@@ -420,7 +421,7 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
 
 
 def test_slurm_time_limit_checkpoints_early(world, tmp_path, monkeypatch):
-    from embtransfer.lapt.trainer import Preempted
+    from embtransfer.lapt.preemption import Preempted
 
     # The job "ends" 1 s from now: it stops after half of that, at the first chance.
     monkeypatch.setenv("SLURM_JOB_END_TIME", str(time.time() + 1))

@@ -78,3 +78,40 @@ def test_check_mode_writes_nothing_and_fails_on_unpinned(tmp_path, capsys):
     assert main(["--check", str(path), "--models-dir", str(models)]) == 1
     assert path.read_text() == CONFIG
     assert "src: revision 'main' pinned to" in capsys.readouterr().out
+
+
+def test_a_workflow_run_pins_the_config_to_the_recorded_download(tmp_path, monkeypatch):
+    """A real run (offline) whose config names a hub model already downloaded into the local
+    model store (resources/models/<key>/ with its snapshot.json, as fetch_model leaves it)
+    ends with that model's revision pinned in the --configfile, and the pinned config
+    plans no new download."""
+    from test_paper_grid import OFFLINE
+    from test_workflow import copy_workflow, small_config, snakemake
+
+    from embtransfer.core import paths
+    from embtransfer.world.tokenizers import train_tokenizer
+
+    for name, value in OFFLINE.items():
+        monkeypatch.setenv(name, value)
+    workdir = copy_workflow(tmp_path / "wf")
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"ka lo mi tu {i} ren sal vor" for i in range(200)) + "\n")
+    snapshot_dir = workdir / paths.MODELS_DIR / "tiny_hub"
+    train_tokenizer("bytelevel_bpe", [str(text)], 300, "gpt2").save_pretrained(snapshot_dir)
+    (snapshot_dir / "snapshot.json").write_text(
+        json.dumps({"repo_id": "org/tiny", "revision": "main", "commit": A}))
+    config = small_config()
+    config["models"]["tiny_hub"] = {"type": "hub", "repo_id": "org/tiny", "revision": "main"}
+    configfile = workdir / "test_config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+
+    vocab = paths.VOCAB.fill(model="tiny_hub")
+    proc = snakemake(workdir, "--cores", "1", vocab)
+    assert (workdir / vocab).is_file()
+    pinned = yaml.safe_load(configfile.read_text())
+    assert pinned["models"]["tiny_hub"]["revision"] == A, proc.stderr[-3000:]
+    assert {k: v for k, v in pinned.items() if k != "models"} == {
+        k: v for k, v in config.items() if k != "models"}
+    # pinning changes no job's parameters: nothing is downloaded again
+    dry = snakemake(workdir, "--cores", "1", "--dry-run", vocab)
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]

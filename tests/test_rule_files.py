@@ -1,12 +1,17 @@
 """The rule files' functions (workflow/rules/common.smk and any other .smk) name only
 globals the workflow defines: moving a function or constant between rule files must not
-leave a name behind that only fails when a rarely-taken branch runs (e.g. the revision
-pinning after a hub download). Snakemake's own linter does not check this."""
+leave a name behind that only fails when a rarely-taken branch runs (e.g. the downloads of
+a hub-model grid). Snakemake's own linter does not check this.
+
+The stage rule files hold rules only, and the run's hooks and every other directive of which
+Snakemake keeps one are the Snakefile's: a second `onsuccess:` in a rule file would replace
+the first without a word (it once kept the hub revisions from ever being pinned)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +63,7 @@ def _reads(tmp_path: Path, configfile: Path) -> dict[str, list[str]]:
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines()
                  if line.startswith(("FUNCTIONS ", "UNDEFINED ")))
     functions = json.loads(lines["FUNCTIONS"])
-    assert {"transfer_inputs", "pin_revisions", "all_downloads"} <= set(functions)
+    assert {"transfer_inputs", "salt_vectors", "all_downloads"} <= set(functions)
     return json.loads(lines["UNDEFINED"])
 
 
@@ -66,3 +71,45 @@ def test_rule_file_functions_read_only_defined_globals(tmp_path):
     # the hub-model grid: every stage's helpers, downloads and pinning included
     undefined = _reads(tmp_path, REPO / "config" / "paper_salt.yaml")
     assert {name: names for name, names in undefined.items() if names} == {}
+
+
+RULE_FILES = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+# Directives of which Snakemake keeps one (each call replaces the last); configfile,
+# wildcard_constraints and the like add up instead.
+ONE_OF_A_KIND = ("onstart", "onsuccess", "onerror", "report", "workdir", "container",
+                 "containerized", "conda", "pepfile", "pepschema")
+DIRECTIVE = re.compile(rf"^({'|'.join(ONE_OF_A_KIND)})\s*:", re.MULTILINE)
+
+
+def test_one_of_a_kind_directives_are_the_snakefiles_alone():
+    found = {path.name: DIRECTIVE.findall(path.read_text())
+             for path in [REPO / "Snakefile", *RULE_FILES]}
+    elsewhere = {name: kinds for name, kinds in found.items() if name != "Snakefile" and kinds}
+    assert elsewhere == {}, "register these in the Snakefile (embtransfer/core/hooks.py)"
+    assert sorted(found["Snakefile"]) == sorted(set(found["Snakefile"]))
+    assert {"onstart", "onsuccess", "onerror", "report"} <= set(found["Snakefile"])
+
+
+# A stage rule file's statements: rules, and rules inside an if/elif/else of a config choice.
+RULE_LINE = re.compile(r"(rule|checkpoint) \w+:|use rule ")
+CONDITION = re.compile(r"(if|elif) .*:$|else:$")
+
+
+def test_stage_rule_files_hold_rules_only():
+    for path in RULE_FILES:
+        if path.name == "common.smk":
+            continue
+        in_condition = False
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.strip()
+            if not code or code.startswith("#"):
+                continue
+            indent = len(line) - len(line.lstrip())
+            if indent == 0:
+                in_condition = bool(CONDITION.match(code))
+                ok = in_condition or RULE_LINE.match(code)
+            else:
+                ok = indent > 4 or not in_condition or RULE_LINE.match(code)
+            assert ok, (f"{path.name}:{number}: {code!r} is no rule; imports, constants, "
+                        "functions and checks go in common.smk (or the package), hooks and "
+                        "global directives in the Snakefile")

@@ -12,7 +12,7 @@ from embtransfer.config.validation import load_schema
 from embtransfer.transfer import catalog as method_catalog
 from embtransfer.transfer.catalog import METHODS, NEEDS, Option, OptionError, resolve_options
 from embtransfer.transfer.methods import base, common
-from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method, load_all
+from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method
 from embtransfer.transfer.run import NonFiniteRowsError, run_method
 
 
@@ -58,7 +58,7 @@ def fake_method(monkeypatch):
 def test_catalog_and_registry_name_the_same_methods():
     # A method added to the catalog without a registered function (or registered
     # under a name the catalog lacks) fails here.
-    registry = load_all()
+    registry = {name: get_method(name) for name in METHODS}  # imports every method module
     assert set(base.REGISTRY) == set(METHODS) == set(registry)
     for name, spec in registry.items():
         assert spec.fn is base.REGISTRY[name]
@@ -73,7 +73,8 @@ def test_catalog_and_registry_name_the_same_methods():
 
 def test_method_modules_hold_no_catalog_data():
     """A module exports its function; names, options, defaults and needs are the catalog's."""
-    load_all()
+    for name in METHODS:
+        get_method(name)  # imports its module
     for module in {spec["module"] for spec in METHODS.values()}:
         mod = sys.modules[f"embtransfer.transfer.methods.{module}"]
         for attr in ("DEFAULTS", "NEEDS", "VECTORS", "DESCRIPTION"):

@@ -1,9 +1,31 @@
-# The constants, input functions and path helpers of every stage, in pipeline order
-# (Snakemake's convention: rule files hold rules only; this file is included first).
+# The imports, constants, wildcard constraints, input functions and path helpers of every
+# stage, in pipeline order; this file is included first, so the other rule files hold rules
+# only (tests/test_rule_files.py), and the run's hooks are the Snakefile's.
 # A function here runs when the rules call it, so it may name constants of any section.
 from embtransfer.core import paths
+from embtransfer.core.grid import (
+    alignment_groups,
+    evaluated_runs,
+    evaluated_sources,
+    lapt_runs,
+    target_pairs,
+    transfer_runs,
+    world_pairs,
+)
+from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
-from embtransfer.core.grid import target_pairs
+from embtransfer.data.download import needed_languages
+from embtransfer.evaluation.catalog import (
+    CATALOG as EVAL_CATALOG,
+    SHIPPED_TASK_DIR,
+    shipped_task_names,
+    shipped_tasks_hash,
+    spec_dicts,
+    stock_task_names,
+    world_task_keys,
+)
+from embtransfer.report.build import config_subset, output_names, zeroshot_paths
+from embtransfer.transfer.catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
 
 # With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:
 # point a profile's overrides or this variable at it).
@@ -19,6 +41,9 @@ wildcard_constraints:
     target=wildcard_alternatives({t for plms in config["targets"].values() for t in plms}),
     vectors="word|token",
     split="train|valid",
+    method=wildcard_alternatives(METHOD_CATALOG),
+    task=wildcard_alternatives(EVAL_CATALOG),
+    stage="transfer|lapt",
 
 
 def script_hash(name):
@@ -110,20 +135,9 @@ def mixed_languages(wildcards, mini):
 
 
 # --- models (models.smk) -------------------------------------------------------------------
-from embtransfer.core.pinning import pin_config_file
 
 MINI_MODELS = models_of_type(config, "mini")
 HUB_MODELS = models_of_type(config, "hub")
-
-
-def pin_revisions(log):
-    # Write the commits the downloads recorded back into the --configfile files
-    # (embtransfer/core/pinning.py), so the grid is frozen from its first download on.
-    if not HUB_MODELS:
-        return
-    for path in workflow.config_settings.configfiles:
-        for line in pin_config_file(path, paths.MODELS_DIR):
-            print(f"{path}: {line}", file=sys.stderr)
 
 
 def tokenizer_spec(model):
@@ -142,9 +156,6 @@ def fasttext_bin(wildcards):
 
 
 # --- regression, transfer and zero-shot (transfer.smk) -------------------------------------
-from embtransfer.transfer.catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
-
-from embtransfer.core.grid import transfer_runs
 
 TRANSFER = config["transfer"]
 TRANSFER_RUNS = transfer_runs(config)
@@ -199,10 +210,10 @@ def all_zeroshot():
 
 
 # --- LAPT (lapt.smk) -----------------------------------------------------------------------
-from embtransfer.core.grid import lapt_runs
 
 LAPT = config["lapt"]
 LAPT_RUNS = lapt_runs(config)
+LAPT_TEXTS = "train|valid" + ("|replay" if LAPT.get("replay") else "")
 
 
 def blocks_file(w, text):
@@ -244,18 +255,19 @@ def all_lapt_metrics():
 
 
 # --- evaluation (evaluation.smk) -----------------------------------------------------------
-from embtransfer.evaluation.catalog import (
-    CATALOG as EVAL_CATALOG,
-    shipped_tasks_hash,
-    spec_dicts,
-    world_task_keys,
-)
-from embtransfer.core.grid import evaluated_runs, evaluated_sources, world_pairs
 
 EVAL = config["evaluation"]
 EVAL_TASKS = EVAL["tasks"]
 EVAL_WORLD = bool(world_task_keys(config))
 EVAL_RUNS = {stage: evaluated_runs(config, stage) for stage in ("transfer", "lapt")}
+EVAL_OPTIONS = {k: EVAL[k] for k in ("device", "batch_size", "limit", "max_length")}
+EVAL_OPTIONS["nfc"] = EVAL["scoring"]["nfc"]
+EVAL_RESOURCES = {"mem_mb": 8000, "runtime": 120}
+if EVAL["device"] != "cpu":
+    EVAL_RESOURCES["gpu"] = 1
+# The log and benchmark paths of one evaluated checkpoint, and of one source model.
+CKPT = "{stage}/{lang}/{source}/{target}/{method}"
+SRC = "source/{lang}/{source}"
 
 
 def eval_code():
@@ -264,6 +276,9 @@ def eval_code():
         # The shipped task configs are code too (their scoring is the runner's).
         code += shipped_tasks_hash()
     return code
+
+
+EVAL_CODE = eval_code()
 
 
 def eval_checkpoint(w):
@@ -350,8 +365,6 @@ def all_evaluation():
     return files
 
 
-from embtransfer.core.grid import alignment_groups
-
 ALIGNMENT_GROUPS = alignment_groups(config)
 
 
@@ -385,7 +398,6 @@ def all_intrinsic():
 
 
 # --- report (report.smk) -------------------------------------------------------------------
-from embtransfer.report.build import output_names
 
 REPORT_OUTPUTS = output_names(paths.REPORT_DIR)
 REPORT_SUBCATEGORIES = {
@@ -438,8 +450,6 @@ def all_report():
 
 
 # --- downloads (data.smk) ------------------------------------------------------------------
-from embtransfer.data.download import needed_languages
-from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
 
 LANGS = config["languages"]
 WIKIPEDIA_LANGS = sorted(l for l, s in LANGS.items() if s["corpus"]["type"] == "wikipedia")

@@ -135,7 +135,6 @@ rule fetch_muse_dictionary:
 # lm-eval datasets: the datasets of the config's stock (and shipped) lm-eval tasks, saved
 # as JSON lines under evaluation.datasets_dir (embtransfer.evaluation.datasets), where
 # evaluation jobs read them.
-from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR
 
 
 rule fetch_lm_eval_datasets:

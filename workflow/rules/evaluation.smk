@@ -4,24 +4,6 @@
 # and tokenizer statistics. Which checkpoints: embtransfer.core.grid.evaluated_runs.
 
 
-wildcard_constraints:
-    task=wildcard_alternatives(EVAL_CATALOG),
-    stage="transfer|lapt",
-
-
-EVAL_CODE = eval_code()
-
-
-EVAL_OPTIONS = {k: EVAL[k] for k in ("device", "batch_size", "limit", "max_length")}
-EVAL_OPTIONS["nfc"] = EVAL["scoring"]["nfc"]
-EVAL_RESOURCES = {"mem_mb": 8000, "runtime": 120}
-if EVAL["device"] != "cpu":
-    EVAL_RESOURCES["gpu"] = 1
-
-CKPT = "{stage}/{lang}/{source}/{target}/{method}"
-SRC = "source/{lang}/{source}"
-
-
 rule world_benchmarks:
     # The miniature world's benchmarks of one target language (local JSONL + task YAML).
     input:

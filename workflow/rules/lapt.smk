@@ -1,6 +1,5 @@
 # Language-adaptive continual pre-training of the transferred checkpoints (GPU-declared,
 # resumable: a killed or preempted job restarts from the checkpoint in {method}.work/).
-LAPT_TEXTS = "train|valid" + ("|replay" if LAPT.get("replay") else "")
 
 
 rule lapt_blocks:

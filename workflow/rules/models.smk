@@ -1,14 +1,5 @@
 # Models: hub snapshots pinned by revision, or miniature models trained here.
 # Local models (type: local) are read in place and need no rule.
-from embtransfer.core.pinning import fetch_params
-
-
-onsuccess:
-    pin_revisions(log)
-
-
-onerror:
-    pin_revisions(log)
 
 
 rule train_tokenizer:

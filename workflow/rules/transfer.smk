@@ -2,10 +2,6 @@
 # method's transferred checkpoint, and the zero-shot comparison before training.
 
 
-wildcard_constraints:
-    method=wildcard_alternatives(METHOD_CATALOG),
-
-
 rule salt_regression:
     input:
         # the source model is not read here: the transfer job applies the coefficients

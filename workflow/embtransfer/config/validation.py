@@ -21,6 +21,7 @@ import yaml
 from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
+from embtransfer.report.check import check_report
 from embtransfer.transfer.catalog import (
     DEFAULT_METHODS,
     METHODS,
@@ -169,6 +170,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     check_transfer(config)
     check_lapt(config)
     check_evaluation(config)
+    check_report(config)
     return config
 
 

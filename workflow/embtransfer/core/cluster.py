@@ -1,15 +1,23 @@
-"""Checks for cluster runs: refuse to submit while the SLURM profile has placeholders.
+"""SLURM: refuse to submit while the profile has placeholders; a job's time left.
 
 The shipped profile (slurm/config.yaml) leaves the site-specific values
 (`slurm_account`, `slurm_partition`, optionally `gpu_model`) as ``FILL_IN_*``
 placeholders. Left in, sbatch fails late and cryptically ("invalid partition
 specified") or, on clusters without account enforcement, silently charges a
-wrong account. The Snakefile's onstart hook calls :func:`check_slurm_run`, which
-stops the run before the first submission with a message naming the file and key.
+wrong account. The run's start hook (:func:`embtransfer.core.hooks.on_start`) calls
+:func:`check_slurm_run`, which stops the run before the first submission with a message
+naming the file and key.
+
+Inside a job, :func:`slurm_seconds_left` reads the time to the job's limit, which the
+LAPT trainer's stop timer (:mod:`embtransfer.lapt.preemption`) runs against.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import time
 from collections.abc import Iterable, Mapping
 
 PLACEHOLDER_PREFIX = "FILL_IN"
@@ -72,3 +80,26 @@ def check_slurm_run(workflow) -> None:
     found = find_placeholders(jobs)
     if found:
         raise SlurmProfileError(placeholder_message(found))
+
+
+def slurm_seconds_left() -> float | None:
+    """Seconds until this SLURM job's time limit, or None outside SLURM / when unknown."""
+    end = os.environ.get("SLURM_JOB_END_TIME")
+    if end:
+        return float(end) - time.time()
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or shutil.which("squeue") is None:
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    days, _, hms = out.rpartition("-")
+    parts = hms.split(":")
+    if not out or not all(part.isdigit() for part in parts) or (days and not days.isdigit()):
+        return None  # UNLIMITED, NOT_SET, ...
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds + 86400 * int(days or 0)

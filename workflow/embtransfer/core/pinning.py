@@ -6,7 +6,7 @@ records the commit a download resolved to in ``resources/models/<key>/snapshot.j
 :func:`pin_config_file` writes those commits back into the config file, in
 place, changing only the ``revision`` values (comments and layout stay), so the
 grid is frozen the moment its models are downloaded. The workflow does this
-itself at the end of every run (``onsuccess``/``onerror`` in the Snakefile) for
+itself at the end of every run (:func:`embtransfer.core.hooks.on_end`) for
 the files given with ``--configfile``; by hand::
 
     python -m embtransfer.core.pinning config/paper_salt.yaml [--models-dir resources/models]

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from embtransfer.core.devices import resolve_device
 from embtransfer.models.loading import load_tokenizer
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
@@ -105,12 +106,6 @@ def pack_documents(tokenizer: Any, docs: list[str], max_length: int) -> Packed:
     return Packed(sequences, scored, context, sep, len(docs), n_bytes)
 
 
-def _device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def _position_limit(config: Any) -> int | None:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     for key in POSITION_KEYS:
@@ -139,7 +134,7 @@ def evaluate_text(
     """
     if tokenizer is None:
         tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
-    dev = _device(device)
+    dev = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype="auto", trust_remote_code=trust_remote_code
     ).to(dev)

@@ -27,11 +27,11 @@ from typing import Any
 
 import lm_eval
 import lm_eval.evaluator
-import torch
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from embtransfer.core.atomic import write_json
+from embtransfer.core.devices import resolve_device
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec
 from embtransfer.evaluation.datasets import local_dataset_overrides, task_config
 from embtransfer.evaluation.record import make_record
@@ -44,12 +44,6 @@ log = logging.getLogger("embtransfer.evaluation")
 
 class TaskRunError(RuntimeError):
     """An lm-eval task failed on its data (e.g. a column its config reads is missing)."""
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def context_token_id(tokenizer: Any) -> int | None:

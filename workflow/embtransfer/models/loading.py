@@ -442,11 +442,6 @@ def _embeddings_by_instantiation(
                       ["read by instantiating the model"])
 
 
-def read_bin_state(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a legacy ``pytorch_model.bin`` without executing pickled code."""
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 # ---------------------------------------------------------------- agreement
 
 

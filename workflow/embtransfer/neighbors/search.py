@@ -136,7 +136,8 @@ def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
 
 
-def _summary(values: np.ndarray) -> dict[str, float | int | None]:
+def count_summary(values: np.ndarray) -> dict[str, float | int | None]:
+    """min, mean, median and max of per-token counts (None each when there are none)."""
     if values.size == 0:
         return {"min": None, "mean": None, "median": None, "max": None}
     return {
@@ -267,8 +268,8 @@ def compute_neighbors(
         "fallback_rows": int(fallback_all.sum()),
         "degenerate": degenerate,
         "truncated": truncated,
-        "support": _summary(support_all[with_rows]),
-        "k": _summary(lengths_all[with_rows]),
+        "support": count_summary(support_all[with_rows]),
+        "k": count_summary(lengths_all[with_rows]),
         "entries": int(lengths_all.sum()),
         "entries_exact": int(support_all.sum()),
         "table_bytes": int(table.nbytes),

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from embtransfer.core.atomic import atomic_path
@@ -373,10 +372,3 @@ def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
         raise ValueError(f"{path} is not an aligned-vectors file: lacks {missing}")
     aligned = AlignedVectors(**{k: arrays[k] for k in _KEYS})
     return aligned, arrays["W"]
-
-
-def read_aligned_stats(path: str | os.PathLike) -> dict[str, Any]:
-
-    with safe_open(str(path), framework="numpy") as f:
-        meta = f.metadata() or {}
-    return json.loads(meta.get("stats", "{}"))

@@ -71,8 +71,9 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from embtransfer.core.atomic import atomic_path, check_finite, write_json
+from embtransfer.core.devices import resolve_device
 from embtransfer.core.logs import without_run_values
-from embtransfer.neighbors.search import Neighbors
+from embtransfer.neighbors.search import Neighbors, count_summary
 from embtransfer.transfer.catalog import defaults
 
 #: SALT's options with their defaults (the method catalog holds them): salt_project's defaults.
@@ -92,6 +93,7 @@ SIDES = ("input", "output")
 
 #: Per-token status; the projection file stores the index into this tuple (int8).
 STATUSES = ("projected", "missing_vector", "too_few_neighbors")
+PROJECTED, MISSING_VECTOR, TOO_FEW_NEIGHBORS = range(len(STATUSES))
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -103,12 +105,6 @@ def min_rcond(dtype: torch.dtype, k: int = 1024) -> float:
     so a cut-off on eigenvalues below that separates nothing.
     """
     return math.sqrt(k * torch.finfo(dtype).eps)
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def _as_float(matrix: np.ndarray, what: str) -> np.ndarray:
@@ -201,12 +197,6 @@ def _cap_neighbors(
     return new_offsets, nt[keep], ns[keep], k > max_neighbors
 
 
-def _summary(values: np.ndarray) -> dict[str, float | int | None]:
-    if values.size == 0:
-        return {"min": None, "mean": None, "max": None}
-    return {"min": int(values.min()), "mean": float(values.mean()), "max": int(values.max())}
-
-
 def _check_options(
     min_neighbors: int, max_neighbors: int | None, ridge: float, batch_tokens: int,
     dtype: torch.dtype | str,
@@ -275,7 +265,7 @@ def salt_coefficients(
     """
     t_start = time.perf_counter()
     dtype = _check_options(min_neighbors, max_neighbors, ridge, batch_tokens, dtype)
-    dev = resolve_device(device)
+    dev = torch.device(resolve_device(device))
     if batch_bytes is None:
         batch_bytes = DEFAULT_BATCH_BYTES.get(dev.type, DEFAULT_BATCH_BYTES["cuda"])
     plm = _as_float(plm_input, "target PLM input embeddings")
@@ -291,8 +281,9 @@ def salt_coefficients(
 
     k = np.diff(offsets)
     missing = np.asarray(neighbors.missing, bool)
-    status_raw = np.where(missing, 1, np.where(k < min_neighbors, 2, 0))
-    k_used_raw = np.where(status_raw == 0, k, 0)
+    status_raw = np.where(missing, MISSING_VECTOR,
+                          np.where(k < min_neighbors, TOO_FEW_NEIGHBORS, PROJECTED))
+    k_used_raw = np.where(status_raw == PROJECTED, k, 0)
     # output in target-id order, so the table's row order cannot matter
     out_order = np.argsort(target_ids, kind="stable")
     n = target_ids.size
@@ -306,7 +297,7 @@ def salt_coefficients(
     coefficients = np.zeros(entries.size, np.float64 if dtype == torch.float64 else np.float32)
 
     # projected table rows by (k, target id): batches of similar k, independent of order
-    todo = np.flatnonzero(status_raw == 0)
+    todo = np.flatnonzero(status_raw == PROJECTED)
     todo = todo[np.lexsort((target_ids[todo], k[todo]))]
 
     h_t = plm.shape[1]
@@ -363,7 +354,7 @@ def salt_coefficients(
         "counts": counts,
         "n_capped": int(capped.sum()),
         "n_rank_deficient": int(n_rank_deficient),
-        "k_used": _summary(k[todo]),
+        "k_used": count_summary(k[todo]),
         "batches": len(batches),
         "padding_fraction": float(1 - k[todo].sum() / padded_entries) if padded_entries else 0.0,
         "options": {
@@ -424,7 +415,7 @@ def apply_coefficients(
         )
     _check_ids(source_ids, source.shape[0], "source embeddings (neighbours)")
     dtype = torch.from_numpy(coef_flat[:0]).dtype
-    dev = resolve_device(device)
+    dev = torch.device(resolve_device(device))
     if batch_bytes is None:
         batch_bytes = DEFAULT_BATCH_BYTES.get(dev.type, DEFAULT_BATCH_BYTES["cuda"])
     offsets = np.concatenate([[0], np.cumsum(k)])

@@ -430,15 +430,6 @@ def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int,
     return out
 
 
-def generate_parallel(world: dict[str, Any], langs: Iterable[str], n: int,
-                      seed: int) -> dict[str, list[str]]:
-    """``n`` generic frames rendered in each of ``langs``: a sentence-aligned corpus."""
-    rng = _rng(seed, "parallel")
-    idx = _Index(world)
-    frames = [sample_frame(world, rng, idx) for _ in range(n)]
-    return {lang: [render(world, f, lang) for f in frames] for lang in langs}
-
-
 def dictionary(world: dict[str, Any], src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
     """Bilingual word pairs aligned by concept (lemmas, plus plural nouns where both languages
     mark plural on the word). Only single words: bound affixes and particles are left out."""
@@ -470,9 +461,3 @@ def words(line: str) -> list[str]:
 
 def word_types(lines: Iterable[str]) -> set[str]:
     return {w for line in lines for w in words(line)}
-
-
-def type_overlap(target_lines: Iterable[str], source_lines: Iterable[str]) -> float:
-    """Fraction of the target corpus's word types that also occur in the source corpus."""
-    tgt = word_types(target_lines)
-    return len(tgt & word_types(source_lines)) / max(1, len(tgt))

@@ -571,6 +571,3 @@ def build_world(cfg: dict[str, Any] | None, seed: int) -> dict[str, Any]:
         "languages": languages,
     }
 
-
-def concept_index(world: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in world["concepts"]}

@@ -18,8 +18,9 @@ import torch
 
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.logs import job_logger
+from embtransfer.lapt.distributed import launch_command
 from embtransfer.lapt.settings import settings_from_config
-from embtransfer.lapt.trainer import launch_command, train_lapt
+from embtransfer.lapt.trainer import train_lapt
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -152,8 +152,3 @@ def get_method(name: str) -> MethodSpec:
         )
     importlib.import_module(f"embtransfer.transfer.methods.{METHODS[name]['module']}")
     return MethodSpec(name, REGISTRY[name])
-
-
-def load_all() -> dict[str, MethodSpec]:
-    """Import every method module; returns every method."""
-    return {name: get_method(name) for name in METHODS}

@@ -39,10 +39,6 @@ from embtransfer.transfer.methods.base import SideResult, TransferInputs, regist
 from embtransfer.transfer.methods.common import check_aligned, empty_result, source_normal
 
 
-def _summary(x: np.ndarray) -> float | None:
-    return float(x.mean()) if x.size else None
-
-
 @register("wechsel")
 def wechsel(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     matrix, aligned = check_aligned(inputs, side, "wechsel")
@@ -81,7 +77,7 @@ def wechsel(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideRe
         "n_weighted": int(targets.size),
         "n_missing_vector": int(lost.size),
         "n_source_candidates": int((~aligned.source_missing[: matrix.shape[0]]).sum()),
-        "mean_top1_similarity": _summary(sims[:, 0]) if sims.size else None,
-        "mean_top1_weight": _summary(weights[:, 0]) if weights.size else None,
+        "mean_top1_similarity": float(sims[:, 0].mean()) if sims.size else None,
+        "mean_top1_weight": float(weights[:, 0].mean()) if weights.size else None,
     }
     return SideResult(rows=rows, how=how, stats=stats)

@@ -1,0 +1,55 @@
+"""What the workflow does when a run starts and when it ends, in one place.
+
+Snakemake keeps one handler of each kind (a second ``onsuccess:`` replaces the first,
+silently), so the Snakefile registers ``onstart``, ``onsuccess`` and ``onerror`` once
+each and they call :func:`on_start` and :func:`on_end`; a stage that needs work done
+at the start or end of a run adds it here, never a handler of its own in a rule file
+(``tests/test_rule_files.py`` checks both).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from snakemake.settings.types import ExecMode
+
+from embtransfer.core import jobserver, paths
+from embtransfer.core.cluster import check_slurm_run
+from embtransfer.core.pinning import pin_config_file
+
+
+def on_start(workflow: Any, config: dict[str, Any]) -> None:
+    """Refuse a SLURM run whose profile holds placeholders; start the job server.
+
+    Raises :class:`embtransfer.core.cluster.SlurmProfileError`. The job server
+    (:mod:`embtransfer.core.jobserver`) serves a local, non-dry run unless the
+    config says ``job_server: false``.
+    """
+    check_slurm_run(workflow)
+    if (
+        config["job_server"]
+        and workflow.local_exec
+        and not workflow.dryrun
+        and workflow.exec_mode == ExecMode.DEFAULT
+    ):
+        jobserver.start(Path(".snakemake") / "jobserver", min(config["threads"], workflow.cores))
+
+
+def on_end(workflow: Any, config: dict[str, Any]) -> None:
+    """After a run, successful or not: pin hub revisions, stop the job server."""
+    try:
+        pin_revisions(workflow.config_settings.configfiles, config)
+    finally:
+        jobserver.stop()
+
+
+def pin_revisions(configfiles: list[Path], config: dict[str, Any]) -> None:
+    """Write the commits the downloads recorded back into the ``--configfile`` files
+    (:mod:`embtransfer.core.pinning`), so the grid is frozen from its first download on."""
+    if not any(spec.get("type") == "hub" for spec in config["models"].values()):
+        return
+    for path in configfiles:
+        for line in pin_config_file(path, paths.MODELS_DIR):
+            print(f"{path}: {line}", file=sys.stderr)
