@@ -4,6 +4,7 @@
 from embtransfer.core import paths
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
 from embtransfer.core.grid import target_pairs
+from embtransfer.data.dictionaries import freedict_data
 
 # With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:
 # point a profile's overrides or this variable at it).
@@ -159,7 +160,11 @@ def transfer_code(wildcards):
 
 def dictionary_input(lang):
     spec = config["languages"][lang].get("dictionary", {"type": "world"})
-    return spec["path"] if spec["type"] == "file" else rules.world.output[0]
+    if spec["type"] == "world":
+        return rules.world.output[0]
+    if spec["type"] == "freedict":  # the index and the entries it points into
+        return [spec["path"], str(freedict_data(spec["path"]))]
+    return spec["path"]
 
 
 def transfer_inputs(w):
