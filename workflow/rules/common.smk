@@ -14,6 +14,7 @@ from embtransfer.core.grid import (
 )
 from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
+from embtransfer.data.dictionaries import freedict_data
 from embtransfer.data.download import needed_languages
 from embtransfer.evaluation.catalog import (
     CATALOG as EVAL_CATALOG,
@@ -177,7 +178,11 @@ def transfer_code(wildcards):
 
 def dictionary_input(lang):
     spec = config["languages"][lang].get("dictionary", {"type": "world"})
-    return spec["path"] if spec["type"] == "file" else rules.world.output[0]
+    if spec["type"] == "world":
+        return rules.world.output[0]
+    if spec["type"] == "freedict":  # the index and the entries it points into
+        return [spec["path"], str(freedict_data(spec["path"]))]
+    return spec["path"]
 
 
 def transfer_inputs(w):

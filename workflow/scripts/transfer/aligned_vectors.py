@@ -4,10 +4,9 @@ from embtransfer.core.jobserver import delegate
 
 delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
 
-from pathlib import Path
-
 from embtransfer.core.atomic import read_json
 from embtransfer.core.logs import job_logger
+from embtransfer.data.dictionaries import read_dictionary
 from embtransfer.fasttext.vectors import load_fasttext
 from embtransfer.models.loading import load_tokenizer
 from embtransfer.transfer.aligned import align_from_dictionary, token_vectors_aligned, write_aligned
@@ -20,11 +19,7 @@ if sm.params.dictionary["type"] == "world":
 
     pairs = dictionary(read_json(sm.input.dictionary), sm.params.source_language, sm.wildcards.lang)
 else:
-    pairs = [
-        tuple(line.split()[:2])
-        for line in Path(sm.input.dictionary).read_text(encoding="utf-8").splitlines()
-        if len(line.split()) >= 2
-    ]
+    pairs = read_dictionary(sm.params.dictionary)
 options = sm.params.aligned
 source_ft = load_fasttext(sm.input.source_fasttext)
 target_ft = load_fasttext(sm.input.target_fasttext)
