@@ -111,6 +111,7 @@ def test_a_freedict_dictionary_is_a_dictionary_format():
     config["languages"]["ar_mini"]["dictionary"] = {
         "type": "freedict", "path": "/usr/share/dictd/freedict-eng-ara.index"}
     config["transfer"] = {"methods": ["wechsel"]}
+    config["report"] = {"focus_method": "wechsel"}  # Tables 4-5 need a method the run has
     validate_config(config)
     assert config["languages"]["ar_mini"]["dictionary"]["reverse"] is False  # the default
     config["languages"]["ar_mini"]["dictionary"]["direction"] = "reverse"
