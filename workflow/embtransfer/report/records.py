@@ -80,6 +80,8 @@ class EvalRecord:
     scores: dict[str, float]
     #: lm-eval's standard error of each score (percent); None where it reports none.
     stderr: dict[str, float | None] = field(default_factory=dict)
+    #: extractive QA: the protocol that scored the answers (``scoring.protocol``), else None.
+    scoring_protocol: str | None = None
 
 
 @dataclass
@@ -171,6 +173,7 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
             task=str(values["task"]), kind=kind, eval_language=eval_language, note=note,
             scores={k: float(v) for k, v in scores.items()},
             stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
+            scoring_protocol=(raw.get("scoring") or {}).get("protocol"),
         ))
     return records, absent
 
