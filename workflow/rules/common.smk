@@ -1,5 +1,5 @@
 # The constants, input functions and path helpers of every stage, in pipeline order
-# (Snakemake's convention: rule files hold rules only; this file is included first).
+# (the helpers the rule files share; this file is included first).
 # A function here runs when the rules call it, so it may name constants of any section.
 from embtransfer.core import paths
 from embtransfer.config.validation import models_of_type, wildcard_alternatives

@@ -4,12 +4,13 @@ published protocol (:data:`DATASET_PROTOCOL`); the other protocol is a config op
 
 Two protocols, named in every record (``scoring.protocol``) and under the report's tables:
 
-* ``squad_v1.1``: SQuAD v1.1's ``evaluate-v1.1.py``, which XQuAD's README prescribes.
+* ``squad_v1.1``: SQuAD v1.1's ``evaluate-v1.1.py`` (rajpurkar/SQuAD-explorer), as XQuAD
+  prescribes.
   Language-blind: lower-case; drop the ASCII punctuation of ``string.punctuation`` (other
   punctuation, such as German „“ or Arabic ،, stays); replace the English articles
   ``a an the`` by a space; split on whitespace.
-* ``mlqa_official``: MLQA's official script (``mlqa_evaluation_v1.py``,
-  facebookresearch/MLQA), per answer language, described below.
+* ``mlqa_official``: MLQA's official script (facebookresearch/MLQA ``mlqa_evaluation_v1.py``),
+  per answer language, described below.
 
 MLQA's normalisation of an answer in answer language ``lang`` (the context's), in order:
 
