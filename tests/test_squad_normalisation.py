@@ -15,9 +15,14 @@ import pytest
 import yaml
 
 from embtransfer.config.validation import ConfigError, validate_config
-from embtransfer.evaluation.catalog import CATALOG, SHIPPED_TASK_DIR, XQUAD_LANGS, resolve
-from embtransfer.evaluation.squad import (
+from embtransfer.evaluation.catalog import (
+    CATALOG,
     DATASET_PROTOCOL,
+    SHIPPED_TASK_DIR,
+    XQUAD_LANGS,
+    resolve,
+)
+from embtransfer.evaluation.squad import (
     MLQA,
     OFFICIAL_LANGS,
     PROTOCOLS,

@@ -1,5 +1,5 @@
 """Extractive-QA answer scoring (exact match and token F1) of MLQA and XQuAD, each by its own
-published protocol (:data:`DATASET_PROTOCOL`); the other protocol is a config option
+published protocol (``catalog.DATASET_PROTOCOL``); the other protocol is a config option
 (``evaluation.scoring.{mlqa,xquad}``), so a score can be compared with either literature.
 
 Two protocols, named in every record (``scoring.protocol``) and under the report's tables:
@@ -52,8 +52,6 @@ from typing import Any
 MLQA = "mlqa_official"
 SQUAD_V1 = "squad_v1.1"
 PROTOCOLS = (MLQA, SQUAD_V1)
-# Each dataset's own published protocol: the default of evaluation.scoring.{dataset}.
-DATASET_PROTOCOL = {"mlqa": MLQA, "xquad": SQUAD_V1}
 
 _ASCII_PUNCT = frozenset(string.punctuation)
 _SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -3,7 +3,7 @@ the protocol XQuAD's README prescribes, whatever the language (embtransfer.evalu
 The workflow's runner replaces this with the protocol the config names
 (``evaluation.scoring.xquad``); this is what plain lm-eval runs of these configs use."""
 
-from embtransfer.evaluation.squad import DATASET_PROTOCOL, process_results_for
+from embtransfer.evaluation.squad import SQUAD_V1, process_results_for
 
 # SQuAD v1.1 ignores the answer language; "en" only satisfies the signature.
-process_results = process_results_for("en", protocol=DATASET_PROTOCOL["xquad"])
+process_results = process_results_for("en", protocol=SQUAD_V1)
