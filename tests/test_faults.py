@@ -1,4 +1,4 @@
-"""The fault table (README, "When things go wrong"): each fault injected, its outcome asserted.
+"""The fault table (docs/troubleshooting.md): each fault injected, its outcome asserted.
 
 Every fault goes through the real stage function or the real workflow. Rows already
 tested beside their stage are not repeated here:

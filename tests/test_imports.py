@@ -1,9 +1,9 @@
-"""The package's import graph: no cycles, and a Snakefile parse that stays light.
+"""A Snakefile parse that stays light (import cycles: tests/test_import_cycles.py).
 
 Every ``snakemake`` call (``-n`` included) parses the Snakefile and the rule files, which
 import parts of the package; heavy libraries are imported inside the functions that need
-them there, each marked ``# noqa: PLC0415 (Snakefile start-up)``. These tests fail when a
-change makes the parse import one of them, or makes two package modules import each other.
+them there, each marked ``# noqa: PLC0415 (Snakefile start-up)``. This test fails when a
+change makes the parse import one of them.
 """
 
 from __future__ import annotations

@@ -22,14 +22,31 @@ PACKAGE = ROOT / "workflow" / "embtransfer"
 # world (built by the data stage, pretrained by the models stage).
 NOT_STAGES = {"core", "config", "world"}
 SCRIPT = re.compile(r'"\.\./scripts/([\w/]+\.py)"')
+RULE = re.compile(r"^[ \t]*rule (\w+):\n(.*?)(?=^[ \t]*(?:use )?rule |^\S|\Z)", re.M | re.S)
+USE_RULE = re.compile(r"^[ \t]*use rule (\w+) as (\w+)", re.M)
 
 
 def stages() -> list[str]:
     return sorted(p.stem for p in RULES.glob("*.smk") if p.stem != "common")
 
 
+def rule_scripts() -> dict[str, str]:
+    """Every rule's script, a ``use rule A as B`` inheriting A's."""
+    texts = [p.read_text() for p in RULES.glob("*.smk")]
+    scripts = {name: found[0] for text in texts for name, body in RULE.findall(text)
+               if (found := SCRIPT.findall(body))}
+    for text in texts:
+        for parent, child in USE_RULE.findall(text):
+            if parent in scripts:
+                scripts[child] = scripts[parent]
+    return scripts
+
+
 def scripts_of(stage: str) -> list[str]:
-    return SCRIPT.findall((RULES / f"{stage}.smk").read_text())
+    """The scripts the rules of ``rules/<stage>.smk`` run, inherited ones included."""
+    text = (RULES / f"{stage}.smk").read_text()
+    names = [name for name, _ in RULE.findall(text)] + [c for _, c in USE_RULE.findall(text)]
+    return sorted({rule_scripts()[n] for n in names if n in rule_scripts()})
 
 
 def test_every_stage_has_its_scripts_dir_and_package() -> None:

@@ -97,13 +97,15 @@ def test_every_paper_task_config_runs_on_local_data(model_dir, manager, tmp_path
         assert record["n_samples"] == LIMIT, spec
         assert set(record["scores"]) == set(spec.metrics)
         assert all(math.isfinite(v) and 0 <= v <= 100 for v in record["scores"].values())
-        if spec.answer_language:  # MLQA and XQuAD: the shared official scoring
-            assert record["scoring"] == {"normalisation": "mlqa_official",
+        if spec.answer_language:  # MLQA and XQuAD: each by its own protocol
+            assert record["scoring"] == {"protocol": spec.scoring_protocol,
                                          "answer_language": spec.answer_language, "nfc": False}
     by_task = {r["lm_eval_task"]: r for r in records}
     # The cross-lingual MLQA answers are in the context's language.
     assert by_task["mlqa_en_de"]["scoring"]["answer_language"] == "en"
     assert by_task["mlqa_de_en"]["scoring"]["answer_language"] == "de"
+    assert by_task["mlqa_de_de"]["scoring"]["protocol"] == "mlqa_official"
+    assert by_task["embt_xquad_de"]["scoring"]["protocol"] == "squad_v1.1"
     # Metrics as lm-eval names them: ARC acc_norm, HellaSwag acc, TruthfulQA mc1 acc.
     assert by_task["arc_de"]["metrics_used"] == {"ARC": "acc_norm,none"}
     assert by_task["truthfulqa_de_mc1"]["metrics_used"] == {"TruthfulQA": "acc,none"}
@@ -166,8 +168,41 @@ def test_a_wrong_metric_name_fails(model_dir, manager, tmp_path):
 
 def test_nfc_option_reaches_the_scoring(model_dir, manager, tmp_path):
     (record,), _ = run(model_dir, [_spec("xquad", "vi")], tmp_path, manager, nfc=True)
-    assert record["scoring"] == {"normalisation": "mlqa_official", "answer_language": "vi",
+    assert record["scoring"] == {"protocol": "squad_v1.1", "answer_language": "vi",
                                  "nfc": True}
+
+
+@pytest.mark.parametrize(("scoring", "xquad", "mlqa"), [
+    # "der Rhein" against the gold "Rhein": MLQA's German rules drop the article (EM 1);
+    # SQuAD v1.1 drops English articles only (EM 0, F1 2/3).
+    ({}, (0.0, 200 / 3), (100.0, 100.0)),  # each dataset by its own protocol
+    ({"xquad": "mlqa_official", "mlqa": "squad_v1.1"}, (100.0, 100.0), (0.0, 200 / 3)),
+])
+def test_the_protocol_that_scores_is_the_one_named(model_dir, manager, tmp_path, monkeypatch,
+                                                   scoring, xquad, mlqa):
+    """The scores themselves (not only the record's label) come from the configured
+    protocol: the model answers "der Rhein" to every question whose gold is "Rhein"."""
+    from lm_eval.models.huggingface import HFLM
+
+    root = tmp_path / "data"
+    for rel in ("google/xquad/xquad.de", "facebook/mlqa/mlqa.de.de"):
+        shutil.copytree(FIXTURES / rel, root / rel)
+        for path in (root / rel).glob("*.jsonl"):
+            rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+            for row in rows:
+                row["answers"] = {"answer_start": [0], "text": ["Rhein"]}
+            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                            encoding="utf-8")
+    monkeypatch.setattr(HFLM, "generate_until",
+                        lambda self, requests, disable_tqdm=False: ["der Rhein"] * len(requests))
+    config = {"evaluation": {"scoring": scoring}}
+    specs = [resolve(config, "xquad", "de"), resolve(config, "mlqa", "de")]
+    records, _ = run(model_dir, specs, tmp_path, manager, datasets_dir=root)
+    for record, (em, f1), name in zip(records, (xquad, mlqa), ("XQuAD", "MLQA"), strict=True):
+        assert record["scores"][f"{name} EM"] == pytest.approx(em)
+        assert record["scores"][f"{name} F1"] == pytest.approx(f1)
+        assert record["scoring"]["protocol"] == (
+            scoring.get(name.lower()) or {"XQuAD": "squad_v1.1", "MLQA": "mlqa_official"}[name])
 
 
 def test_evaluation_skips_lm_evals_environment_survey(model_dir, manager, tmp_path, monkeypatch):

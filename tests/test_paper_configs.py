@@ -1,6 +1,6 @@
-"""The paper configs equal the README's table of paper settings, and the table lists them all.
+"""The paper configs equal docs/slurm.md's table of paper settings, and the table lists them all.
 
-The table (README.md, "Paper configs against their papers") gives, per config and key,
+The table (docs/slurm.md, "Paper configs against their papers") gives, per config and key,
 the value the config holds and the paper's value with its section. Here every row's
 "config" value is compared with the config file as the workflow reads it (validated,
 schema defaults filled in), and every setting written in the files must have a row.
@@ -19,6 +19,7 @@ from embtransfer.config.validation import load_config_file
 from embtransfer.lapt.settings import DEFAULT_LAPT
 
 REPO = Path(__file__).resolve().parents[1]
+PAGE = "docs/slurm.md"
 FILES = {"salt": "config/paper_salt.yaml", "cva": "config/paper_cva.yaml"}
 BEGIN, END = "<!-- paper-config-table: begin -->", "<!-- paper-config-table: end -->"
 #: run settings, not paper settings: not in the table
@@ -30,8 +31,8 @@ BRACES = re.compile(r"\{([^{}:]+,[^{}:]+)\}")  # {de,ar,vi}, not a YAML flow map
 
 
 def table_rows() -> list[dict[str, str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert BEGIN in text and END in text, "README.md lost its paper-config table markers"
+    text = (REPO / PAGE).read_text(encoding="utf-8")
+    assert BEGIN in text and END in text, f"{PAGE} lost its paper-config table markers"
     body = text.split(BEGIN, 1)[1].split(END, 1)[0].strip().splitlines()
     header = [c.strip() for c in body[0].strip("|").split("|")]
     assert header == ["config", "key", "config", "paper", "where"], header
@@ -87,7 +88,7 @@ def test_config_equals_table(name: str, rows: list[dict[str, str]]) -> None:
         for key, value in expand(row["key"].strip("`"), row["value"].strip("`")):
             want = yaml.safe_load(value)
             got = lookup(config, key)
-            assert got == want, f"{FILES[name]}: {key} is {got!r}, README table says {want!r}"
+            assert got == want, f"{FILES[name]}: {key} is {got!r}, {PAGE} says {want!r}"
             checked += 1
     assert checked > 20
 
@@ -102,7 +103,7 @@ def test_every_setting_is_in_the_table(name: str, rows: list[dict[str, str]]) ->
         if not RUN_SETTINGS.match(leaf)
         and not any(leaf == k or leaf.startswith(k + ".") for k in keys)
     ]
-    assert not missing, f"{FILES[name]}: settings without a row in the README table: {missing}"
+    assert not missing, f"{FILES[name]}: settings without a row in {PAGE}: {missing}"
 
 
 def test_table_rejects_a_drifted_value(rows: list[dict[str, str]]) -> None:

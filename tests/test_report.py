@@ -268,6 +268,21 @@ def test_scores_show_their_standard_error(in_fixtures, tmp_path):
     assert len(bare) == 1 and bare.stderr.isna().all() and (bare.value == 28.0).all()
 
 
+def test_tables_name_the_protocol_that_scored_the_answers(fixture_copy):
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
+    note = ("Answer scoring (`evaluation.scoring`; docs/evaluation.md): MLQA EM, MLQA F1 by "
+            "`mlqa_official`.")
+    assert note in tables[2].markdown() and note in tables[3].markdown()
+    assert "Answer scoring" not in tables[1].markdown()  # no extractive QA there
+    # A run scored by the other protocol is named beside the first, not hidden.
+    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
+    record = json.loads(path.read_text())
+    record["scoring"]["protocol"] = "squad_v1.1"
+    path.write_text(json.dumps(record))
+    tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
+    assert ("MLQA EM, MLQA F1 by `mlqa_official`, `squad_v1.1`." in tables[2].markdown())
+
+
 def test_a_malformed_standard_error_names_the_file(fixture_copy):
     path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
     record = json.loads(path.read_text())

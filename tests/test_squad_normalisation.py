@@ -1,25 +1,40 @@
 """MLQA/XQuAD answer scoring: cases worked out by hand from the rules of MLQA's official
-evaluation script (mlqa_evaluation_v1.py) in every paper language, and agreement with the
-copy of that script that lm-eval's MLQA task scores with."""
+evaluation script (mlqa_evaluation_v1.py) in every paper language and of SQuAD v1.1's
+evaluate-v1.1.py (XQuAD's protocol), agreement with the copy of MLQA's script that lm-eval's
+MLQA task scores with, and the config key that picks a dataset's protocol."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import random
 import unicodedata
 from pathlib import Path
 
 import pytest
+import yaml
 
-from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, XQUAD_LANGS
+from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.evaluation.catalog import (
+    CATALOG,
+    DATASET_PROTOCOL,
+    SHIPPED_TASK_DIR,
+    XQUAD_LANGS,
+    resolve,
+)
 from embtransfer.evaluation.squad import (
+    MLQA,
     OFFICIAL_LANGS,
+    PROTOCOLS,
+    SQUAD_V1,
     exact_match,
     f1,
     normalize_answer,
     process_results_for,
     score,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _load(path: Path, name: str):
@@ -95,16 +110,16 @@ def test_empty_answers_as_the_official_script():
     # Both normalise to "": EM 1, but F1 0 (no shared token).
     assert exact_match("the", "a", "en") == 1.0 and f1("the", "a", "en") == 0.0
     assert f1("", "", "en") == 0.0 and exact_match("", "", "en") == 1.0
-    assert score("", ["Paris"], "en") == {"exact_match": 0.0, "f1": 0.0}
+    assert score("", ["Paris"], "en", protocol=MLQA) == {"exact_match": 0.0, "f1": 0.0}
     with pytest.raises(ValueError, match="no gold"):
-        score("x", [], "en")
+        score("x", [], "en", protocol=MLQA)
 
 
 def test_best_gold_and_unknown_language():
-    result = score("  city of Paris ", ["Paris", "the city of Paris"], "en")
+    result = score("  city of Paris ", ["Paris", "the city of Paris"], "en", protocol=MLQA)
     assert result == {"exact_match": 1.0, "f1": 1.0}
     # vs "Paris": P 1/3, R 1 -> 0.5; vs "Lyon": 0
-    assert score("Paris France today", ["Paris", "Lyon"], "en") == {
+    assert score("Paris France today", ["Paris", "Lyon"], "en", protocol=MLQA) == {
         "exact_match": 0.0, "f1": pytest.approx(0.5)}
     with pytest.raises(ValueError, match="'fr'.*known"):
         normalize_answer("x", "fr")
@@ -112,18 +127,87 @@ def test_best_gold_and_unknown_language():
     assert normalize_answer("Η Αθήνα.", "el") == "η αθήνα"
 
 
-# --- one function for MLQA and XQuAD ---------------------------------------------------------
+# --- SQuAD v1.1 (XQuAD's protocol) -----------------------------------------------------------
 
 
-def test_shipped_xquad_scores_with_the_answer_language():
+def test_squad_v1_rules():
+    squad = {"protocol": SQUAD_V1}
+    # English articles only, in every language; ASCII punctuation only.
+    assert normalize_answer("The  Eiffel Tower!", "de", **squad) == "eiffel tower"
+    assert normalize_answer("der Rhein", "de", **squad) == "der rhein"
+    assert normalize_answer("„Faust“", "de", **squad) == "„faust“"  # Unicode quotes stay
+    assert normalize_answer("برلين، ألمانيا؟", "ar", **squad) == "برلين، ألمانيا؟"
+    assert normalize_answer("$100 + tax", "en", **squad) == "100 tax"
+    assert normalize_answer("北京大学", "zh", **squad) == "北京大学"  # one whitespace token
+    # pred [der, rhein] vs gold [rhein]: P 1/2, R 1, F1 2/3
+    assert f1("der Rhein", "Rhein", "de", **squad) == pytest.approx(2 / 3)
+    assert exact_match("the", "a", "en", **squad) == 1.0 and f1("the", "a", "en", **squad) == 0.0
+    # Any language: XQuAD's el, ro, ... and languages neither script knows.
+    assert normalize_answer("The Louvre", "fr", **squad) == "louvre"
+
+
+@pytest.mark.parametrize(("pred", "gold", "lang", "mlqa_em", "squad_em"), [
+    ("der Rhein", "Rhein", "de", 1.0, 0.0),  # German article: MLQA's German rules only
+    ("„Faust“", "Faust", "de", 1.0, 0.0),  # Unicode punctuation: MLQA only
+    ("the Rhein", "Rhein", "de", 0.0, 1.0),  # an English article in German: SQuAD only
+    ("القاهرة", "قاهرة", "ar", 1.0, 0.0),  # Arabic ال: MLQA only
+])
+def test_the_protocols_disagree(pred, gold, lang, mlqa_em, squad_em):
+    assert exact_match(pred, gold, lang, protocol=MLQA) == mlqa_em
+    assert exact_match(pred, gold, lang, protocol=SQUAD_V1) == squad_em
+
+
+def test_unknown_protocol_is_refused():
+    with pytest.raises(ValueError, match="'squad'.*known"):
+        normalize_answer("x", "en", protocol="squad")
+    with pytest.raises(ValueError, match="'squad'.*known"):
+        process_results_for("en", protocol="squad")
+
+
+# --- which protocol scores which dataset ------------------------------------------------------
+
+
+def test_each_dataset_defaults_to_its_own_protocol():
+    assert DATASET_PROTOCOL == {"mlqa": MLQA, "xquad": SQUAD_V1}
+    qa = {k: b.qa_dataset for k, b in CATALOG.items() if b.answer_language is not None}
+    assert qa == {"mlqa": "mlqa", "mlqa_en": "mlqa", "mlqa_ctx_en": "mlqa",
+                  "mlqa_ctx_target": "mlqa", "xquad": "xquad", "xquad_en": "xquad"}
+    for key, dataset in qa.items():
+        assert resolve({"evaluation": {}}, key, "de").scoring_protocol == DATASET_PROTOCOL[dataset]
+    assert resolve({"evaluation": {}}, "arc", "de").scoring_protocol is None
+    swapped = {"evaluation": {"scoring": {"mlqa": SQUAD_V1, "xquad": MLQA}}}
+    assert resolve(swapped, "xquad_en", "de").scoring_protocol == MLQA
+    assert resolve(swapped, "mlqa_ctx_en", "de").scoring_protocol == SQUAD_V1
+
+
+def test_the_schema_offers_every_protocol_and_refuses_others():
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    schema = yaml.safe_load(
+        (REPO / "workflow" / "schemas" / "evaluation.schema.yaml").read_text())
+    options = schema["properties"]["scoring"]["properties"]
+    assert {k for k in options if k != "nfc"} == set(DATASET_PROTOCOL)
+    for dataset in DATASET_PROTOCOL:
+        assert tuple(options[dataset]["enum"]) == PROTOCOLS
+        config = copy.deepcopy(default)
+        config["evaluation"]["scoring"] = {dataset: SQUAD_V1}
+        validate_config(config)
+        config = copy.deepcopy(default)
+        config["evaluation"]["scoring"] = {dataset: "squad_v2"}
+        with pytest.raises(ConfigError, match=f"evaluation.scoring.{dataset}"):
+            validate_config(config)
+
+
+def test_shipped_xquad_scores_by_squad_v1():
+    """Run by plain lm-eval (without the runner's override) the shipped tasks score as
+    XQuAD prescribes."""
     utils = _load(SHIPPED_TASK_DIR / "xquad" / "utils.py", "xq_utils")
     doc = {"answers": {"text": ["Rhein"], "answer_start": [0]}}
-    assert utils.process_results_de(doc, [" der Rhein\n"]) == {"exact_match": 1.0, "f1": 1.0}
-    assert utils.process_results_en(doc, ["der Rhein"])["exact_match"] == 0.0
-    for lang in XQUAD_LANGS:  # every shipped task names its language's function
+    assert utils.process_results(doc, [" der Rhein\n"]) == {
+        "exact_match": 0.0, "f1": pytest.approx(2 / 3)}
+    assert utils.process_results(doc, ["The Rhein."]) == {"exact_match": 1.0, "f1": 1.0}
+    for lang in XQUAD_LANGS:  # every shipped task names that function
         text = (SHIPPED_TASK_DIR / "xquad" / f"embt_xquad_{lang}.yaml").read_text()
-        assert f"process_results: !function utils.process_results_{lang}\n" in text
-        assert callable(getattr(utils, f"process_results_{lang}"))
+        assert "process_results: !function utils.process_results\n" in text
 
 
 def _lm_eval_mlqa_utils():
@@ -165,7 +249,7 @@ def test_lm_eval_arabic_deviation():
     # "رجال" (men) ends in ال: the official rule leaves "رج".
     doc = {"answers": ["رج"]}
     assert ref.process_results_ar(doc, ["رجال"])["exact_match"] == 0
-    assert process_results_for("ar")(doc, ["رجال"])["exact_match"] == 1.0
+    assert process_results_for("ar", protocol=MLQA)(doc, ["رجال"])["exact_match"] == 1.0
 
 
 @pytest.mark.parametrize("lang", OFFICIAL_LANGS)
@@ -173,7 +257,7 @@ def test_equals_lm_eval_mlqa_scoring(lang):
     """lm-eval's MLQA utils are a copy of the official script (Arabic aside, see above):
     same normalisation, EM, F1 and per-document results on random answers."""
     ref = _lm_eval_mlqa_utils()
-    ours = process_results_for(lang)
+    ours = process_results_for(lang, protocol=MLQA)
     rng = random.Random(lang)
     for _ in range(300):
         pred = _random_answer(rng, lang)

@@ -94,7 +94,7 @@ elif EVAL_TASKS:
             f"{paths.BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
 
 
-use rule zeroshot_source as intrinsic_lapt with:
+rule intrinsic_lapt:
     # Held-out loss, perplexity, bits per byte and fertility of a LAPT checkpoint (the
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:
@@ -102,8 +102,17 @@ use rule zeroshot_source as intrinsic_lapt with:
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
         paths.INTRINSIC_LAPT,
+    params:
+        options=config["zeroshot"],
+        device=TRANSFER["device"],
+        code=script_hash("evaluation/intrinsic_lapt.py"),
+    threads: config["threads"]
+    conda:
+        CONDA_ENV
     log:
         f"{paths.LOGS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+    script:
+        "../scripts/evaluation/intrinsic_lapt.py"
 
 
 rule tokenizer_stats:

@@ -56,7 +56,7 @@ def find_placeholders(jobs: Iterable[tuple[str, Mapping]]) -> dict[tuple[str, st
 def placeholder_message(found: Mapping[tuple[str, str], list[str]]) -> str:
     lines = [
         f"The SLURM profile still has placeholder values: fill them in in {PROFILE_FILE} "
-        "(see the README, section 'Running on a SLURM cluster'):"
+        "(see docs/slurm.md, 'What a site fills in'):"
     ]
     for (key, value), rules in found.items():
         hint = HINTS.get(key, "a value for your site")

@@ -2,7 +2,7 @@
 
 Snakemake reruns a job when its rule's own code or params change, but it does
 not see edits to modules the rule's script imports. Each rule therefore carries
-``code_hash("embtransfer.x", ...)`` in its params: the hash covers the named
+``code_hash("embtransfer.transfer.job", ...)`` in its params: the hash covers the named
 modules and, transitively, every ``embtransfer`` module they import, so editing
 a module reruns exactly the jobs whose code reaches it.
 

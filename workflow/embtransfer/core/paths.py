@@ -138,7 +138,7 @@ LAPT_METRICS = Template("results/lapt/{lang}/{source}/{target}/{method}.metrics.
 #: The trainer's resumable state (checkpoint, metrics so far) while a LAPT job runs.
 LAPT_WORK = Template("results/lapt/{lang}/{source}/{target}/{method}.work")
 
-# --- evaluation (evaluate.smk) ----------------------------------------------------------------
+# --- evaluation (evaluation.smk) --------------------------------------------------------------
 WORLD_BENCHMARKS = Template("results/benchmarks/{lang}")
 EVAL = Template("results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json")
 EVAL_SOURCE = Template("results/eval/source/{lang}/{source}/{task}.json")
@@ -151,7 +151,7 @@ TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
 # --- report (report.smk; its file names: embtransfer.report.build.output_names) ---------------
 REPORT_DIR = "results/report"
 
-# --- downloads (download.smk) -----------------------------------------------------------------
+# --- downloads (the fetch_* rules of data.smk) ------------------------------------------------
 FASTTEXT_CRAWL = Template("resources/fasttext/cc.{code}.300.bin")
 WIKIPEDIA_SENTENCES = Template("resources/wikipedia/{lang}/sentences.txt")
 NLTK_DIR = "resources/nltk_data"

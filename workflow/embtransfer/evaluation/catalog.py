@@ -10,7 +10,10 @@ Three sources of tasks:
 * ``stock``: tasks of the installed lm-eval (Okapi ARC/HellaSwag/TruthfulQA, Belebele,
   MLQA); :func:`stock_task_names` lists them for the download rule.
 * ``shipped``: task configs this repository ships under ``workflow/lm_eval_tasks`` (XQuAD,
-  EM/F1 by MLQA's official rules, :mod:`embtransfer.evaluation.squad`, as MLQA).
+  whose stock lm-eval config no longer loads).
+
+Extractive QA (MLQA, XQuAD) is scored by :mod:`embtransfer.evaluation.squad`, each dataset
+by its own published protocol unless ``evaluation.scoring.{mlqa,xquad}`` names the other.
 
 Stock and shipped tasks read their datasets from ``evaluation.datasets_dir``
 (:mod:`embtransfer.evaluation.datasets`).
@@ -31,6 +34,10 @@ from typing import Any
 from embtransfer.core.grid import evaluation_languages
 
 SHIPPED_TASK_DIR = Path(__file__).resolve().parents[2] / "lm_eval_tasks"
+# Each extractive-QA dataset's own published protocol (a squad.PROTOCOLS name): the default
+# of evaluation.scoring.{dataset}. Written here, not imported from squad, so that editing the
+# scoring reruns the jobs that score and not those that only read the catalog.
+DATASET_PROTOCOL = {"mlqa": "mlqa_official", "xquad": "squad_v1.1"}
 KINDS = ("knowledge", "mrc", "crosslingual")
 
 OKAPI_LANGS = ("ar bn ca da de es eu fr gu hi hr hu hy id it kn ml mr ne nl pt ro ru sk sr "
@@ -74,8 +81,10 @@ class Benchmark:
     languages: tuple[str, ...] | None = None
     description: str = ""
     # Extractive QA: the language the answers are in (the context's), as a template like
-    # ``template``; scored by embtransfer.evaluation.squad. None: not extractive QA.
+    # ``template``, and the dataset whose scoring protocol applies (a key of
+    # DATASET_PROTOCOL); scored by embtransfer.evaluation.squad. None: not extractive QA.
     answer_language: str | None = None
+    qa_dataset: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def task_name(self, lang: str) -> str:
@@ -100,10 +109,10 @@ class Benchmark:
 def _b(key: str, source: str, kind: str, eval_language: str, note: str, template: str,
        metrics: dict[str, tuple[str, ...]], num_fewshot: int = 0,
        languages: tuple[str, ...] | list[str] | None = None, description: str = "",
-       answer_language: str | None = None) -> Benchmark:
+       answer_language: str | None = None, qa_dataset: str | None = None) -> Benchmark:
     return Benchmark(key, source, kind, eval_language, note, template, metrics, num_fewshot,
                      tuple(languages) if languages is not None else None, description,
-                     answer_language)
+                     answer_language, qa_dataset)
 
 
 ENGLISH = ("en",)
@@ -139,28 +148,28 @@ CATALOG: dict[str, Benchmark] = {b.key: b for b in [
     _b("mlqa", "stock", "mrc", "target", "eval_language=target", "mlqa_{lang}_{lang}",
        {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS, MLQA_LANGS,
        description="MLQA, context and question in the target language",
-       answer_language="{lang}"),
+       answer_language="{lang}", qa_dataset="mlqa"),
     _b("mlqa_en", "stock", "mrc", "english", "eval_language=english", "mlqa_en_en",
        {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS,
-       description="MLQA in English", answer_language="en"),
+       description="MLQA in English", answer_language="en", qa_dataset="mlqa"),
     _b("xquad", "shipped", "mrc", "target", "eval_language=target", "embt_xquad_{lang}",
        {"XQuAD EM": ("exact_match",), "XQuAD F1": ("f1",)}, RC_SHOTS, XQUAD_LANGS,
-       description="XQuAD (task config shipped here, EM/F1 as MLQA's official script)",
-       answer_language="{lang}"),
+       description="XQuAD (task config shipped here)", answer_language="{lang}",
+       qa_dataset="xquad"),
     _b("xquad_en", "shipped", "mrc", "english", "eval_language=english", "embt_xquad_en",
        {"XQuAD EM": ("exact_match",), "XQuAD F1": ("f1",)}, RC_SHOTS,
-       description="XQuAD in English", answer_language="en"),
+       description="XQuAD in English", answer_language="en", qa_dataset="xquad"),
     # --- cross-lingual MLQA (Table 3): lm-eval's mlqa_{context}_{question} ---------------
     _b("mlqa_ctx_en", "stock", "crosslingual", "target", "context=en,question=target",
        "mlqa_en_{lang}", {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS,
        [c for c in MLQA_LANGS if c != "en"],
        description="MLQA, English context, target-language question",
-       answer_language="en"),
+       answer_language="en", qa_dataset="mlqa"),
     _b("mlqa_ctx_target", "stock", "crosslingual", "target", "context=target,question=en",
        "mlqa_{lang}_en", {"MLQA EM": ("exact_match",), "MLQA F1": ("f1",)}, RC_SHOTS,
        [c for c in MLQA_LANGS if c != "en"],
        description="MLQA, target-language context, English question",
-       answer_language="{lang}"),
+       answer_language="{lang}", qa_dataset="mlqa"),
     # --- the miniature world (local tasks built from the world JSON) --------------------
     _b("world_facts", "world", "knowledge", "target", "", "world_facts_{lang}",
        {"Facts acc": ("acc",)},
@@ -210,6 +219,7 @@ class TaskSpec:
     metrics: dict[str, tuple[str, ...]]
     num_fewshot: int
     answer_language: str | None = None  # extractive QA: the answers' language code
+    scoring_protocol: str | None = None  # extractive QA: a squad.PROTOCOLS name
 
 
 def eval_language_code(config: dict[str, Any], lang: str) -> str:
@@ -224,7 +234,17 @@ def resolve(config: dict[str, Any], key: str, lang: str) -> TaskSpec:
     shots = config.get("evaluation", {}).get("num_fewshot", {}).get(key, bench.num_fewshot)
     answers = bench.answer_language.format(lang=code) if bench.answer_language else None
     return TaskSpec(key, bench.task_name(code), bench.source, bench.kind, bench.eval_language,
-                    bench.note, bench.metrics, int(shots), answers)
+                    bench.note, bench.metrics, int(shots), answers,
+                    scoring_protocol(config, bench.qa_dataset))
+
+
+def scoring_protocol(config: dict[str, Any], qa_dataset: str | None) -> str | None:
+    """The protocol that scores ``qa_dataset``'s answers: ``evaluation.scoring.{qa_dataset}``,
+    else the dataset's own published one; None for a task that is not extractive QA."""
+    if qa_dataset is None:
+        return None
+    chosen = config.get("evaluation", {}).get("scoring", {}).get(qa_dataset)
+    return chosen or DATASET_PROTOCOL[qa_dataset]
 
 
 def stock_task_names(config: dict[str, Any]) -> list[str]:

@@ -37,6 +37,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from embtransfer.core.devices import resolve_device
+from embtransfer.core.atomic import write_json
 from embtransfer.models.loading import load_tokenizer
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
@@ -249,4 +250,13 @@ def zeroshot_record(model_dir: str | os.PathLike, text_file: str | os.PathLike,
     record["fertility"] = fertility(tokenizer, text_file)
     record.update(context)
     record.setdefault("method", "source_model")
+    return record
+
+
+def write_zeroshot_record(out: str | os.PathLike, model_dir: str | os.PathLike,
+                          text_file: str | os.PathLike, options: dict[str, Any], device: str,
+                          context: dict[str, Any]) -> dict[str, Any]:
+    """:func:`zeroshot_record`, written atomically to ``out``; returns the record."""
+    record = zeroshot_record(model_dir, text_file, options, device, context)
+    write_json(out, record)
     return record

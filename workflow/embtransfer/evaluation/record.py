@@ -17,7 +17,8 @@ lapt) and ``results/eval/source/{lang}/{source}/{task}.json`` hold::
      "per_document" (score name -> its value per document, in document order: what the
      report's paired tests compare),
      "model", "device", "batch_size", "seed", and for extractive QA "scoring":
-     {"normalisation": "mlqa_official", "answer_language", "nfc"}; timings go to the job's log}
+     {"protocol": "squad_v1.1" | "mlqa_official" (embtransfer.evaluation.squad),
+      "answer_language", "nfc"}; timings go to the job's log}
 
 Scores are lm-eval's aggregated values (fractions) times 100, never filled in: a metric
 the task does not report, or a non-finite value, is an error and no file is written.

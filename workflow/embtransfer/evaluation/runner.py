@@ -11,8 +11,9 @@ lm-eval's own index is scanned only when a stock task is asked for.
 Stock and shipped tasks run with their own lm-eval config and two overrides
 (:func:`task_spec`): the dataset is read from the local datasets directory
 (:mod:`embtransfer.evaluation.datasets`), and extractive QA (MLQA, XQuAD) is scored by
-:mod:`embtransfer.evaluation.squad`, MLQA's official rules (lm-eval's own MLQA scoring
-removes the Arabic article only at the start of a word; the official script everywhere).
+:mod:`embtransfer.evaluation.squad` with the spec's protocol (by default the dataset's own:
+lm-eval's MLQA scoring removes the Arabic article only at the start of a word, MLQA's script
+everywhere; the shipped XQuAD tasks score by SQuAD v1.1 when run without this override).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def task_spec(spec: TaskSpec, manager: Any, datasets_dir: str | Path | None,
     if datasets_dir is not None:
         cfg.update(local_dataset_overrides(cfg, datasets_dir, cache_dir))
     if spec.answer_language is not None:
-        cfg["process_results"] = process_results_for(spec.answer_language, nfc=nfc)
+        cfg["process_results"] = process_results_for(
+            spec.answer_language, protocol=spec.scoring_protocol, nfc=nfc)
     return cfg
 
 
@@ -199,7 +201,7 @@ def evaluate_checkpoint(
                 samples=(result.get("samples") or {}).get(spec.lm_eval_task),
                 lm_eval_version=version, model=str(model_dir), device=dev,
                 batch_size=batch_size, seed=seed, prefix_token_id=lm.prefix_token_id,
-                **({"scoring": {"normalisation": "mlqa_official",
+                **({"scoring": {"protocol": spec.scoring_protocol,
                                 "answer_language": spec.answer_language, "nfc": nfc}}
                    if spec.answer_language else {}),
             )

@@ -1,7 +1,18 @@
-"""Extractive-QA answer scoring (exact match and token F1) of MLQA and XQuAD: one function,
-the rules of MLQA's official evaluation script (``mlqa_evaluation_v1.py``, facebookresearch/MLQA).
+"""Extractive-QA answer scoring (exact match and token F1) of MLQA and XQuAD, each by its own
+published protocol (``catalog.DATASET_PROTOCOL``); the other protocol is a config option
+(``evaluation.scoring.{mlqa,xquad}``), so a score can be compared with either literature.
 
-Normalisation of an answer in answer language ``lang`` (the context's language), in order:
+Two protocols, named in every record (``scoring.protocol``) and under the report's tables:
+
+* ``squad_v1.1``: SQuAD v1.1's ``evaluate-v1.1.py`` (rajpurkar/SQuAD-explorer), as XQuAD
+  prescribes.
+  Language-blind: lower-case; drop the ASCII punctuation of ``string.punctuation`` (other
+  punctuation, such as German „“ or Arabic ،, stays); replace the English articles
+  ``a an the`` by a space; split on whitespace.
+* ``mlqa_official``: MLQA's official script (facebookresearch/MLQA ``mlqa_evaluation_v1.py``),
+  per answer language, described below.
+
+MLQA's normalisation of an answer in answer language ``lang`` (the context's), in order:
 
 1. lower-case;
 2. drop every punctuation character: Unicode category P* plus Python's
@@ -14,16 +25,17 @@ Normalisation of an answer in answer language ``lang`` (the context's language),
 4. split into tokens: whitespace, except zh, where every CJK character (U+4E00-U+9FA5)
    is a token of its own; tokens are joined by single spaces.
 
-EM is equality of the normalised strings; F1 the harmonic mean of precision and recall of
-the two bags of tokens, 0 when they share none, so an empty normalised prediction or gold
-(e.g. the gold "the") gets F1 0 but EM 1 against an equally empty one, as in the official
-script. Several golds: the maximum over them. The prediction is the generation stripped of
-surrounding whitespace (as lm-eval's MLQA task does).
+Both protocols: EM is equality of the normalised strings; F1 the harmonic mean of
+precision and recall of the two bags of tokens, 0 when they share none, so an empty
+normalised prediction or gold (e.g. the gold "the") gets F1 0 but EM 1 against an equally
+empty one, as in both scripts. Several golds: the maximum over them. The prediction is the
+generation stripped of surrounding whitespace (as lm-eval's MLQA task does).
 
-Languages the official script does not know (XQuAD's el, ro, ru, th, tr) are scored with
-whitespace tokens and no article removal: an extension, documented in the README.
+Languages MLQA's script does not know (XQuAD's el, ro, ru, th, tr) are scored under
+``mlqa_official`` with whitespace tokens and no article removal: an extension
+(docs/evaluation.md).
 
-``nfc=True`` (config ``evaluation.scoring.nfc``; off by default, as in the official script)
+``nfc=True`` (config ``evaluation.scoring.nfc``; off by default, as in both scripts)
 first brings prediction and golds to Unicode NFC, so a decomposed Vietnamese diacritic
 (e.g. "của" typed as u + U+0309 + ...) matches its precomposed form.
 """
@@ -37,7 +49,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+MLQA = "mlqa_official"
+SQUAD_V1 = "squad_v1.1"
+PROTOCOLS = (MLQA, SQUAD_V1)
+
 _ASCII_PUNCT = frozenset(string.punctuation)
+_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")
 ARTICLES: dict[str, re.Pattern[str] | None] = {
     "en": re.compile(r"\b(a|an|the)\b"),
     "es": re.compile(r"\b(un|una|unos|unas|el|la|los|las)\b"),
@@ -80,11 +97,21 @@ def _mixed_segmentation(text: str) -> list[str]:
     return tokens
 
 
-def normalize_answer(text: str, lang: str, *, nfc: bool = False) -> str:
-    """``text`` normalised as the official MLQA script does for answer language ``lang``."""
-    _check_lang(lang)
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown answer-scoring protocol {protocol!r} (known: {PROTOCOLS})")
+
+
+def normalize_answer(text: str, lang: str, *, protocol: str = MLQA, nfc: bool = False) -> str:
+    """``text`` normalised by ``protocol`` (MLQA's script for answer language ``lang``, or
+    SQuAD v1.1's, which ignores ``lang``)."""
+    _check_protocol(protocol)
     if nfc:
         text = unicodedata.normalize("NFC", text)
+    if protocol == SQUAD_V1:
+        text = "".join(ch for ch in text.lower() if ch not in _ASCII_PUNCT)
+        return " ".join(_SQUAD_ARTICLES.sub(" ", text).split())
+    _check_lang(lang)
     text = "".join(ch for ch in text.lower() if not is_punct(ch))
     pattern = ARTICLES.get(lang)
     if pattern is not None:
@@ -93,14 +120,16 @@ def normalize_answer(text: str, lang: str, *, nfc: bool = False) -> str:
     return " ".join(t for t in tokens if t.strip())
 
 
-def exact_match(prediction: str, gold: str, lang: str, *, nfc: bool = False) -> float:
-    return float(normalize_answer(prediction, lang, nfc=nfc)
-                 == normalize_answer(gold, lang, nfc=nfc))
+def exact_match(prediction: str, gold: str, lang: str, *, protocol: str = MLQA,
+                nfc: bool = False) -> float:
+    return float(normalize_answer(prediction, lang, protocol=protocol, nfc=nfc)
+                 == normalize_answer(gold, lang, protocol=protocol, nfc=nfc))
 
 
-def f1(prediction: str, gold: str, lang: str, *, nfc: bool = False) -> float:
-    pred = normalize_answer(prediction, lang, nfc=nfc).split()
-    ref = normalize_answer(gold, lang, nfc=nfc).split()
+def f1(prediction: str, gold: str, lang: str, *, protocol: str = MLQA, nfc: bool = False
+       ) -> float:
+    pred = normalize_answer(prediction, lang, protocol=protocol, nfc=nfc).split()
+    ref = normalize_answer(gold, lang, protocol=protocol, nfc=nfc).split()
     same = sum((Counter(pred) & Counter(ref)).values())
     if same == 0:  # also when either side is empty (the official script's rule)
         return 0.0
@@ -108,15 +137,17 @@ def f1(prediction: str, gold: str, lang: str, *, nfc: bool = False) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def score(prediction: str, golds: Iterable[str], lang: str, *, nfc: bool = False
+def score(prediction: str, golds: Iterable[str], lang: str, *, protocol: str, nfc: bool = False
           ) -> dict[str, float]:
-    """``{"exact_match", "f1"}`` (0..1) of ``prediction``, each the maximum over ``golds``."""
+    """``{"exact_match", "f1"}`` (0..1) of ``prediction`` by ``protocol``, each the maximum
+    over ``golds``."""
     golds = list(golds)
     if not golds:
         raise ValueError("no gold answers to score against")
     prediction = prediction.strip()
-    return {"exact_match": max(exact_match(prediction, g, lang, nfc=nfc) for g in golds),
-            "f1": max(f1(prediction, g, lang, nfc=nfc) for g in golds)}
+    how = {"protocol": protocol, "nfc": nfc}
+    return {"exact_match": max(exact_match(prediction, g, lang, **how) for g in golds),
+            "f1": max(f1(prediction, g, lang, **how) for g in golds)}
 
 
 def gold_answers(doc: dict[str, Any]) -> list[str]:
@@ -127,13 +158,16 @@ def gold_answers(doc: dict[str, Any]) -> list[str]:
     return list(answers["text"] if isinstance(answers, dict) else answers)
 
 
-def process_results_for(lang: str, *, nfc: bool = False
+def process_results_for(lang: str, *, protocol: str, nfc: bool = False
                         ) -> Callable[[dict[str, Any], list[str]], dict[str, float]]:
-    """An lm-eval ``process_results`` scoring answers in ``lang`` (the context's language)."""
-    _check_lang(lang)
+    """An lm-eval ``process_results`` scoring answers in ``lang`` (the context's language)
+    by ``protocol``."""
+    _check_protocol(protocol)
+    if protocol == MLQA:
+        _check_lang(lang)
 
     def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-        return score(results[0], gold_answers(doc), lang, nfc=nfc)
+        return score(results[0], gold_answers(doc), lang, protocol=protocol, nfc=nfc)
 
-    process_results.__name__ = f"process_results_{lang}{'_nfc' if nfc else ''}"
+    process_results.__name__ = f"process_results_{protocol}_{lang}{'_nfc' if nfc else ''}"
     return process_results

@@ -82,6 +82,8 @@ class EvalRecord:
     stderr: dict[str, float | None] = field(default_factory=dict)
     #: Each score's per-document values in document order (paired tests); empty if absent.
     per_document: dict[str, list[float]] = field(default_factory=dict)
+    #: extractive QA: the protocol that scored the answers (``scoring.protocol``), else None.
+    scoring_protocol: str | None = None
 
 
 @dataclass
@@ -175,6 +177,7 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
             stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
             per_document={k: [float(x) for x in v]
                           for k, v in (raw.get("per_document") or {}).items() if k in scores},
+            scoring_protocol=(raw.get("scoring") or {}).get("protocol"),
         ))
     return records, absent
 

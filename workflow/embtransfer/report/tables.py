@@ -441,6 +441,7 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
             "itself with its own tokenizer, before any transfer."
         )
     mark_best(rows, metrics)
+    notes += scoring_notes(mine)
     return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
 
@@ -476,6 +477,22 @@ def mark_best(rows: list[Row], metrics: list[str], seed: int = 0) -> None:
                 test = (mcnemar(a, b) if binary else paired_bootstrap(
                     a, b, zlib.crc32(repr((seed, sorted(row.keys.items()), metric)).encode())))
                 row.vs_best[metric] = test.p
+
+
+def scoring_notes(records: list[EvalRecord]) -> list[str]:
+    """A note naming the protocol that scored each extractive-QA score (none without QA)."""
+    protocols: dict[str, set[str]] = {}
+    for r in records:
+        if r.scoring_protocol is not None:
+            for metric in r.scores:
+                protocols.setdefault(metric, set()).add(r.scoring_protocol)
+    by_protocol: dict[str, list[str]] = {}
+    for metric, names in sorted(protocols.items()):
+        by_protocol.setdefault("`, `".join(sorted(names)), []).append(metric)
+    if not by_protocol:
+        return []
+    return ["Answer scoring (`evaluation.scoring`; docs/evaluation.md): " + "; ".join(
+        f"{', '.join(metrics)} by `{names}`" for names, metrics in by_protocol.items()) + "."]
 
 
 def mean_stderr(errors: list[float | None]) -> float | None:

@@ -18,7 +18,7 @@ Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
   vectors are unit-normalised afterwards, for cosine similarity). ``normalize``
   offers it, off by default.
 * Token vectors (config ``aligned.token_strings``): ``text`` (default) looks up
-  the token's UTF-8 text, stripped (:func:`fasttext_vectors.token_vectors`
+  the token's UTF-8 text, stripped (:func:`embtransfer.fasttext.vectors.token_vectors`
   ``mode="word"``): special tokens and pieces of a character have no vector.
   ``decode`` is the reference's ``tokenizer.decode(i).strip()`` for every id:
   special tokens (``<|endoftext|>``) and partial-UTF-8 pieces (decoded as
@@ -152,8 +152,8 @@ def softmax_neighbors(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """WECHSEL / OFA neighbours of ``target_ids`` among all source tokens with a vector.
 
-    Candidates are the source ids ``< n_source`` (default: all rows of
-    ``aligned.source``) that are not missing. Returns ``(source_ids (n, k'),
+    Candidates are the source ids ``< n_source`` (default: all source rows of
+    ``aligned``) that are not missing. Returns ``(source_ids (n, k'),
     similarities (n, k'), weights (n, k'))``, best first, weights =
     softmax(similarity / temperature) over the top k. Every target id must
     have a vector.

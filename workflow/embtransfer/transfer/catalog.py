@@ -36,7 +36,7 @@ FLAG = {"type": "boolean"}
 VECTORS = {"enum": ["word", "token"]}
 
 #: Inputs a method may need beyond the source checkpoint, the vocabularies and the overlap.
-#: Each name is also the transfer rule's input name and the key ``transfer_job.load_inputs``
+#: Each name is also the transfer rule's input name and the key ``job.load_inputs``
 #: reads (``neighbors`` in a method's needs stands for ``neighbors_<vectors option>``).
 NEEDS = {
     "plm": "the target PLM's input embeddings (inputs.plm_input)",

@@ -6,9 +6,8 @@ from embtransfer.core.jobserver import delegate
 
 delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
 
-from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.intrinsic import zeroshot_record
+from embtransfer.evaluation.intrinsic import write_zeroshot_record
 from embtransfer.transfer.job import run_transfer_job
 
 sm = snakemake  # noqa: F821
@@ -26,7 +25,6 @@ report = run_transfer_job(
     context=context,
 )
 log.info("transfer %s: %s; seconds %s", sm.wildcards.method, report["counts"], report["seconds"])
-record = zeroshot_record(sm.output.model, sm.input.text, sm.params.zeroshot,
-                         sm.params.device, context)
-write_json(sm.output.zeroshot, record)
+record = write_zeroshot_record(sm.output.zeroshot, sm.output.model, sm.input.text,
+                               sm.params.zeroshot, sm.params.device, context)
 log.info("zero-shot: %s", record)
