@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from embtransfer.core.devices import resolve_device
 from embtransfer.core.atomic import write_json
+from embtransfer.core.devices import resolve_device
 from embtransfer.models.loading import load_tokenizer
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
