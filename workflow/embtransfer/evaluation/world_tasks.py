@@ -152,8 +152,7 @@ def fact_docs(world: dict[str, Any], lang: str, size: int | None, seed: int,
 def _ask_in(world: dict[str, Any], fact: dict[str, Any], doc: dict[str, Any],
             lang: str) -> dict[str, Any]:
     """``doc``'s question (the same fact and choices, in the same order) asked in ``lang``."""
-    values = [v for v in doc["values"]]
-    query, choices = cloze(world, fact, values, lang)
+    query, choices = cloze(world, fact, doc["values"], lang)
     return {**doc, "text": query, "choices": choices}
 
 

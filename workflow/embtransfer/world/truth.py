@@ -105,14 +105,11 @@ def _one(meanings: set[str] | None) -> str | None:
     return None if meaning == "unclear" else meaning
 
 
-def interpret(world: dict[str, Any], lang: str, text: str, start: bool) -> tuple[str, str] | None:
-    """(kind, meaning) of a target token of ``lang`` with this text and word-start flag, or
+class _Interpreter:
+    """(kind, meaning) of a target token of ``lang`` from its text and word-start flag, or
     None. Meanings: ``concept:<id>``, ``name:<id>``, ``affix:<source form>``,
     ``word:<source form>``."""
-    return _Interpreter(world, lang)(text, start)
 
-
-class _Interpreter:
     def __init__(self, world: dict[str, Any], lang: str) -> None:
         target = world["languages"][lang]
         source = world["languages"][world["source_language"]]
