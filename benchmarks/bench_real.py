@@ -14,7 +14,7 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
    (the paper's Table 6 measures).
 4. ``source``: a Gemma 3 text model with the real vocabulary and hidden size
    (262,208 rows x 1,152, Gemma 3 1B's width; one layer, random weights, bf16).
-5. ``fasttext``: word-level fastText (dim 300, 5 epochs) on the raw en, de, ar and vi
+5. ``fasttext``: word-level fastText (dim 300, 5 epochs, 200,000 buckets) on the raw en, de, ar and vi
    corpora (the crawl vectors the paper downloads), token-level fastText on the German
    byte-level target's tokenization (FOCUS).
 6. ``neighbors``: sparsemax neighbour tables, word level for the method targets
@@ -61,8 +61,11 @@ DICTIONARY_OF = {"de": "eng-deu", "ar": "eng-ara"}
 KEPT_METHOD = "heuristics"  # the checkpoint of every target that zero-shot and LAPT read
 HIDDEN = 1152
 PLM_HIDDEN = 768  # German GPT-2's (and GPT-2 base's) width
+# The crawl vectors' width and subwords; 200,000 hash buckets instead of fastText's 2 M: a
+# 2 M x 300 bucket matrix is a 2.4 GB file per model, whose writing and reading took most
+# of the stage's minutes, while a few MB of text fills few buckets anyway.
 FASTTEXT = {"model": "cbow", "dim": 300, "epoch": 5, "min_count": 3, "minn": 3, "maxn": 6,
-            "neg": 10, "ws": 5, "lr": 0.05}
+            "neg": 10, "ws": 5, "lr": 0.05, "bucket": 200_000}
 
 
 def gemma3_dir() -> Path:
