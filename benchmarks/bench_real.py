@@ -28,8 +28,9 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
 9. ``regression``: SALT's per-token least squares (h_t 768 -> h_s 1,152) of every
    non-shared token of each method target, neighbour sets uncapped (``--salt-max-neighbors``
    caps them), one torch thread (two spin-wait on 2 shared cores).
-10. ``transfer``: every catalog method on each method target, and Heuristics on the six
-    other targets: rows, checkpoint, reloaded with ``from_pretrained`` (checked finite).
+10. ``transfer``: every catalog method but ``world_oracle`` on each method target, and
+    Heuristics on the six other targets: rows, checkpoint, reloaded with
+    ``from_pretrained`` (checked finite).
 11. ``zeroshot``: held-out loss of each target's Heuristics checkpoint.
 12. ``lapt``: 3 LAPT steps (max length 128, micro batch 2 = global batch, chunked loss,
     fp32) on the German byte-level checkpoint.
