@@ -9,7 +9,7 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
 1. ``vocab``: the vocab stage on the real Gemma 3 tokenizer (262,145 ids).
 2. ``targets``: per language (de, ar, vi) the real corpus (its first 2 %, at least 200
    lines, held out) and three target tokenizers trained on it with ``tokenizers``
-   (byte-level BPE, WordPiece, Unigram; 50,000 tokens asked).
+   (byte-level BPE, WordPiece, Unigram) at their families' usual sizes (:data:`VOCAB_SIZE`).
 3. ``overlap``: vocab tables of the nine targets, overlap with Gemma 3 and coverage
    (the paper's Table 6 measures).
 4. ``source``: a Gemma 3 text model with the real vocabulary and hidden size
@@ -59,6 +59,8 @@ TARGETS = tuple(f"{lang}_{family}" for lang in LANGS for family in FAMILIES)
 METHOD_TARGETS = ("de_bytelevel_bpe", "ar_wordpiece", "de_unigram")
 #: FreeDict dictionary (English headwords) of each method target's language
 DICTIONARY_OF = {"de": "eng-deu", "ar": "eng-ara"}
+#: tokens asked of each family: GPT-2's 50,257, BERT's 30,522, T5's 32,100 (rounded)
+VOCAB_SIZE = {"bytelevel_bpe": 50_000, "wordpiece": 30_000, "unigram": 32_000}
 KEPT_METHOD = "heuristics"  # the checkpoint of every target that zero-shot and LAPT read
 HIDDEN = 1152
 PLM_HIDDEN = 768  # German GPT-2's (and GPT-2 base's) width
@@ -157,7 +159,7 @@ def stage_targets(work: Path, args: argparse.Namespace) -> str:
         (work / f"{lang}_valid.txt").write_text("\n".join(lines[:held_out]) + "\n",
                                                 encoding="utf-8")
         for family in FAMILIES:
-            tok = train(family, lines[held_out:], 50_000)
+            tok = train(family, lines[held_out:], VOCAB_SIZE[family])
             tok.save_pretrained(work / f"{lang}_{family}")
             out.append(f"{lang}/{family} {len(tok)}")
     return "tokens: " + ", ".join(out)

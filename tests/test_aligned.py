@@ -18,6 +18,7 @@ from embtransfer.transfer.aligned import (
     procrustes,
     read_aligned,
     softmax,
+    softmax_neighbors,
     token_vectors_aligned,
     topk_cosine,
     write_aligned,
@@ -96,6 +97,40 @@ def test_topk_cosine_matches_full_matrix(k: int) -> None:
         idx, sims = topk_cosine(q, keys, k, chunk_rows=rows, chunk_cols=cols)
         np.testing.assert_array_equal(idx, want_i)
         np.testing.assert_allclose(sims, np.take_along_axis(full, want_i, 1), atol=1e-6)
+
+
+def test_softmax_neighbors_reuses_searched_rows_and_equals_a_fresh_search(monkeypatch) -> None:
+    """WECHSEL (all rows, k 10) then OFA (a subset, k 4) then the output side: one search
+    per row, and every answer equal to a search on vectors that have seen no call."""
+    import embtransfer.transfer.aligned as aligned_module
+
+    rng = np.random.default_rng(5)
+    source_missing = rng.random(40) < 0.2
+    target_missing = rng.random(30) < 0.2
+
+    def vectors() -> AlignedVectors:
+        return AlignedVectors(np.random.default_rng(6).standard_normal((40, 8)), source_missing,
+                              np.random.default_rng(7).standard_normal((30, 8)), target_missing)
+
+    searched: list[int] = []
+    real = aligned_module.topk_cosine
+
+    def counting(queries, keys, k, *args):
+        searched.append(len(queries))
+        return real(queries, keys, k, *args)
+
+    monkeypatch.setattr(aligned_module, "topk_cosine", counting)
+    have = np.nonzero(~target_missing)[0]
+    shared = vectors()
+    calls = [(have[::2], 4, None), (have, 10, None), (have[::3][::-1], 4, 35), (have, 3, None)]
+    for ids, k, n_source in calls:
+        got = softmax_neighbors(shared, ids, k, 0.1, n_source=n_source)
+        want = softmax_neighbors(vectors(), ids, k, 0.1, n_source=n_source)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    # fresh searches: 4 (want) + first call, its rows again at a larger k, a new limit (35)
+    assert searched == [len(have[::2]), len(have[::2]), len(have), len(have),
+                        len(have[::3]), len(have[::3]), len(have)]
 
 
 def test_softmax_is_stable_and_matches_definition() -> None:

@@ -1,4 +1,5 @@
-"""The one meaning of a config's ``device: auto``: the GPU when there is one, else the CPU."""
+"""The one meaning of a config's ``device: auto`` (the GPU when there is one, else the CPU),
+and the dtype a model is evaluated in there."""
 
 from __future__ import annotations
 
@@ -10,3 +11,10 @@ def resolve_device(device: str | torch.device) -> str:
     if str(device) == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return str(device)
+
+
+def inference_dtype(device: str) -> str:
+    """The dtype a checkpoint is evaluated in on ``device`` (a resolved name): its own
+    ("auto") on an accelerator, float32 on the CPU, which emulates half precision without
+    bf16 units (a 1-layer Gemma 3 forward: 13.7 s in bf16, 2.3 s in float32)."""
+    return "float32" if str(device).startswith("cpu") else "auto"

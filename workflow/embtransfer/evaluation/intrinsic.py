@@ -37,7 +37,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from embtransfer.core.atomic import write_json
-from embtransfer.core.devices import resolve_device
+from embtransfer.core.devices import inference_dtype, resolve_device
 from embtransfer.models.loading import load_tokenizer
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
@@ -130,14 +130,15 @@ def evaluate_text(
     """Held-out causal-LM loss, perplexity and bits per byte of ``model_dir`` on ``text_file``.
 
     ``max_length`` is capped at the model's position limit. The model runs in its
-    checkpoint dtype; log-probabilities are taken in float32. ``tokenizer``: the
-    checkpoint's own, when the caller has loaded it already.
+    checkpoint dtype on an accelerator and in float32 on the CPU
+    (:func:`embtransfer.core.devices.inference_dtype`); log-probabilities are taken in
+    float32. ``tokenizer``: the checkpoint's own, when the caller has loaded it already.
     """
     if tokenizer is None:
         tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
     dev = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype="auto", trust_remote_code=trust_remote_code
+        model_dir, dtype=inference_dtype(dev), trust_remote_code=trust_remote_code
     ).to(dev)
     model.eval()
     limit = _position_limit(model.config)

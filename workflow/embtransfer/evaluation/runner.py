@@ -32,7 +32,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from embtransfer.core.atomic import write_json
-from embtransfer.core.devices import resolve_device
+from embtransfer.core.devices import inference_dtype, resolve_device
 from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec
 from embtransfer.evaluation.datasets import local_dataset_overrides, task_config
 from embtransfer.evaluation.record import make_record
@@ -162,7 +162,7 @@ def evaluate_checkpoint(
     kwargs.update(hflm_kwargs(load_tokenizer(model_dir, trust_remote_code=trust_remote_code)))
     t0 = time.perf_counter()
     lm = HFLM(pretrained=str(model_dir), device=dev, batch_size=batch_size,
-              trust_remote_code=trust_remote_code, **kwargs)
+              dtype=inference_dtype(dev), trust_remote_code=trust_remote_code, **kwargs)
     tok = lm.tokenizer
     if tok.eos_token is None and tok.sep_token is not None:
         tok.eos_token = tok.sep_token  # generation tasks stop at the end-of-sequence token

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,16 @@ from embtransfer.fasttext.vectors import MIN_NORM, token_vectors
 
 
 @dataclass
+class _TopK:
+    """Top-k source candidates of the target rows searched so far (``done``)."""
+
+    k: int
+    idx: np.ndarray  # (V_t, k) int64, positions among the candidates
+    sims: np.ndarray  # (V_t, k) float32
+    done: np.ndarray  # (V_t,) bool
+
+
+@dataclass
 class AlignedVectors:
     """Static vectors of source and target tokens in one (aligned) space: WECHSEL, OFA."""
 
@@ -55,6 +65,9 @@ class AlignedVectors:
     source_missing: np.ndarray  # (V_s,) bool
     target: np.ndarray  # (V_t, d)
     target_missing: np.ndarray  # (V_t,) bool
+    # top-k rows already searched, by source-candidate limit: WECHSEL and OFA, and the input
+    # and output sides of an untied source, search the same space (see softmax_neighbors)
+    _searched: dict[int, _TopK] = field(default_factory=dict, repr=False, compare=False)
 
 
 # --------------------------------------------------------------------------- Procrustes
@@ -156,7 +169,8 @@ def softmax_neighbors(
     ``aligned``) that are not missing. Returns ``(source_ids (n, k'),
     similarities (n, k'), weights (n, k'))``, best first, weights =
     softmax(similarity / temperature) over the top k. Every target id must
-    have a vector.
+    have a vector. Rows searched by an earlier call on the same ``aligned`` (and
+    candidates) are reused, not searched again.
     """
     target_ids = np.asarray(target_ids, dtype=np.int64)
     if aligned.target_missing[target_ids].any():
@@ -165,9 +179,22 @@ def softmax_neighbors(
     cand = np.nonzero(~aligned.source_missing[:limit])[0]
     if cand.size == 0 and target_ids.size:
         raise ValueError("no source token has an aligned vector")
-    idx, sims = topk_cosine(
-        aligned.target[target_ids], aligned.source[cand], k, chunk_rows, chunk_cols
-    )
+    kk = min(int(k), cand.size)
+    # The search (V_t x V_s x d) is most of WECHSEL's and OFA's time: a row searched once
+    # is kept on ``aligned`` and reused by every later call with the same candidates.
+    found = aligned._searched.get(limit)
+    if found is None or found.k < kk:
+        n = len(aligned.target)
+        found = _TopK(kk, np.zeros((n, kk), np.int64), np.zeros((n, kk), np.float32),
+                      np.zeros(n, bool))
+        aligned._searched[limit] = found
+    todo = np.unique(target_ids[~found.done[target_ids]])
+    if todo.size:
+        found.idx[todo], found.sims[todo] = topk_cosine(
+            aligned.target[todo], aligned.source[cand], found.k, chunk_rows, chunk_cols
+        )
+        found.done[todo] = True
+    idx, sims = found.idx[target_ids, :kk], found.sims[target_ids, :kk]
     weights = softmax(sims, temperature, axis=1) if idx.size else np.zeros_like(sims, np.float64)
     return cand[idx], sims, weights
 
