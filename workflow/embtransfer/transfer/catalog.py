@@ -135,8 +135,8 @@ METHODS: dict[str, dict[str, Any]] = {
             "k": Option(10, COUNT),
             "temperature": Option(0.1, POSITIVE),
             "copy_shared": Option(False, FLAG),
-            "chunk_rows": Option(1024, COUNT),
-            "chunk_cols": Option(65536, COUNT),
+            "chunk_rows": Option(2048, COUNT),
+            "chunk_cols": Option(4096, COUNT),
         },
     },
     "ofa": {
@@ -148,8 +148,8 @@ METHODS: dict[str, dict[str, Any]] = {
             "k": Option(10, COUNT),
             "temperature": Option(0.1, POSITIVE),
             "copy_shared": Option(True, FLAG),
-            "chunk_rows": Option(1024, COUNT),
-            "chunk_cols": Option(65536, COUNT),
+            "chunk_rows": Option(2048, COUNT),
+            "chunk_cols": Option(4096, COUNT),
         },
     },
     "world_oracle": {
