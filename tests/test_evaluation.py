@@ -481,3 +481,35 @@ def test_lm_eval_scores_exactly_the_continuation_whatever_the_tokenizer_adds(
         _, continuation = lm._encode_pair(context, " " + rest)
         plain = tok(line, add_special_tokens=False)["input_ids"]
         assert continuation == plain[len(tok(context, add_special_tokens=False)["input_ids"]):]
+
+
+def test_checkpoints_are_evaluated_in_float32_on_the_cpu(world, tmp_path, monkeypatch):
+    """lm-eval's HFLM gets float32 on the CPU (which emulates bf16, slowly) and the
+    checkpoint's own dtype elsewhere; evaluate_text shares the rule (tests/test_intrinsic.py)."""
+    from embtransfer.core.devices import inference_dtype
+    from embtransfer.evaluation import runner
+    from embtransfer.world.corpus import generate_sentences
+    from embtransfer.world.pretrain import build_model
+    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(generate_sentences(world, "en_mini", 200, 1)) + "\n")
+    tok = train_tokenizer("bytelevel_bpe", [str(text)], 400, "llama")
+    build_model("llama", len(tok), None, False, special_token_ids(tok), 0).save_pretrained(
+        tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+
+    class Loaded(Exception):
+        pass
+
+    seen: dict = {}
+
+    def fake_hflm(**kwargs):
+        seen.update(kwargs)
+        raise Loaded
+
+    monkeypatch.setattr(runner, "HFLM", fake_hflm)
+    with pytest.raises(Loaded):
+        runner.evaluate_checkpoint(tmp_path / "ckpt", [], [], meta={}, device="cpu")
+    assert seen["device"] == "cpu" and seen["dtype"] == "float32"
+    assert inference_dtype("cuda") == inference_dtype("cuda:1") == "auto"
