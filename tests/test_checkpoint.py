@@ -16,7 +16,12 @@ import torch
 import transformers as tf
 
 from embtransfer.core.atomic import NonFiniteError
-from embtransfer.models.loading import load_embeddings, load_tokenizer
+from embtransfer.models.loading import (
+    NonFiniteEmbeddingsError,
+    embedding_layout,
+    load_embeddings,
+    load_tokenizer,
+)
 from embtransfer.transfer.checkpoint import (
     checkpoint_summary,
     extend_tokenizer,
@@ -323,3 +328,64 @@ def test_rows_overflowing_the_source_dtype_are_refused(sources, targets, tmp_pat
         write_transferred_checkpoint(sources["mistral"], targets["bert"], inp, out,
                                      tmp_path / "x")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- reading the source cheaply
+
+
+def _stored_head_equal_to_input(source: Path, out: Path) -> Path:
+    """A copy of a tied checkpoint that also stores its head, equal to the input rows."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, out)
+    state = load_file(out / "model.safetensors")
+    state["lm_head.weight"] = state["transformer.wte.weight"].clone()
+    save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def test_embedding_layout_agrees_with_load_embeddings(sources, tmp_path):
+    cases = dict(sources)
+    cases["gpt2_head_stored"] = _stored_head_equal_to_input(sources["gpt2"], tmp_path / "g")
+    for name, path in cases.items():
+        full, layout = load_embeddings(path), embedding_layout(path)
+        assert (layout.rows, layout.width, layout.tied, layout.input_name) == (
+            full.vocab_rows, full.input.shape[1], full.tied, full.input_name), name
+
+
+def test_extend_refuses_a_source_whose_kept_rows_hold_nan(sources, targets, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    source = shutil.copytree(sources["llama"], tmp_path / "src")
+    state = load_file(source / "model.safetensors")
+    state["lm_head.weight"][5, 0] = float("nan")
+    save_file(state, source / "model.safetensors", metadata={"format": "pt"})
+    stok, ttok = load_tokenizer(source), load_tokenizer(targets["gpt2"])
+    new = new_target_tokens(stok, ttok)
+    with pytest.raises(NonFiniteEmbeddingsError, match=r"output embeddings hold NaN/Inf .*token ids \[5\]"):
+        write_transferred_checkpoint(source, targets["gpt2"], _random_rows(len(new), 0),
+                                     _random_rows(len(new), 1), tmp_path / "x", mode="extend",
+                                     new_target_ids=new)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_nonfinite_rows_equals_a_check_of_every_value(dtype):
+    from embtransfer.models.loading import nonfinite_rows
+
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((1000, 17)).astype(dtype)
+    big = np.finfo(dtype).max
+    matrix[rng.choice(1000, 30, replace=False), rng.integers(0, 17, 30)] = np.nan
+    matrix[rng.choice(1000, 30, replace=False), rng.integers(0, 17, 30)] = np.inf
+    matrix[rng.choice(1000, 30, replace=False), rng.integers(0, 17, 30)] = -np.inf
+    matrix[rng.choice(1000, 40, replace=False), :3] = big  # finite rows whose sum overflows
+    matrix[7, :2] = [np.inf, -np.inf]  # Inf - Inf: a NaN sum
+    expected = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    for block_rows in (1, 64, 65536):
+        assert np.array_equal(nonfinite_rows(matrix, block_rows), expected)
+    assert nonfinite_rows(matrix[:0]).size == 0

@@ -261,8 +261,7 @@ def _safetensors_index(model_dir: Path) -> dict[str, Path]:
 
 def _read_tensor(file: Path, name: str) -> np.ndarray:
     # framework="pt": bfloat16 has no numpy dtype, torch converts it.
-    with safe_open(file, framework="pt") as fh:
-        return fh.get_tensor(name).float().numpy()
+    return _raw_tensor(file, name).float().numpy()
 
 
 def _find(names: dict[str, Path], candidates: Sequence[str], suffixes: Sequence[str]) -> str | None:
@@ -283,9 +282,18 @@ class NonFiniteEmbeddingsError(ValueError):
 
 
 def nonfinite_rows(matrix: np.ndarray, block_rows: int = 65536) -> np.ndarray:
-    """Ids of the rows of ``matrix`` that hold NaN or Inf (in blocks: no full-size mask)."""
-    bad = [s + np.flatnonzero(~np.isfinite(matrix[s : s + block_rows]).all(axis=1))
-           for s in range(0, matrix.shape[0], block_rows)]
+    """Ids of the rows of ``matrix`` that hold NaN or Inf (in blocks: no full-size mask).
+
+    A row's sum is NaN or Inf whenever the row holds one, so only rows whose sum is not
+    finite (those, and finite rows whose sum overflows) are checked value by value: a
+    quarter of the time of checking every value, at Gemma 3's width.
+    """
+    bad = []
+    for s in range(0, matrix.shape[0], block_rows):
+        block = matrix[s : s + block_rows]
+        with np.errstate(over="ignore", invalid="ignore"):
+            suspect = np.flatnonzero(~np.isfinite(block.sum(axis=1)))
+        bad.append(s + suspect[~np.isfinite(block[suspect]).all(axis=1)])
     return np.concatenate(bad) if bad else np.zeros(0, np.int64)
 
 
@@ -345,7 +353,18 @@ def load_embeddings(
     return _check_finite_embeddings(model_dir, emb)
 
 
-def _load_embeddings(model_dir: Path, trust_remote_code: bool, allow_pickle: bool) -> Embeddings:
+@dataclass
+class _Stored:
+    """Where a checkpoint's safetensors keep its embedding matrices (nothing read yet)."""
+
+    model_type: str
+    names: dict[str, Path]
+    input_name: str | None
+    output_name: str | None
+    config_tied: bool
+
+
+def _stored(model_dir: Path, allow_pickle: bool) -> _Stored:
     config = _read_config(model_dir)
     text = _text_config(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
@@ -362,27 +381,77 @@ def _load_embeddings(model_dir: Path, trust_remote_code: bool, allow_pickle: boo
             "use a revision that has model.safetensors, or set `allow_pickle: true` in the "
             "config to load it with torch.load(weights_only=True)."
         )
-    if names:
-        inp_name = _find(names, INPUT_NAMES.get(model_type, ()), INPUT_SUFFIXES)
-        if inp_name is not None:
-            inp = _read_tensor(names[inp_name], inp_name)
-            out_name = _find(
-                names, OUTPUT_NAMES.get(model_type, DEFAULT_OUTPUT_NAMES), OUTPUT_SUFFIXES
-            )
-            if out_name is not None:
-                out = _read_tensor(names[out_name], out_name)
-                if out.shape == inp.shape and np.array_equal(out, inp):
-                    return Embeddings(inp, None, True, model_type, inp_name, None,
-                                      [f"{out_name} stored but equal to {inp_name}"])
-                if out.shape[1] != inp.shape[1]:
-                    raise ValueError(
-                        f"{model_dir}: {inp_name} {inp.shape} and {out_name} {out.shape} "
-                        "differ in width"
-                    )
-                return Embeddings(inp, out, False, model_type, inp_name, out_name)
-            if bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True))):
-                return Embeddings(inp, None, True, model_type, inp_name, None)
-    return _embeddings_by_instantiation(model_dir, model_type, trust_remote_code)
+    inp = _find(names, INPUT_NAMES.get(model_type, ()), INPUT_SUFFIXES) if names else None
+    out = None
+    if inp is not None:
+        out = _find(names, OUTPUT_NAMES.get(model_type, DEFAULT_OUTPUT_NAMES), OUTPUT_SUFFIXES)
+    tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+    return _Stored(model_type, names, inp, out, tied)
+
+
+def _load_embeddings(model_dir: Path, trust_remote_code: bool, allow_pickle: bool) -> Embeddings:
+    st = _stored(model_dir, allow_pickle)
+    if st.input_name is not None:
+        inp_name, out_name = st.input_name, st.output_name
+        inp = _read_tensor(st.names[inp_name], inp_name)
+        if out_name is not None:
+            out = _read_tensor(st.names[out_name], out_name)
+            if out.shape == inp.shape and np.array_equal(out, inp):
+                return Embeddings(inp, None, True, st.model_type, inp_name, None,
+                                  [f"{out_name} stored but equal to {inp_name}"])
+            if out.shape[1] != inp.shape[1]:
+                raise ValueError(
+                    f"{model_dir}: {inp_name} {inp.shape} and {out_name} {out.shape} "
+                    "differ in width"
+                )
+            return Embeddings(inp, out, False, st.model_type, inp_name, out_name)
+        if st.config_tied:
+            return Embeddings(inp, None, True, st.model_type, inp_name, None)
+    return _embeddings_by_instantiation(model_dir, st.model_type, trust_remote_code)
+
+
+@dataclass
+class EmbeddingLayout:
+    """A checkpoint's vocabulary rows, width, tie and input tensor, without its values."""
+
+    rows: int
+    width: int
+    tied: bool
+    input_name: str
+
+
+def embedding_layout(
+    model_dir: str | os.PathLike, trust_remote_code: bool = False, allow_pickle: bool = False
+) -> EmbeddingLayout:
+    """What :func:`load_embeddings` would say of the shape and tie, reading only the tensor
+    headers (and, where a head is stored, comparing it with the input rows in their own
+    dtype): for a Gemma 3-sized vocabulary, the float32 copies and finiteness checks that
+    :func:`load_embeddings` makes took most of a second per call. Checkpoints that it
+    cannot answer from safetensors (pickles, models built to find their embeddings) go
+    through :func:`load_embeddings`."""
+    model_dir = Path(model_dir)
+    st = _stored(model_dir, allow_pickle)
+    if st.input_name is not None and (st.output_name is not None or st.config_tied):
+        with safe_open(st.names[st.input_name], framework="pt") as fh:
+            shape = fh.get_slice(st.input_name).get_shape()
+        tied = st.output_name is None
+        if not tied:
+            with safe_open(st.names[st.output_name], framework="pt") as fh:
+                out_shape = fh.get_slice(st.output_name).get_shape()
+            if out_shape[1] != shape[1]:
+                raise ValueError(f"{model_dir}: {st.input_name} {tuple(shape)} and "
+                                 f"{st.output_name} {tuple(out_shape)} differ in width")
+            tied = out_shape == shape and torch.equal(
+                _raw_tensor(st.names[st.input_name], st.input_name),
+                _raw_tensor(st.names[st.output_name], st.output_name))
+        return EmbeddingLayout(int(shape[0]), int(shape[1]), tied, st.input_name)
+    emb = load_embeddings(model_dir, trust_remote_code, allow_pickle)
+    return EmbeddingLayout(emb.vocab_rows, int(emb.input.shape[1]), emb.tied, emb.input_name)
+
+
+def _raw_tensor(file: Path, name: str) -> torch.Tensor:
+    with safe_open(file, framework="pt") as fh:
+        return fh.get_tensor(name)
 
 
 def _embeddings_by_instantiation(
