@@ -366,7 +366,8 @@ def test_extend_refuses_a_source_whose_kept_rows_hold_nan(sources, targets, tmp_
     save_file(state, source / "model.safetensors", metadata={"format": "pt"})
     stok, ttok = load_tokenizer(source), load_tokenizer(targets["gpt2"])
     new = new_target_tokens(stok, ttok)
-    with pytest.raises(NonFiniteEmbeddingsError, match=r"output embeddings hold NaN/Inf .*token ids \[5\]"):
+    message = r"output embeddings hold NaN/Inf .*token ids \[5\]"
+    with pytest.raises(NonFiniteEmbeddingsError, match=message):
         write_transferred_checkpoint(source, targets["gpt2"], _random_rows(len(new), 0),
                                      _random_rows(len(new), 1), tmp_path / "x", mode="extend",
                                      new_target_ids=new)

@@ -500,7 +500,8 @@ def checkpoint_summary(out_dir: str | os.PathLike, trust_remote_code: bool = Fal
     """Vocabulary size, tie, special ids, dtype and parameter count of a checkpoint.
 
     Tie and rows are read from the tensors (:func:`embedding_layout`, which decides as
-    :func:`load_embeddings` does); parameters count each stored tensor once (a tied head is stored once).
+    :func:`load_embeddings` does); parameters count each stored tensor once (a tied head is
+    stored once).
     """
     out_dir = Path(out_dir)
     config = json.loads((out_dir / "config.json").read_text())
