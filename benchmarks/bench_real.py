@@ -15,8 +15,9 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
 4. ``source``: a Gemma 3 text model with the real vocabulary and hidden size
    (262,208 rows x 1,152, Gemma 3 1B's width; one layer, random weights, bf16).
 5. ``fasttext``: word-level fastText (dim 300, 5 epochs, 200,000 buckets) on the raw en,
-   de, ar and vi corpora (the crawl vectors the paper downloads), token-level fastText on the German
-   byte-level target's tokenization (FOCUS).
+   de, ar and vi corpora (the crawl vectors the paper downloads), token-level fastText on the
+   German byte-level target's tokenization with FOCUS's settings (the workflow's
+   ``fasttext.token`` default: dim 100, 3 epochs, min count 10).
 6. ``neighbors``: sparsemax neighbour tables, word level for the method targets
    (:data:`METHOD_TARGETS`, one per family), token level for the German byte-level one;
    support sizes (median, 90th percentile, share degenerate).
@@ -27,7 +28,7 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
    layer, random weights).
 9. ``regression``: SALT's per-token least squares (h_t 768 -> h_s 1,152) of every
    non-shared token of each method target, neighbour sets uncapped (``--salt-max-neighbors``
-   caps them), one torch thread (two spin-wait on 2 shared cores).
+   caps them), two torch threads (the stage runs alone; a workflow job takes its ``threads``).
 10. ``transfer``: every catalog method but ``world_oracle`` on each method target, and
     Heuristics on the six other targets: rows, checkpoint, reloaded with
     ``from_pretrained`` (checked finite).
@@ -69,6 +70,16 @@ PLM_HIDDEN = 768  # German GPT-2's (and GPT-2 base's) width
 # of the stage's minutes, while a few MB of text fills few buckets anyway.
 FASTTEXT = {"model": "cbow", "dim": 300, "epoch": 5, "min_count": 3, "minn": 3, "maxn": 6,
             "neg": 10, "ws": 5, "lr": 0.05, "bucket": 200_000}
+
+
+def focus_fasttext() -> dict:
+    """FOCUS's token-level fastText settings: the workflow's ``fasttext.token`` default (the
+    ``deepfocus`` package's own: dim 100, 3 epochs, min count 10), with the buckets above."""
+    import yaml
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    return {**schema["properties"]["fasttext"]["properties"]["token"]["default"],
+            "bucket": FASTTEXT["bucket"]}
 
 
 def bench_methods() -> list[str]:
@@ -218,7 +229,7 @@ def stage_fasttext(work: Path, args: argparse.Namespace) -> str:
     start = time.perf_counter()
     tokenize_for_fasttext(load_tokenizer(work / "de_bytelevel_bpe"), work / "de.txt",
                           work / "de_tokens.txt")
-    train_fasttext(work / "de_tokens.txt", work / "de_tokens.bin", FASTTEXT, 0, 2)
+    train_fasttext(work / "de_tokens.txt", work / "de_tokens.bin", focus_fasttext(), 0, 2)
     out.append(f"de_bytelevel_bpe tokens {time.perf_counter() - start:.1f} s")
     return ", ".join(out)
 
@@ -323,9 +334,9 @@ def stage_regression(work: Path, args: argparse.Namespace) -> str:
     from embtransfer.neighbors.search import Neighbors, read_neighbors
     from embtransfer.transfer.regression import salt_coefficients, write_coefficients
 
-    # One thread: on 2 cores shared with other work, two threads spin-wait on the many
-    # small batched eigendecompositions (measured 0.87 s vs 0.04 s per batch of 17 64x64).
-    torch.set_num_threads(1)
+    # Two threads: the stage runs alone (on 2 cores shared with other work, two threads
+    # spin-wait on the many small batched eigendecompositions; alone they are 14 % faster).
+    torch.set_num_threads(2)
     cap = args.salt_max_neighbors or None
     out = []
     for target in METHOD_TARGETS:
