@@ -222,3 +222,19 @@ def test_the_test_config_plans_every_compute_rule(workdir):
     compute = {r for r in rules if r not in NOT_COMPUTE and not r.startswith("fetch_")}
     assert "salt_regression" in compute and "pretrain_model" in compute
     assert compute - set(planned) == set()
+
+
+def test_the_source_llms_pretraining_chain_is_scheduled_first(workdir):
+    """The longest job, which every transfer waits for, and the jobs it waits on carry
+    priority 1 in the default run; no other job does (core/grid.source_first)."""
+    text = dry_run(workdir, REPO / "config" / "config.yaml")
+    prioritised = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        if head and re.search(r"^\s+priority: 1$", block, re.M):
+            prioritised.add((head.group(1), wildcards.group(1) if wildcards else ""))
+    assert prioritised == {("corpus", "lang=en_mini"), ("corpus", "lang=ar_mini"),
+                           ("corpus", "lang=vi_mini"), ("mix_corpus", "model=llama_mini"),
+                           ("train_tokenizer", "model=llama_mini"),
+                           ("pretrain_model", "model=llama_mini")}

@@ -98,3 +98,15 @@ def test_rule_files_write_no_artifact_path_of_their_own():
             if re.search(r"""["'](results|resources)/|\{RESULTS\}|\{LOGS\}""", code):
                 offenders.append(f"{smk.name}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_source_first_marks_the_source_chain_only():
+    from embtransfer.core.grid import source_first
+
+    config = {"sources": ["src"],
+              "models": {"src": {"language": "en", "mix": {"de": 0.1}},
+                         "plm": {"language": "ar"}}}
+    assert source_first(config, model="src") == 1
+    assert source_first(config, lang="en") == source_first(config, lang="de") == 1
+    assert source_first(config, model="plm") == source_first(config, lang="ar") == 0
+    assert source_first(config) == 0

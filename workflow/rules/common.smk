@@ -8,6 +8,7 @@ from embtransfer.core.grid import (
     evaluated_runs,
     evaluated_sources,
     lapt_runs,
+    source_first,
     target_pairs,
     transfer_runs,
     world_pairs,
@@ -124,6 +125,11 @@ def corpus_inputs(wildcards):
         return {k: spec[k] for k in ("train", "valid") if spec.get(k)}
     # wikipedia: the sentences the local rule fetch_wikipedia (data.smk) wrote.
     return {"sentences": wikipedia_sentences_file(wildcards.lang)}
+
+
+def source_chain_first(wildcards):
+    """Priority 1 for the source LLMs' pretraining and the jobs it waits on (core/grid.py)."""
+    return source_first(config, wildcards.get("model"), wildcards.get("lang"))
 
 
 def mixed_languages(wildcards, mini):

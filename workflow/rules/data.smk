@@ -26,6 +26,7 @@ rule corpus:
         world=config["world"],
         seed=config["seed"],
         code=script_hash("data/corpus.py"),
+    priority: source_chain_first
     conda:
         CONDA_ENV
     log:
@@ -46,6 +47,7 @@ rule mix_corpus:
         mini=lambda w: mixed_languages(w, mini=True),
         seed=config["seed"],
         code=script_hash("data/mix_corpus.py"),
+    priority: source_chain_first
     conda:
         CONDA_ENV
     log:

@@ -12,6 +12,7 @@ rule train_tokenizer:
     params:
         spec=lambda w: tokenizer_spec(w.model),
         code=script_hash("models/train_tokenizer.py"),
+    priority: source_chain_first
     conda:
         CONDA_ENV
     log:
@@ -34,6 +35,7 @@ rule pretrain_model:
         seed=config["seed"],
         code=script_hash("models/pretrain_model.py"),
     threads: config["threads"]
+    priority: source_chain_first
     resources:
         mem_mb=4000,
         runtime=30,

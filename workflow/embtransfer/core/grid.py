@@ -160,6 +160,22 @@ def report_stages(config: dict[str, Any]) -> list[str]:
     return stages or ["lapt"]
 
 
+def source_first(config: dict[str, Any], model: str | None = None,
+                 lang: str | None = None) -> int:
+    """Scheduling priority of a job of ``model`` or ``lang``: 1 for the source LLMs'
+    pretraining and the jobs it waits on (the corpora of its language and mix, its mix,
+    its tokenizer), 0 otherwise. That pretraining is the longest job and every transfer
+    waits for it; Snakemake otherwise starts the target PLMs' chains first (larger inputs),
+    and on 2 cores the default run waited 140 s for the source to start (benchmarks/README.md).
+    """
+    sources = set(config["sources"])
+    langs = set()
+    for source in sources:
+        spec = config["models"][source]
+        langs |= {spec.get("language"), *(spec.get("mix") or {})}
+    return int(model in sources or (lang is not None and lang in langs))
+
+
 def evaluated_stages(config: dict[str, Any]) -> list[str]:
     """``evaluation.stages`` (the schema's default: every stage)."""
     return list((config.get("evaluation") or {}).get("stages", STAGES))
