@@ -431,22 +431,25 @@ def embedding_layout(
     through :func:`load_embeddings`."""
     model_dir = Path(model_dir)
     st = _stored(model_dir, allow_pickle)
-    if st.input_name is not None and (st.output_name is not None or st.config_tied):
-        with safe_open(st.names[st.input_name], framework="pt") as fh:
-            shape = fh.get_slice(st.input_name).get_shape()
-        tied = st.output_name is None
+    inp, out = st.input_name, st.output_name
+    if inp is not None and (out is not None or st.config_tied):
+        shape = _shape(st.names[inp], inp)
+        tied = out is None
         if not tied:
-            with safe_open(st.names[st.output_name], framework="pt") as fh:
-                out_shape = fh.get_slice(st.output_name).get_shape()
+            out_shape = _shape(st.names[out], out)
             if out_shape[1] != shape[1]:
-                raise ValueError(f"{model_dir}: {st.input_name} {tuple(shape)} and "
-                                 f"{st.output_name} {tuple(out_shape)} differ in width")
-            tied = out_shape == shape and torch.equal(
-                _raw_tensor(st.names[st.input_name], st.input_name),
-                _raw_tensor(st.names[st.output_name], st.output_name))
-        return EmbeddingLayout(int(shape[0]), int(shape[1]), tied, st.input_name)
+                raise ValueError(f"{model_dir}: {inp} {shape} and {out} {out_shape} "
+                                 "differ in width")
+            tied = out_shape == shape and torch.equal(_raw_tensor(st.names[inp], inp),
+                                                      _raw_tensor(st.names[out], out))
+        return EmbeddingLayout(shape[0], shape[1], tied, inp)
     emb = load_embeddings(model_dir, trust_remote_code, allow_pickle)
     return EmbeddingLayout(emb.vocab_rows, int(emb.input.shape[1]), emb.tied, emb.input_name)
+
+
+def _shape(file: Path, name: str) -> tuple[int, ...]:
+    with safe_open(file, framework="pt") as fh:
+        return tuple(int(n) for n in fh.get_slice(name).get_shape())
 
 
 def _raw_tensor(file: Path, name: str) -> torch.Tensor:
