@@ -28,10 +28,15 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
    layer, random weights).
 9. ``regression``: SALT's per-token least squares (h_t 768 -> h_s 1,152) of every
    non-shared token of each method target, neighbour sets uncapped (``--salt-max-neighbors``
-   caps them), two torch threads (the stage runs alone; a workflow job takes its ``threads``).
+   caps them).
 10. ``transfer``: every catalog method but ``world_oracle`` on each method target, and
     Heuristics on the six other targets: rows, checkpoint, reloaded with
     ``from_pretrained`` (checked finite).
+
+Stages 9-11 run their jobs (a target's regression, methods on a target, a target's
+zero-shot loss) in :data:`WORKERS` one-thread processes, as the workflow's default config
+runs two one-thread jobs on two cores; their peak memory is the stage process's plus every
+worker's.
 11. ``zeroshot``: held-out loss of each target's Heuristics checkpoint.
 12. ``lapt``: 3 LAPT steps (max length 128, micro batch 2 = global batch, chunked loss,
     fp32) on the German byte-level checkpoint.
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import resource
 import sys
 import tempfile
@@ -63,6 +69,14 @@ DICTIONARY_OF = {"de": "eng-deu", "ar": "eng-ara"}
 #: tokens asked of each family: GPT-2's 50,257, BERT's 30,522, T5's 32,100 (rounded)
 VOCAB_SIZE = {"bytelevel_bpe": 50_000, "wordpiece": 30_000, "unigram": 32_000}
 KEPT_METHOD = "heuristics"  # the checkpoint of every target that zero-shot and LAPT read
+#: one-thread worker processes of the regression and transfer stages (this machine's cores)
+WORKERS = 2
+#: methods that run in one job, in this order: OFA reuses the search WECHSEL made (the
+#: neighbours are kept on the aligned vectors, ``transfer.aligned.softmax_neighbors``)
+TOGETHER = ("wechsel", "ofa")
+#: the slowest methods at real shapes after those (CLP's dense weights), started first so
+#: that no worker is left with one at the end
+SLOW_FIRST = ("clp", "clp_plus", "multivariate", "salt")
 HIDDEN = 1152
 PLM_HIDDEN = 768  # German GPT-2's (and GPT-2 base's) width
 # The crawl vectors' width and subwords; 200,000 hash buckets instead of fastText's 2 M: a
@@ -95,6 +109,43 @@ def gemma3_dir() -> Path:
     import fetch
 
     return fetch.fetch("gemma3")
+
+
+#: summed peak memory (GB) of each :func:`in_workers` call's workers, in this process
+WORKER_PEAKS: list[float] = []
+
+
+def _one_thread() -> None:
+    """A worker's set-up: one BLAS/OpenMP/torch thread (before numpy or torch is imported)."""
+    import os
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _job(fn, work: str, args: argparse.Namespace, job) -> tuple[int, float, object]:
+    result = fn(Path(work), args, job)
+    return os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, result
+
+
+def in_workers(fn, work: Path, args: argparse.Namespace, jobs: list,
+               workers: int = WORKERS) -> list:
+    """``[fn(work, args, job) for job in jobs]``, computed in ``workers`` spawned one-thread
+    processes that take the jobs in order as they come free. The workers' summed peak
+    memory (GB; they run at the same time) goes to :data:`WORKER_PEAKS`."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp.get_context("spawn"), initializer=_one_thread) as pool:
+        done = list(pool.map(_job, [fn] * len(jobs), [str(work)] * len(jobs),
+                             [args] * len(jobs), jobs, chunksize=1))
+    peaks: dict[int, float] = {}
+    for pid, peak, _ in done:
+        peaks[pid] = max(peak, peaks.get(pid, 0.0))
+    WORKER_PEAKS.append(sum(peaks.values()))
+    return [result for _, _, result in done]
 
 
 def stage_vocab(work: Path, args: argparse.Namespace) -> str:
@@ -324,34 +375,31 @@ def stage_plm(work: Path, args: argparse.Namespace) -> str:
     return ", ".join(out)
 
 
-def stage_regression(work: Path, args: argparse.Namespace) -> str:
-    """SALT step 4 as ``workflow/scripts/transfer/salt_regression.py`` runs it, on the CPU,
-    neighbour sets uncapped unless ``--salt-max-neighbors``."""
+def _regression(work: Path, args: argparse.Namespace, target: str) -> str:
     import numpy as np
-    import torch
 
     from embtransfer.models.loading import load_embeddings
     from embtransfer.neighbors.search import Neighbors, read_neighbors
     from embtransfer.transfer.regression import salt_coefficients, write_coefficients
 
-    # Two threads: the stage runs alone (on 2 cores shared with other work, two threads
-    # spin-wait on the many small batched eigendecompositions; alone they are 14 % faster).
-    torch.set_num_threads(2)
     cap = args.salt_max_neighbors or None
-    out = []
-    for target in METHOD_TARGETS:
-        table, _ = read_neighbors(work / f"{target}_neighbors_word.parquet")
-        plm = load_embeddings(work / f"{target}_plm")  # the source is read by transfer only
-        result = salt_coefficients(plm.input, Neighbors.from_table(table), device="cpu",
-                                   max_neighbors=cap)
-        write_coefficients(result, work / f"{target}_projected.safetensors",
-                           work / f"{target}_projected.json")
-        stats = result["stats"]
-        k = table.column("k").to_numpy()
-        out.append(f"{target}: {stats['counts']}, k median {np.median(k[k > 0]):.0f} max "
-                   f"{k.max()}, {stats['n_capped']} capped (cap {cap}), "
-                   f"solve {stats['seconds']['solve']:.1f} s")
-    return "; ".join(out)
+    table, _ = read_neighbors(work / f"{target}_neighbors_word.parquet")
+    plm = load_embeddings(work / f"{target}_plm")  # the source is read by transfer only
+    result = salt_coefficients(plm.input, Neighbors.from_table(table), device="cpu",
+                               max_neighbors=cap)
+    write_coefficients(result, work / f"{target}_projected.safetensors",
+                       work / f"{target}_projected.json")
+    stats = result["stats"]
+    k = table.column("k").to_numpy()
+    return (f"{target}: {stats['counts']}, k median {np.median(k[k > 0]):.0f} max "
+            f"{k.max()}, {stats['n_capped']} capped (cap {cap}), "
+            f"solve {stats['seconds']['solve']:.1f} s")
+
+
+def stage_regression(work: Path, args: argparse.Namespace) -> str:
+    """SALT step 4 as ``workflow/scripts/transfer/salt_regression.py`` runs it, on the CPU,
+    neighbour sets uncapped unless ``--salt-max-neighbors``; one worker job per target."""
+    return "; ".join(in_workers(_regression, work, args, list(METHOD_TARGETS)))
 
 
 def _inputs(work: Path, target: str, source, source_vocab, full: bool):
@@ -380,11 +428,28 @@ def _inputs(work: Path, target: str, source, source_vocab, full: bool):
     return inputs
 
 
-def stage_transfer(work: Path, args: argparse.Namespace) -> str:
-    """Every catalog method on each method target (one per family) and ``heuristics`` on the
-    other targets: rows, checkpoint, reloaded with ``from_pretrained``. One checkpoint per
-    target is kept (``<target>_ckpt``) for the zero-shot and LAPT stages; the others are
-    removed once loaded."""
+def transfer_jobs() -> list[tuple[str, tuple[str, ...]]]:
+    """(target, methods) of the transfer stage's jobs: every method on each method target
+    (:data:`TOGETHER` in one job, then the others one by one, the slowest first), then
+    :data:`KEPT_METHOD` on the other targets."""
+    methods = bench_methods()
+    together = tuple(m for m in TOGETHER if m in methods)
+    rest = [m for m in SLOW_FIRST if m in methods] + [
+        m for m in methods if m not in SLOW_FIRST and m not in together]
+    per_target = ([together] if together else []) + [(m,) for m in rest]
+    return [(t, ms) for t in METHOD_TARGETS for ms in per_target] + [
+        (t, (KEPT_METHOD,)) for t in TARGETS if t not in METHOD_TARGETS]
+
+
+#: a transfer worker's inputs of its latest target: consecutive jobs share a target
+_LOADED: dict[str, object] = {}
+
+
+def _transfer(work: Path, args: argparse.Namespace,
+              job: tuple[str, tuple[str, ...]]) -> list[str]:
+    """Methods on one target: rows, checkpoint, reloaded with ``from_pretrained``.
+    The :data:`KEPT_METHOD` checkpoint is kept (``<target>_ckpt``, for the zero-shot and
+    LAPT stages); the others are removed once loaded."""
     import shutil
 
     import numpy as np
@@ -396,47 +461,62 @@ def stage_transfer(work: Path, args: argparse.Namespace) -> str:
     from embtransfer.transfer.run import run_method
     from embtransfer.vocab.canonical import read_vocab
 
-    source = load_embeddings(work / "source")
-    source_vocab = read_vocab(work / "gemma3.parquet")
-    out = []
-    for target in TARGETS:
-        full = target in METHOD_TARGETS
-        inputs = _inputs(work, target, source, source_vocab, full)
-        # FOCUS reads token-level neighbours where they were built, else word-level ones
-        options = {"focus": {"vectors": "token" if "token" in inputs.neighbors else "word"}}
-        seconds = []
-        for method in (bench_methods() if full else [KEPT_METHOD]):
-            start = time.perf_counter()
-            result = run_method(method, inputs, options.get(method, {}))
-            ckpt = work / (f"{target}_ckpt" if method == KEPT_METHOD else f"{target}_{method}")
-            write_transferred_checkpoint(work / "source", work / target,
-                                         np.asarray(result.input_rows),
-                                         None if result.output_rows is None
-                                         else np.asarray(result.output_rows), ckpt)
-            model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.bfloat16)
-            rows = model.get_input_embeddings().weight.shape[0]
-            if rows < len(inputs.target_vocab) or not torch.isfinite(
-                    model.get_input_embeddings().weight.float()).all():
-                raise SystemExit(f"{ckpt}: {rows} rows or non-finite embeddings")
-            del model
-            if method != KEPT_METHOD:
-                shutil.rmtree(ckpt)
-            seconds.append(f"{method} {time.perf_counter() - start:.1f}")
-            print(f"  transfer {target}: {seconds[-1]} s", file=sys.stderr, flush=True)
-        out.append(f"{target}: " + ", ".join(seconds))
-    return "; ".join(out)
+    target, methods = job
+    if "source" not in _LOADED:
+        _LOADED["source"] = load_embeddings(work / "source")
+        _LOADED["source_vocab"] = read_vocab(work / "gemma3.parquet")
+    if _LOADED.get("target") != target:
+        _LOADED.pop("inputs", None)  # one target's inputs in memory at a time
+        _LOADED["inputs"] = _inputs(work, target, _LOADED["source"], _LOADED["source_vocab"],
+                                    target in METHOD_TARGETS)
+        _LOADED["target"] = target
+    inputs = _LOADED["inputs"]
+    # FOCUS reads token-level neighbours where they were built, else word-level ones
+    options = {"focus": {"vectors": "token" if "token" in inputs.neighbors else "word"}}
+    notes = []
+    for method in methods:
+        start = time.perf_counter()
+        result = run_method(method, inputs, options.get(method, {}))
+        ckpt = work / (f"{target}_ckpt" if method == KEPT_METHOD else f"{target}_{method}")
+        write_transferred_checkpoint(work / "source", work / target,
+                                     np.asarray(result.input_rows),
+                                     None if result.output_rows is None
+                                     else np.asarray(result.output_rows), ckpt)
+        model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.bfloat16)
+        rows = model.get_input_embeddings().weight.shape[0]
+        if rows < len(inputs.target_vocab) or not torch.isfinite(
+                model.get_input_embeddings().weight.float()).all():
+            raise SystemExit(f"{ckpt}: {rows} rows or non-finite embeddings")
+        del model
+        if method != KEPT_METHOD:
+            shutil.rmtree(ckpt)
+        notes.append(f"{method} {time.perf_counter() - start:.1f}")
+        print(f"  transfer {target}: {notes[-1]} s", file=sys.stderr, flush=True)
+    return notes
+
+
+def stage_transfer(work: Path, args: argparse.Namespace) -> str:
+    """Every catalog method on each method target (one per family) and ``heuristics`` on the
+    other targets (:func:`transfer_jobs`), one worker job each."""
+    jobs = transfer_jobs()
+    notes = in_workers(_transfer, work, args, jobs)
+    by_target: dict[str, list[str]] = {}
+    for (target, _), job_notes in zip(jobs, notes, strict=True):
+        by_target.setdefault(target, []).extend(job_notes)
+    return "; ".join(f"{t}: " + ", ".join(n) for t, n in by_target.items())
+
+
+def _zeroshot(work: Path, args: argparse.Namespace, target: str) -> str:
+    from embtransfer.evaluation.intrinsic import evaluate_text
+
+    result = evaluate_text(work / f"{target}_ckpt", work / f"{target.split('_')[0]}_valid.txt",
+                           max_length=128, max_lines=args.zeroshot_lines, device="cpu")
+    return f"{target} {result.get('loss'):.2f}"
 
 
 def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
-    from embtransfer.evaluation.intrinsic import evaluate_text
-
-    out = []
-    for target in TARGETS:
-        lang = target.split("_")[0]
-        result = evaluate_text(work / f"{target}_ckpt", work / f"{lang}_valid.txt",
-                               max_length=128, max_lines=args.zeroshot_lines, device="cpu")
-        out.append(f"{target} {result.get('loss'):.2f}")
-    return f"held-out loss ({KEPT_METHOD}, {args.zeroshot_lines} lines): " + ", ".join(out)
+    notes = in_workers(_zeroshot, work, args, list(TARGETS))
+    return f"held-out loss ({KEPT_METHOD}, {args.zeroshot_lines} lines): " + ", ".join(notes)
 
 
 def _lapt(model: Path, out: Path, work: Path, args: argparse.Namespace) -> str:
@@ -472,7 +552,9 @@ DEFAULT_STAGES = [name for name in STAGES if name != "lapt_source"]
 def _child(name: str, work: str, args: argparse.Namespace, queue: mp.Queue) -> None:
     start = time.perf_counter()
     note = STAGES[name](Path(work), args)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    # the stage's process and its workers (which run beside it)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2 + max(WORKER_PEAKS,
+                                                                                default=0.0)
     queue.put((time.perf_counter() - start, peak, note))
 
 
