@@ -33,10 +33,9 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
     Heuristics on the six other targets: rows, checkpoint, reloaded with
     ``from_pretrained`` (checked finite).
 
-Stages 9-11 run their jobs (a target's regression, methods on a target, a target's
-zero-shot loss) in :data:`WORKERS` one-thread processes, as the workflow's default config
-runs two one-thread jobs on two cores; their peak memory is the stage process's plus every
-worker's.
+Stages 9 and 10 run their jobs (a target's regression, methods on a target) in
+:data:`WORKERS` one-thread processes, as the workflow's default config runs two one-thread
+jobs on two cores; their peak memory is the stage process's plus every worker's.
 11. ``zeroshot``: held-out loss of each target's Heuristics checkpoint.
 12. ``lapt``: 3 LAPT steps (max length 128, micro batch 2 = global batch, chunked loss,
     fp32) on the German byte-level checkpoint.
@@ -506,17 +505,16 @@ def stage_transfer(work: Path, args: argparse.Namespace) -> str:
     return "; ".join(f"{t}: " + ", ".join(n) for t, n in by_target.items())
 
 
-def _zeroshot(work: Path, args: argparse.Namespace, target: str) -> str:
+def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
     from embtransfer.evaluation.intrinsic import evaluate_text
 
-    result = evaluate_text(work / f"{target}_ckpt", work / f"{target.split('_')[0]}_valid.txt",
-                           max_length=128, max_lines=args.zeroshot_lines, device="cpu")
-    return f"{target} {result.get('loss'):.2f}"
-
-
-def stage_zeroshot(work: Path, args: argparse.Namespace) -> str:
-    notes = in_workers(_zeroshot, work, args, list(TARGETS))
-    return f"held-out loss ({KEPT_METHOD}, {args.zeroshot_lines} lines): " + ", ".join(notes)
+    out = []
+    for target in TARGETS:
+        lang = target.split("_")[0]
+        result = evaluate_text(work / f"{target}_ckpt", work / f"{lang}_valid.txt",
+                               max_length=128, max_lines=args.zeroshot_lines, device="cpu")
+        out.append(f"{target} {result.get('loss'):.2f}")
+    return f"held-out loss ({KEPT_METHOD}, {args.zeroshot_lines} lines): " + ", ".join(out)
 
 
 def _lapt(model: Path, out: Path, work: Path, args: argparse.Namespace) -> str:

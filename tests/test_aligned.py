@@ -99,6 +99,24 @@ def test_topk_cosine_matches_full_matrix(k: int) -> None:
         np.testing.assert_allclose(sims, np.take_along_axis(full, want_i, 1), atol=1e-6)
 
 
+def test_topk_cosine_skips_blocks_without_changing_the_answer() -> None:
+    """Blocks that cannot enter a row's running top-k are skipped; the answer stays a full
+    sort's. Keys in clusters, so most rows' best keys come early and later blocks mostly
+    skip, while some rows find their best in the last block; k wider than a block too."""
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((6, 16))
+    keys = centres[rng.integers(0, 6, 900)] + 0.3 * rng.standard_normal((900, 16))
+    q = np.concatenate([centres[rng.integers(0, 6, 150)] + 0.3 * rng.standard_normal((150, 16)),
+                        keys[-40:] + 1e-3 * rng.standard_normal((40, 16))])
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    full = (unit(q).astype(np.float32) @ unit(keys).astype(np.float32).T)
+    for k, cols in [(10, 64), (10, 7), (1, 100), (25, 16)]:
+        want_i = np.argsort(-full, axis=1, kind="stable")[:, :k]
+        idx, sims = topk_cosine(q, keys, k, chunk_rows=37, chunk_cols=cols)
+        np.testing.assert_allclose(sims, np.take_along_axis(full, want_i, 1), atol=1e-5)
+        np.testing.assert_array_equal(idx, want_i)
+
+
 def test_softmax_neighbors_reuses_searched_rows_and_equals_a_fresh_search(monkeypatch) -> None:
     """WECHSEL (all rows, k 10) then OFA (a subset, k 4) then the output side: one search
     per row, and every answer equal to a search on vectors that have seen no call."""

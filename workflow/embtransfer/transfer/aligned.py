@@ -138,13 +138,28 @@ def topk_cosine(
                 block = k_all[c0 : c0 + chunk_cols]
                 sims = buffer[: len(q) * len(block)].view(len(q), len(block))
                 torch.matmul(q, block.T, out=sims)
+                if best_s is None or best_i is None or best_s.shape[1] < kk:
+                    rows = None  # every row: the running lists are not full yet
+                else:
+                    # Only rows with a similarity above their k-th best so far can change:
+                    # a row maximum is a tenth of a top-k's cost, and after the first
+                    # blocks most rows have none (WECHSEL at real shapes, benchmarks/).
+                    rows = torch.nonzero(sims.amax(dim=1) > best_s[:, -1]).squeeze(1)
+                    if rows.numel() == 0:
+                        continue
+                    sims = sims[rows]
                 s, i = torch.topk(sims, min(kk, sims.shape[1]), dim=1)
                 i = i + c0
                 if best_s is not None and best_i is not None:
-                    both = torch.cat([best_s, s], 1)
+                    old_s = best_s if rows is None else best_s[rows]
+                    old_i = best_i if rows is None else best_i[rows]
+                    both = torch.cat([old_s, s], 1)
                     s, j = torch.topk(both, min(kk, both.shape[1]), dim=1)
-                    i = torch.gather(torch.cat([best_i, i], 1), 1, j)
-                best_s, best_i = s, i
+                    i = torch.gather(torch.cat([old_i, i], 1), 1, j)
+                if rows is None:
+                    best_s, best_i = s, i
+                else:
+                    best_s[rows], best_i[rows] = s, i
             assert best_s is not None and best_i is not None
             out_s[r0 : r0 + len(q)] = best_s.numpy()
             out_i[r0 : r0 + len(q)] = best_i.numpy()
