@@ -32,15 +32,15 @@ FreeDict dictionaries (``make real-data``, ``benchmarks/real_data.py``,
 10. ``transfer``: every catalog method but ``world_oracle`` on each method target, and
     Heuristics on the six other targets: rows, checkpoint, reloaded with
     ``from_pretrained`` (checked finite).
-
-Stages 9 and 10 run their jobs (a target's regression, methods on a target) in
-:data:`WORKERS` one-thread processes, as the workflow's default config runs two one-thread
-jobs on two cores; their peak memory is the stage process's plus every worker's.
 11. ``zeroshot``: held-out loss of each target's Heuristics checkpoint.
 12. ``lapt``: 3 LAPT steps (max length 128, micro batch 2 = global batch, chunked loss,
     fp32) on the German byte-level checkpoint.
 13. ``lapt_source`` (not in the default run): the same steps on the source model, Gemma 3's
     262,208-row vocabulary.
+
+Stages 9 and 10 run their jobs (a target's regression, methods on a target) in
+:data:`WORKERS` one-thread processes, as the workflow's default config runs two one-thread
+jobs on two cores; their peak memory is the stage process's plus every worker's.
 
     nice python benchmarks/bench_real.py [--work DIR] [--stages vocab,...]
         [--salt-max-neighbors 0] [--zeroshot-lines 50] [--lapt-steps 3]
@@ -116,8 +116,6 @@ WORKER_PEAKS: list[float] = []
 
 def _one_thread() -> None:
     """A worker's set-up: one BLAS/OpenMP/torch thread (before numpy or torch is imported)."""
-    import os
-
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
     import torch
