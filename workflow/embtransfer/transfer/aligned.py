@@ -143,7 +143,7 @@ def topk_cosine(
                 else:
                     # Only rows with a similarity above their k-th best so far can change:
                     # a row maximum is a tenth of a top-k's cost, and after the first
-                    # blocks most rows have none (WECHSEL at real shapes, benchmarks/).
+                    # blocks about half the rows have none (benchmarks/README.md, bench-real).
                     rows = torch.nonzero(sims.amax(dim=1) > best_s[:, -1]).squeeze(1)
                     if rows.numel() == 0:
                         continue
