@@ -483,6 +483,42 @@ def test_lm_eval_scores_exactly_the_continuation_whatever_the_tokenizer_adds(
         assert continuation == plain[len(tok(context, add_special_tokens=False)["input_ids"]):]
 
 
+def test_reusing_hflm_encodes_as_lm_eval_does_once_per_string(world, tmp_path):
+    """The evaluation's HFLM keeps each string's tokens: the same tokens as lm-eval's own
+    HFLM for every argument, the tokenizer called once per distinct string, and a caller
+    that changes its list does not change the next answer."""
+    from lm_eval.models.huggingface import HFLM
+
+    from embtransfer.evaluation.runner import ReusingHFLM, hflm_kwargs
+    from embtransfer.world.corpus import generate_sentences
+    from embtransfer.world.pretrain import build_model
+    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+
+    lines = generate_sentences(world, "en_mini", 200, 1)
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(lines) + "\n")
+    tok = train_tokenizer("bytelevel_bpe", [str(text)], 400, "llama")
+    build_model("llama", len(tok), None, False, special_token_ids(tok), 0).save_pretrained(
+        tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    kwargs = {"pretrained": str(tmp_path / "ckpt"), "device": "cpu", "batch_size": 1,
+              **hflm_kwargs(tok)}
+    plain, reusing = HFLM(**kwargs), ReusingHFLM(**kwargs)
+    assert reusing.max_length == plain.max_length
+
+    calls: list[str] = []
+    encode = reusing.tokenizer.encode
+    reusing.tokenizer.encode = lambda s, **kw: calls.append(s) or encode(s, **kw)
+    asks = [(line, special, cut) for line in lines[:10] + lines[:10]
+            for special in (None, False, True) for cut in (None, 3)]
+    for string, special, cut in asks:
+        got = reusing.tok_encode(string, add_special_tokens=special, left_truncate_len=cut)
+        assert got == plain.tok_encode(string, add_special_tokens=special,
+                                       left_truncate_len=cut)
+        got.append(-1)  # the caller's list, not the kept one
+    assert len(calls) == len(set(asks)) == 60
+
+
 def test_checkpoints_are_evaluated_in_float32_on_the_cpu(world, tmp_path, monkeypatch):
     """lm-eval's HFLM gets float32 on the CPU (which emulates bf16, slowly) and the
     checkpoint's own dtype elsewhere; evaluate_text shares the rule (tests/test_intrinsic.py)."""
@@ -508,7 +544,7 @@ def test_checkpoints_are_evaluated_in_float32_on_the_cpu(world, tmp_path, monkey
         seen.update(kwargs)
         raise Loaded
 
-    monkeypatch.setattr(runner, "HFLM", fake_hflm)
+    monkeypatch.setattr(runner, "ReusingHFLM", fake_hflm)
     with pytest.raises(Loaded):
         runner.evaluate_checkpoint(tmp_path / "ckpt", [], [], meta={}, device="cpu")
     assert seen["device"] == "cpu" and seen["dtype"] == "float32"

@@ -1,8 +1,9 @@
 """Run lm-eval tasks on one checkpoint and write one contract JSON per task.
 
-The model is loaded once (lm-eval's ``HFLM`` on the local checkpoint directory) and each
-task runs through ``lm_eval.simple_evaluate`` with its own number of shots and the
-config's seed for every random choice (python, numpy, torch, few-shot sampling).
+The model is loaded once (lm-eval's ``HFLM`` on the local checkpoint directory, encoding
+each distinct string once: :class:`ReusingHFLM`) and each task runs through
+``lm_eval.simple_evaluate`` with its own number of shots and the config's seed for every
+random choice (python, numpy, torch, few-shot sampling).
 
 Task lookup: world tasks come from the benchmark directory (relocated copies of its
 YAMLs, :func:`relocated_include_dir`), shipped tasks from ``workflow/lm_eval_tasks``, and
@@ -19,6 +20,7 @@ everywhere; the shipped XQuAD tasks score by SQuAD v1.1 when run without this ov
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import tempfile
 import time
@@ -41,6 +43,31 @@ from embtransfer.evaluation.world_tasks import relocated_include_dir
 from embtransfer.models.loading import load_tokenizer
 
 log = logging.getLogger("embtransfer.evaluation")
+
+
+class ReusingHFLM(HFLM):
+    """lm-eval's HFLM that encodes each distinct string once per checkpoint.
+
+    A multiple-choice request is scored as ``encode(context)`` and ``encode(context +
+    choice)``, so a context is encoded once per choice (four times a question: with a
+    passage, a tenth of an evaluation job), and ``max_length`` reads the model config
+    on every request. Both answers are the same for the life of the object, so they are
+    kept; the tokens, and so every score, are lm-eval's own (tests/test_evaluation.py).
+    """
+
+    @functools.cached_property
+    def max_length(self) -> int:  # type: ignore[override]
+        return HFLM.max_length.fget(self)
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None,
+                   left_truncate_len: int | None = None, **kwargs: Any) -> list[int]:
+        if kwargs:
+            return super().tok_encode(string, add_special_tokens, left_truncate_len, **kwargs)
+        cache = self.__dict__.setdefault("_encodings", {})
+        key = (string, add_special_tokens, left_truncate_len)
+        if key not in cache:
+            cache[key] = tuple(super().tok_encode(string, add_special_tokens, left_truncate_len))
+        return list(cache[key])  # a new list: callers may change theirs
 
 
 class TaskRunError(RuntimeError):
@@ -161,7 +188,7 @@ def evaluate_checkpoint(
         kwargs["max_length"] = max_length
     kwargs.update(hflm_kwargs(load_tokenizer(model_dir, trust_remote_code=trust_remote_code)))
     t0 = time.perf_counter()
-    lm = HFLM(pretrained=str(model_dir), device=dev, batch_size=batch_size,
+    lm = ReusingHFLM(pretrained=str(model_dir), device=dev, batch_size=batch_size,
               dtype=inference_dtype(dev), trust_remote_code=trust_remote_code, **kwargs)
     tok = lm.tokenizer
     if tok.eos_token is None and tok.sep_token is not None:
