@@ -12,6 +12,9 @@ from embtransfer.core import codehash, hooks
 from embtransfer.core.cluster import SlurmProfileError
 from embtransfer.config.validation import ConfigError, validate_config
 
+# The code hashes' parses of the package, kept between invocations (core/codehash.py)
+codehash.keep_parses_in(Path(".snakemake") / "embtransfer" / "code_imports.json")
+
 # The default config (the miniature world) unless one is given with --configfile: a grid
 # such as config/paper_salt.yaml replaces it rather than being merged into it.
 if not workflow.config_settings.configfiles:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,50 @@ def test_script_hash_follows_the_script_imports(fake_package, tmp_path):
     (fake_package / "b.py").write_text("from .sub import c  # edited\n")
     codehash.package_imports.cache_clear()
     assert codehash.script_hash(unrelated) == before
+
+
+def _kept_parses(monkeypatch, path: Path) -> None:
+    """A fresh process's state: no parses in memory, then those kept in ``path``."""
+    monkeypatch.setattr(codehash, "_parses", {})
+    monkeypatch.setattr(codehash, "_parses_used", set())
+    monkeypatch.setattr(codehash, "_parses_loaded", set())
+    monkeypatch.setattr(codehash, "_parses_file", [Path("unused")])  # no atexit hook here
+    codehash.package_imports.cache_clear()
+    codehash.keep_parses_in(path)
+
+
+def test_kept_parses_give_the_same_closures_and_follow_edits(fake_package, tmp_path,
+                                                            monkeypatch):
+    kept = tmp_path / "state" / "code_imports.json"
+    modules = ["embtransfer.a", "embtransfer.b", "embtransfer.e", "embtransfer.sub.c"]
+    _kept_parses(monkeypatch, kept)
+    fresh = {m: codehash.module_closure(m) for m in modules}
+    codehash._save_parses()
+    assert kept.is_file()
+
+    # the next invocation reads the parses and parses nothing
+    _kept_parses(monkeypatch, kept)
+    with monkeypatch.context() as patch:
+        patch.setattr(codehash.ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
+        assert {m: codehash.module_closure(m) for m in modules} == fresh
+
+    # an edited file is parsed again: b no longer imports sub.c
+    (fake_package / "b.py").write_text("from . import d\n")
+    _kept_parses(monkeypatch, kept)
+    assert codehash.module_closure("embtransfer.b") == ["embtransfer", "embtransfer.b",
+                                                        "embtransfer.d"]
+    # a module that appears later counts at once (`from embtransfer import f` names it)
+    (fake_package / "a.py").write_text("from embtransfer import f\n")
+    codehash._save_parses()
+    (fake_package / "f.py").write_text("")
+    _kept_parses(monkeypatch, kept)
+    assert "embtransfer.f" in codehash.module_closure("embtransfer.a")
+
+
+def test_an_unreadable_parse_file_is_made_again(fake_package, tmp_path, monkeypatch):
+    kept = tmp_path / "code_imports.json"
+    kept.write_text("{not json")
+    _kept_parses(monkeypatch, kept)
+    assert codehash.module_closure("embtransfer.e")[-1] == "embtransfer.sub.c"
+    codehash._save_parses()
+    assert any(key.startswith("embtransfer.e:") for key in json.loads(kept.read_text()))

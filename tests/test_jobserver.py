@@ -5,10 +5,12 @@ own code), and a job falls back to its own process wherever no server is usable.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -198,17 +200,21 @@ def test_a_server_that_does_not_answer_is_no_server(tmp_path, monkeypatch):
     listener.close()
 
 
-def test_start_and_stop_set_and_clear_the_variable(tmp_path, monkeypatch):
+def test_start_and_stop_set_and_clear_the_variable(monkeypatch):
     monkeypatch.delenv(jobserver.ENV, raising=False)
-    jobserver.start(tmp_path, 1)
+    # a short directory, whoever runs the suite: pytest-xdist's temporary paths are deep
+    # enough for the short-socket fallback (the next test)
+    workdir = Path(tempfile.mkdtemp(prefix="js-"))
+    jobserver.start(workdir, 1)
     try:
         host, _, path = os.environ[jobserver.ENV].partition(":")
-        assert host == socket.gethostname() and Path(path).parent == tmp_path.resolve()
+        assert host == socket.gethostname() and Path(path).parent == workdir.resolve()
         # the real preload list: torch, transformers, lm-eval
         assert _wait(Path(path).is_socket, 60)
         assert Path(path).stat().st_mode & 0o077 == 0  # it runs what it is sent: ours only
     finally:
         jobserver.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     assert jobserver.ENV not in os.environ and not Path(path).exists()
 
 

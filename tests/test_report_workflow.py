@@ -62,7 +62,7 @@ def workdir(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("report_wf")
     shutil.copy(REPO / "Snakefile", work / "Snakefile")
     for name in ("workflow", "config", "envs"):
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / name, work / name)  # its bytecode too (test_workflow.copy_workflow)
     shutil.copytree(REPO / "resources" / "reference", work / "resources" / "reference")
     (work / "workflow" / "rules" / "evaluation.smk").write_text(EVALUATE_STUB)
     (work / "workflow" / "rules" / "lapt.smk").write_text(LAPT_STUB)

@@ -59,8 +59,10 @@ def small_config() -> dict:
 def copy_workflow(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "Snakefile", dest / "Snakefile")
-    shutil.copytree(REPO / "workflow", dest / "workflow",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    # with the bytecode `make test` compiled (copytree keeps the sources' times, so it stays
+    # valid): where PYTHONDONTWRITEBYTECODE is set, every Snakemake process would compile
+    # the package again
+    shutil.copytree(REPO / "workflow", dest / "workflow")
     shutil.copytree(REPO / "config", dest / "config")
     shutil.copytree(REPO / "envs", dest / "envs")
     shutil.copytree(REPO / "profiles", dest / "profiles")  # the workflow profile

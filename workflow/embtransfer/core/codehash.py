@@ -7,13 +7,19 @@ modules and, transitively, every ``embtransfer`` module they import, so editing
 a module reruns exactly the jobs whose code reaches it.
 
 Only the source files are read (with :mod:`ast`), nothing is imported: the
-Snakefile stays fast to parse and free of heavy dependencies.
+Snakefile stays fast to parse and free of heavy dependencies. Parsing the ~130 files
+took a second of every ``snakemake -n``, so :func:`keep_parses_in` lets the Snakefile
+keep each file's parsed imports across invocations, keyed by the file's content.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
+import json
+import os
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -53,11 +59,72 @@ def package_imports(module: str) -> frozenset[str]:
 
 def _imports_in(path: Path, module: str | None) -> set[str]:
     """Package modules imported in the file at ``path`` (``module``: its own name, if any)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for name in _import_names(path, module):
+        if name == PACKAGE or name.startswith(PACKAGE + "."):
+            try:
+                module_path(name)
+            except ValueError:
+                continue
+            found.add(name)
+    return found
+
+
+# The parses: "<module>:<sha256 of the source>" -> the names its imports mention.
+_parses: dict[str, list[str]] = {}
+_parses_used: set[str] = set()  # the keys asked for in this process: what is saved
+_parses_file: list[Path] = []  # where keep_parses_in() saves them at exit
+_parses_loaded: set[str] = set()
+
+
+def keep_parses_in(path: str | os.PathLike) -> None:
+    """Load the parses kept in the JSON file ``path`` and save them there at exit.
+
+    A key holds the source's hash, so an edited file is parsed again; which names are
+    modules is still decided on each call (a new module file counts at once). An unreadable
+    file is ignored: the parses are made again and the file rewritten.
+    """
+    path = Path(path)
+    try:
+        kept = json.loads(path.read_text())
+        if isinstance(kept, dict):
+            _parses.update({k: v for k, v in kept.items() if isinstance(v, list)})
+            _parses_loaded.update(kept)
+    except (OSError, ValueError):
+        pass
+    if not _parses_file:
+        atexit.register(_save_parses)
+    _parses_file[:] = [path]
+
+
+def _save_parses() -> None:
+    """Save this process's parses, unless the file holds exactly those already."""
+    path = _parses_file[0]
+    if _parses_used == _parses_loaded:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # write then rename: jobs and a second Snakemake may save at the same time
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump({k: _parses[k] for k in _parses_used}, out, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only directory: the next invocation parses again
+
+
+def _import_names(path: Path, module: str | None) -> list[str]:
+    """Every module name the file's import statements mention (relative ones resolved)."""
+    source = path.read_bytes()
+    # the file name too: a relative import resolves differently in a package's __init__
+    key = f"{module}:{path.name}:{hashlib.sha256(source).hexdigest()}"
+    _parses_used.add(key)
+    if key in _parses:
+        return _parses[key]
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source, filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level and module is None:
                 continue  # a relative import outside the package cannot reach it
@@ -67,17 +134,9 @@ def _imports_in(path: Path, module: str | None) -> set[str]:
                 else (node.module or "")
             )
             # `from embtransfer.vocab import canonical as vocab` imports a module, not a name.
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            if name == PACKAGE or name.startswith(PACKAGE + "."):
-                try:
-                    module_path(name)
-                except ValueError:
-                    continue
-                found.add(name)
-    return found
+            names += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    _parses[key] = names
+    return names
 
 
 def module_closure(*modules: str) -> list[str]:

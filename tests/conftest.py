@@ -1,0 +1,23 @@
+"""Suite-wide settings: the order in which `make test`'s workers take the modules."""
+
+from __future__ import annotations
+
+import pytest
+
+# The slowest modules, slowest first (`--durations`, benchmarks/README.md): with
+# `--dist loadfile --no-loadscope-reorder` pytest-xdist hands modules out in collection
+# order, so the longest start at once on different workers instead of one finishing last.
+SLOWEST_FIRST = (
+    "test_slurm.py",
+    "test_world_knowledge.py",
+    "test_faults.py",
+    "test_workflow.py",
+    "test_evaluation_workflow.py",
+    "test_plm_formats.py",
+    "test_lapt.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as found
