@@ -267,6 +267,35 @@ def test_an_empty_corpus_is_refused_naming_the_file(tmp_path, empty):
     assert f"languages.de.corpus.{empty}" in str(err.value)
 
 
+def test_bytes_that_are_not_utf8_are_named_with_line_offset_and_fix(tmp_path):
+    from embtransfer.data.corpus import local_corpus
+
+    train = tmp_path / "train.txt"
+    train.write_bytes(b"erste zeile\nzweite Stra\xdfe\ndritte\n")  # a latin-1 \xdf
+    with pytest.raises(ValueError) as err:
+        local_corpus({"train": str(train)}, "de")
+    message = str(err.value)
+    for part in (str(train), "line 2", "byte offset 23", "0xdf", "UTF-8",
+                 "languages.de.corpus.encoding", "languages.de.corpus.errors", "iconv"):
+        assert part in message, (part, message)
+    # the options the message names read the file
+    decoded, _ = local_corpus({"train": str(train), "encoding": "latin-1",
+                               "valid_fraction": 0.4}, "de")
+    assert decoded[1] == "zweite Straße"
+    replaced, _ = local_corpus({"train": str(train), "errors": "replace",
+                                "valid_fraction": 0.4}, "de")
+    assert replaced[1] == "zweite Stra\ufffde"
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_read_as_text(tmp_path):
+    from embtransfer.data.corpus import local_corpus
+
+    train = tmp_path / "train.txt"
+    train.write_bytes(b"\xef\xbb\xbfein satz\r\nnoch einer\r\n\r\nder dritte\r\n")
+    lines, valid = local_corpus({"train": str(train), "valid_fraction": 0.4}, "de")
+    assert lines + valid == ["ein satz", "noch einer", "der dritte"]
+
+
 # -- kill -9 during an artifact write ------------------------------------------------------
 
 WRITER = """

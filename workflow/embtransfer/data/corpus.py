@@ -61,11 +61,38 @@ def _clean(lines: Iterable[str]) -> Iterator[str]:
             yield line
 
 
-def _read_lines(path: Path, key: str) -> list[str]:
-    """The non-blank lines of a corpus file; a missing or empty file is refused, naming it."""
+def _decode(data: bytes, path: Path, key: str, encoding: str, errors: str) -> str:
+    """A corpus file's text; bytes the encoding cannot read are named by line and offset.
+
+    UTF-8 is read as ``utf-8-sig``, so a byte-order mark does not become part of the first
+    word; ``str.splitlines`` later takes CRLF line ends as line ends.
+    """
+    codec = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    try:
+        return data.decode(codec, errors)
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        bad = data[err.start:err.end].hex(" ", 1)
+        options = key.rsplit(".", 1)[0]  # languages.{lang}.corpus
+        raise ValueError(
+            f"corpus file {path} is not valid {encoding.upper()} at line {line}, byte offset "
+            f"{err.start} (bytes 0x{bad}: {err.reason}; config key {key}). Convert the file "
+            f"(e.g. iconv -f LATIN1 -t UTF-8), or set {options}.encoding to its encoding "
+            f"(e.g. latin-1) or {options}.errors: replace to read such bytes as U+FFFD"
+        ) from None
+    except LookupError:
+        raise ValueError(f"unknown encoding {encoding!r} (config key {key}): give a Python "
+                         "codec name such as utf-8 or latin-1") from None
+
+
+def _read_lines(path: Path, key: str, encoding: str = "utf-8", errors: str = "strict"
+                ) -> list[str]:
+    """The non-blank lines of a corpus file; a missing, empty or undecodable file is refused,
+    naming it."""
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist (config key {key})")
-    lines = list(_clean(path.read_text(encoding="utf-8").splitlines()))
+    text = _decode(path.read_bytes(), path, key, encoding, errors)
+    lines = list(_clean(text.splitlines()))
     if not lines:
         raise ValueError(
             f"corpus file {path} is empty (no non-blank line; config key {key}): "
@@ -77,9 +104,10 @@ def _read_lines(path: Path, key: str) -> list[str]:
 def local_corpus(spec: dict[str, Any], lang: str = "*") -> tuple[list[str], list[str]]:
     """Read ``spec['train']`` (and ``spec['valid']`` or a sequential split of train)."""
     key = f"languages.{lang}.corpus"
-    train = _read_lines(Path(spec["train"]), f"{key}.train")
+    text = {"encoding": spec.get("encoding", "utf-8"), "errors": spec.get("errors", "strict")}
+    train = _read_lines(Path(spec["train"]), f"{key}.train", **text)
     if spec.get("valid"):
-        return train, _read_lines(Path(spec["valid"]), f"{key}.valid")
+        return train, _read_lines(Path(spec["valid"]), f"{key}.valid", **text)
     return split_sequential(train, spec.get("valid_fraction", 0.1))
 
 
