@@ -80,10 +80,7 @@ def test_script_hash_follows_the_script_imports(fake_package, tmp_path):
 
 def _kept_parses(monkeypatch, path: Path) -> None:
     """A fresh process's state: no parses in memory, then those kept in ``path``."""
-    monkeypatch.setattr(codehash, "_parses", {})
-    monkeypatch.setattr(codehash, "_parses_used", set())
-    monkeypatch.setattr(codehash, "_parses_loaded", set())
-    monkeypatch.setattr(codehash, "_parses_file", [Path("unused")])  # no atexit hook here
+    monkeypatch.setattr(codehash, "_PARSES", codehash._Parses())
     codehash.package_imports.cache_clear()
     codehash.keep_parses_in(path)
 
@@ -94,7 +91,7 @@ def test_kept_parses_give_the_same_closures_and_follow_edits(fake_package, tmp_p
     modules = ["embtransfer.a", "embtransfer.b", "embtransfer.e", "embtransfer.sub.c"]
     _kept_parses(monkeypatch, kept)
     fresh = {m: codehash.module_closure(m) for m in modules}
-    codehash._save_parses()
+    codehash._PARSES.save()
     assert kept.is_file()
 
     # the next invocation reads the parses and parses nothing
@@ -110,7 +107,7 @@ def test_kept_parses_give_the_same_closures_and_follow_edits(fake_package, tmp_p
                                                         "embtransfer.d"]
     # a module that appears later counts at once (`from embtransfer import f` names it)
     (fake_package / "a.py").write_text("from embtransfer import f\n")
-    codehash._save_parses()
+    codehash._PARSES.save()
     (fake_package / "f.py").write_text("")
     _kept_parses(monkeypatch, kept)
     assert "embtransfer.f" in codehash.module_closure("embtransfer.a")
@@ -121,5 +118,5 @@ def test_an_unreadable_parse_file_is_made_again(fake_package, tmp_path, monkeypa
     kept.write_text("{not json")
     _kept_parses(monkeypatch, kept)
     assert codehash.module_closure("embtransfer.e")[-1] == "embtransfer.sub.c"
-    codehash._save_parses()
+    codehash._PARSES.save()
     assert any(key.startswith("embtransfer.e:") for key in json.loads(kept.read_text()))

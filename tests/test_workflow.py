@@ -171,6 +171,14 @@ def test_rerun_without_change_does_nothing(workflow_run):
     assert planned_jobs(workdir, "neighbors_only") == {}
 
 
+def test_the_snakefile_keeps_the_code_hash_parses(workflow_run):
+    """The run above saved every module's parse; Snakemake's next start parses none again."""
+    workdir, _ = workflow_run
+    kept = json.loads((workdir / ".snakemake" / "embtransfer" / "code_imports.json").read_text())
+    modules = {key.split(":", 1)[0] for key in kept}
+    assert {"embtransfer.neighbors.search", "embtransfer.transfer.regression", "None"} <= modules
+
+
 def test_editing_a_module_reruns_exactly_its_dependents(workflow_run, tmp_path):
     workdir, config = workflow_run
     n_tables = sum(len(p) for p in config["targets"].values()) * len(config["sources"]) * 2

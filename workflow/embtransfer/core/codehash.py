@@ -70,11 +70,33 @@ def _imports_in(path: Path, module: str | None) -> set[str]:
     return found
 
 
-# The parses: "<module>:<sha256 of the source>" -> the names its imports mention.
-_parses: dict[str, list[str]] = {}
-_parses_used: set[str] = set()  # the keys asked for in this process: what is saved
-_parses_file: list[Path] = []  # where keep_parses_in() saves them at exit
-_parses_loaded: set[str] = set()
+class _Parses:
+    """The import names of each parsed file, keyed "<module>:<file name>:<sha256 of source>"
+    (the file name too: a relative import resolves differently in a package's __init__)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, list[str]] = {}
+        self.used: set[str] = set()  # the keys asked for in this process: what is saved
+        self.kept_in: Path | None = None  # the file keep_parses_in() named
+        self.kept_keys: set[str] = set()  # the keys that file held
+
+    def save(self) -> None:
+        """Write this process's parses to the kept file, unless it holds exactly those."""
+        if self.kept_in is None or self.used == self.kept_keys:
+            return
+        path = self.kept_in
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # write then rename: jobs and a second Snakemake may save at the same time
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                json.dump({k: self.names[k] for k in self.used}, out, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only directory: the next invocation parses again
+
+
+_PARSES = _Parses()
 
 
 def keep_parses_in(path: str | os.PathLike) -> None:
@@ -87,40 +109,23 @@ def keep_parses_in(path: str | os.PathLike) -> None:
     path = Path(path)
     try:
         kept = json.loads(path.read_text())
-        if isinstance(kept, dict):
-            _parses.update({k: v for k, v in kept.items() if isinstance(v, list)})
-            _parses_loaded.update(kept)
     except (OSError, ValueError):
-        pass
-    if not _parses_file:
-        atexit.register(_save_parses)
-    _parses_file[:] = [path]
-
-
-def _save_parses() -> None:
-    """Save this process's parses, unless the file holds exactly those already."""
-    path = _parses_file[0]
-    if _parses_used == _parses_loaded:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # write then rename: jobs and a second Snakemake may save at the same time
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as out:
-            json.dump({k: _parses[k] for k in _parses_used}, out, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only directory: the next invocation parses again
+        kept = {}
+    if isinstance(kept, dict):
+        _PARSES.names.update({k: v for k, v in kept.items() if isinstance(v, list)})
+        _PARSES.kept_keys = set(kept)
+    if _PARSES.kept_in is None:
+        atexit.register(lambda: _PARSES.save())  # the store the module holds at exit
+    _PARSES.kept_in = path
 
 
 def _import_names(path: Path, module: str | None) -> list[str]:
     """Every module name the file's import statements mention (relative ones resolved)."""
-    source = path.read_bytes()
-    # the file name too: a relative import resolves differently in a package's __init__
+    source = _source_bytes(path)  # the same read the hash uses
     key = f"{module}:{path.name}:{hashlib.sha256(source).hexdigest()}"
-    _parses_used.add(key)
-    if key in _parses:
-        return _parses[key]
+    _PARSES.used.add(key)
+    if key in _PARSES.names:
+        return _PARSES.names[key]
     names: list[str] = []
     for node in ast.walk(ast.parse(source, filename=str(path))):
         if isinstance(node, ast.Import):
@@ -135,7 +140,7 @@ def _import_names(path: Path, module: str | None) -> list[str]:
             )
             # `from embtransfer.vocab import canonical as vocab` imports a module, not a name.
             names += [base] + [f"{base}.{alias.name}" for alias in node.names]
-    _parses[key] = names
+    _PARSES.names[key] = names
     return names
 
 

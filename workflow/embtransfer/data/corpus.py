@@ -9,6 +9,7 @@ node and compute jobs read the files.
 
 from __future__ import annotations
 
+import codecs
 import os
 import random
 import zlib
@@ -67,8 +68,8 @@ def _decode(data: bytes, path: Path, key: str, encoding: str, errors: str) -> st
     UTF-8 is read as ``utf-8-sig``, so a byte-order mark does not become part of the first
     word; ``str.splitlines`` later takes CRLF line ends as line ends.
     """
-    codec = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     try:
+        codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
         return data.decode(codec, errors)
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
