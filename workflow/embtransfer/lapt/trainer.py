@@ -56,6 +56,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from embtransfer.core.atomic import atomic_path, write_json
 from embtransfer.core.logs import without_run_values
+from embtransfer.core.threads import torch_threads
 from embtransfer.lapt import lora as lora_mod
 from embtransfer.lapt.blocks import blocks_for
 from embtransfer.lapt.checkpointing import (
@@ -636,7 +637,7 @@ def train_lapt(
     out_dir = Path(out_dir)
     work = Path(work_dir) if work_dir is not None else Path(f"{out_dir}.work")
     work.mkdir(parents=True, exist_ok=True)
-    with _torch_threads(settings.threads):
+    with torch_threads(settings.threads):
         trainer = _setup(model_dir, train_file, valid_file, settings, seed, work, log)
         progress = _start(trainer, seed)
         _wrap_loss(trainer)
@@ -672,17 +673,6 @@ def train_lapt(
                                 f"without a checkpoint")
                     return {"status": "stopped", "step": progress.step, "total_steps": total}
         return _finish(trainer, progress, this_run, model_dir, out_dir, seed)
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    old = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(int(threads))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _finish(trainer: _Trainer, progress: _Progress, this_run: _ThisRun, model_dir: str | Path,

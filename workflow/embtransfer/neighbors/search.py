@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +50,9 @@ import torch
 
 from embtransfer.core.atomic import read_parquet_metadata, write_parquet
 from embtransfer.core.logs import without_run_values
-from embtransfer.neighbors.sparsemax import FALLBACK_BUDGET_BYTES, Workspace, sparsemax_block
+from embtransfer.core.threads import torch_threads
+from embtransfer.core.workspace import Workspace
+from embtransfer.neighbors.sparsemax import FALLBACK_BUDGET_BYTES, SparseRows, sparsemax_block
 
 #: Vectors with a smaller norm have no direction; they count as missing.
 MIN_NORM = 1e-8
@@ -98,19 +99,6 @@ class Neighbors:
         return np.diff(self.offsets)
 
 
-@contextmanager
-def _torch_threads(threads: int | None):
-    if threads is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _normalise(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return (x / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
@@ -148,25 +136,16 @@ def count_summary(values: np.ndarray) -> dict[str, float | int | None]:
     }
 
 
-def compute_neighbors(
+def _checked_inputs(
     target_vectors: np.ndarray,
     missing: np.ndarray,
     shared_target_ids: np.ndarray,
     shared_source_ids: np.ndarray,
-    chunk_rows: int = 1024,
-    prefilter_k: int = 256,
-    threads: int | None = None,
-    max_neighbors: int | None = 1024,
-    fallback_budget_bytes: int = FALLBACK_BUDGET_BYTES,
-) -> tuple[pa.Table, dict[str, Any]]:
-    """Sparsemax neighbours of every non-shared target token (see the module docstring).
-
-    ``target_vectors`` [V, dim] and ``missing`` [V] are indexed by target id;
-    ``shared_target_ids`` / ``shared_source_ids`` are the overlap pairs (unique
-    target ids). ``threads`` sets torch's CPU threads for the call (matmul,
-    top-k). Returns the table and a stats dict (JSON-serialisable).
-    """
-    t_start = time.perf_counter()
+    chunk_rows: int,
+    prefilter_k: int,
+    max_neighbors: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(float32 vectors, missing, shared target ids, shared source ids), checked."""
     vectors = np.asarray(target_vectors)
     if vectors.ndim != 2:
         raise ValueError(f"target_vectors must be 2-D, got shape {vectors.shape}")
@@ -186,109 +165,210 @@ def compute_neighbors(
         raise ValueError("chunk_rows and prefilter_k must be >= 1")
     if max_neighbors is not None and max_neighbors < 1:
         raise ValueError("max_neighbors must be >= 1 or None")
-
     vectors = vectors.astype(np.float32, copy=False)
     if not np.isfinite(vectors).all():
         raise ValueError("target_vectors contains NaN or Inf")
-    # a zero vector has no cosine: treat it as missing even when not flagged
-    norms = np.linalg.norm(vectors, axis=1)
-    no_vector = missing | (norms <= MIN_NORM)
+    return vectors, missing, shared_t, shared_s
 
-    order = np.argsort(shared_t, kind="stable")
-    shared_t, shared_s = shared_t[order], shared_s[order]
-    cand = ~no_vector[shared_t]
-    cand_t, cand_s = shared_t[cand], shared_s[cand]
-    if cand_t.size == 0:
-        raise ValueError("no shared target token has a vector: no neighbour candidates")
 
-    is_shared = np.zeros(n_vocab, bool)
-    is_shared[shared_t] = True
-    rows = np.nonzero(~is_shared)[0]
-    row_missing = no_vector[rows]
+@dataclass
+class _Search:
+    """What is searched: candidates (shared tokens with a vector, by target id) and output
+    rows (the non-shared tokens, by target id)."""
 
-    timings = {"matmul": 0.0, "sparsemax": 0.0, "assemble": 0.0}
-    lengths_all = np.zeros(rows.size, np.int64)
-    support_all = np.zeros(rows.size, np.int64)
-    truncated_all = np.zeros(rows.size, bool)
-    fallback_all = np.zeros(rows.size, bool)
-    batches: list[pa.RecordBatch] = []
-    workspace = Workspace(fallback_budget_bytes)
-    with _torch_threads(threads), torch.inference_mode():
-        cands = torch.from_numpy(np.ascontiguousarray(_normalise(vectors[cand_t])))
-        # chunks of output rows; missing rows in a chunk just get empty lists
-        for s in range(0, rows.size, chunk_rows):
-            chunk = slice(s, min(s + chunk_rows, rows.size))
-            have = np.nonzero(~row_missing[chunk])[0]
-            t0 = time.perf_counter()
-            query = torch.from_numpy(_normalise(vectors[rows[chunk][have]]))
-            sims = (query @ cands.T).numpy()
-            t1 = time.perf_counter()
-            part = sparsemax_block(sims, prefilter_k, max_neighbors, workspace)
-            del sims
-            t2 = time.perf_counter()
-            pos = have + s
-            lengths_all[pos] = part.lengths
-            support_all[pos] = part.support
-            truncated_all[pos] = part.truncated
-            fallback_all[pos] = part.fallback
-            offsets = np.zeros(chunk.stop - s + 1, np.int64)
-            np.cumsum(lengths_all[chunk], out=offsets[1:])
-            batches.append(
-                pa.record_batch(
-                    {
-                        "target_id": pa.array(rows[chunk]),
-                        "neighbor_target_ids": _list_array(offsets, cand_t[part.indices]),
-                        "neighbor_source_ids": _list_array(offsets, cand_s[part.indices]),
-                        "similarities": _list_array(offsets, part.values),
-                        "weights": _list_array(offsets, part.weights),
-                        "k": pa.array(lengths_all[chunk].astype(np.int32)),
-                        "support": pa.array(support_all[chunk].astype(np.int32)),
-                        "truncated": pa.array(truncated_all[chunk]),
-                        "missing": pa.array(row_missing[chunk]),
-                    },
-                    schema=SCHEMA,
-                )
-            )
-            timings["matmul"] += t1 - t0
-            timings["sparsemax"] += t2 - t1
-            timings["assemble"] += time.perf_counter() - t2
-    table = pa.Table.from_batches(batches, schema=SCHEMA)
+    n_shared: int
+    cand_t: np.ndarray  # candidates' target ids
+    cand_s: np.ndarray  # candidates' source ids
+    rows: np.ndarray  # output rows' target ids
+    row_missing: np.ndarray  # output rows without a vector
 
-    with_rows = ~row_missing
-    degenerate = int((support_all[with_rows] > prefilter_k).sum())
-    truncated = int(truncated_all.sum())
-    stats: dict[str, Any] = {
-        "n_vocab": int(n_vocab),
-        "n_shared": int(shared_t.size),
-        "n_shared_candidates": int(cand_t.size),
-        "n_shared_missing": int(shared_t.size - cand_t.size),
-        "n_nonshared": int(rows.size),
-        "n_missing": int(row_missing.sum()),
-        "n_with_neighbors": int(with_rows.sum()),
-        "fallback_rows": int(fallback_all.sum()),
-        "degenerate": degenerate,
-        "truncated": truncated,
-        "support": count_summary(support_all[with_rows]),
-        "k": count_summary(lengths_all[with_rows]),
-        "entries": int(lengths_all.sum()),
-        "entries_exact": int(support_all.sum()),
-        "table_bytes": int(table.nbytes),
-        "chunk_rows": int(chunk_rows),
-        "prefilter_k": int(prefilter_k),
-        "max_neighbors": None if max_neighbors is None else int(max_neighbors),
-        "threads": int(threads) if threads is not None else torch.get_num_threads(),
-        "seconds": {k: round(v, 4) for k, v in timings.items()}
-        | {"total": round(time.perf_counter() - t_start, 4)},
+    @classmethod
+    def of(
+        cls, vectors: np.ndarray, missing: np.ndarray, shared_t: np.ndarray, shared_s: np.ndarray
+    ) -> _Search:
+        # a zero vector has no cosine: treat it as missing even when not flagged
+        no_vector = missing | (np.linalg.norm(vectors, axis=1) <= MIN_NORM)
+        # sorted by target id: the overlap table's order cannot matter
+        order = np.argsort(shared_t, kind="stable")
+        shared_t, shared_s = shared_t[order], shared_s[order]
+        cand = ~no_vector[shared_t]
+        if not cand.any():
+            raise ValueError("no shared target token has a vector: no neighbour candidates")
+        is_shared = np.zeros(vectors.shape[0], bool)
+        is_shared[shared_t] = True
+        rows = np.nonzero(~is_shared)[0]
+        return cls(int(shared_t.size), shared_t[cand], shared_s[cand], rows, no_vector[rows])
+
+
+@dataclass
+class _Found:
+    """Per output row: stored neighbours, exact support size, truncated, fell back."""
+
+    lengths: np.ndarray
+    support: np.ndarray
+    truncated: np.ndarray
+    fallback: np.ndarray
+
+    @classmethod
+    def zeros(cls, n: int) -> _Found:
+        return cls(
+            np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool)
+        )
+
+
+def _record_batch(search: _Search, found: _Found, chunk: slice, part: SparseRows) -> pa.RecordBatch:
+    """One chunk of output rows as a record batch of :data:`SCHEMA`."""
+    lengths = found.lengths[chunk]
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    columns = {
+        "target_id": pa.array(search.rows[chunk]),
+        "neighbor_target_ids": _list_array(offsets, search.cand_t[part.indices]),
+        "neighbor_source_ids": _list_array(offsets, search.cand_s[part.indices]),
+        "similarities": _list_array(offsets, part.values),
+        "weights": _list_array(offsets, part.weights),
+        "k": pa.array(lengths.astype(np.int32)),
+        "support": pa.array(found.support[chunk].astype(np.int32)),
+        "truncated": pa.array(found.truncated[chunk]),
+        "missing": pa.array(search.row_missing[chunk]),
     }
-    if degenerate:
+    return pa.record_batch(columns, schema=SCHEMA)
+
+
+def _search_chunks(
+    vectors: np.ndarray,
+    search: _Search,
+    found: _Found,
+    chunk_rows: int,
+    prefilter_k: int,
+    max_neighbors: int | None,
+    fallback_budget_bytes: int,
+    timings: dict[str, float],
+) -> list[pa.RecordBatch]:
+    """Similarities and sparsemax of ``chunk_rows`` output rows at a time (one float32
+    matmul each); missing rows in a chunk just get empty lists."""
+    batches = []
+    workspace = Workspace()
+    cands = torch.from_numpy(np.ascontiguousarray(_normalise(vectors[search.cand_t])))
+    for s in range(0, search.rows.size, chunk_rows):
+        chunk = slice(s, min(s + chunk_rows, search.rows.size))
+        have = np.nonzero(~search.row_missing[chunk])[0]
+        t0 = time.perf_counter()
+        query = torch.from_numpy(_normalise(vectors[search.rows[chunk][have]]))
+        sims = (query @ cands.T).numpy()
+        t1 = time.perf_counter()
+        part = sparsemax_block(sims, prefilter_k, max_neighbors, workspace, fallback_budget_bytes)
+        del sims
+        t2 = time.perf_counter()
+        pos = have + s
+        found.lengths[pos] = part.lengths
+        found.support[pos] = part.support
+        found.truncated[pos] = part.truncated
+        found.fallback[pos] = part.fallback
+        batches.append(_record_batch(search, found, chunk, part))
+        timings["matmul"] += t1 - t0
+        timings["sparsemax"] += t2 - t1
+        timings["assemble"] += time.perf_counter() - t2
+    return batches
+
+
+def compute_neighbors(
+    target_vectors: np.ndarray,
+    missing: np.ndarray,
+    shared_target_ids: np.ndarray,
+    shared_source_ids: np.ndarray,
+    chunk_rows: int = 1024,
+    prefilter_k: int = 256,
+    threads: int | None = None,
+    max_neighbors: int | None = 1024,
+    fallback_budget_bytes: int = FALLBACK_BUDGET_BYTES,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Sparsemax neighbours of every non-shared target token (see the module docstring).
+
+    ``target_vectors`` [V, dim] and ``missing`` [V] are indexed by target id;
+    ``shared_target_ids`` / ``shared_source_ids`` are the overlap pairs (unique
+    target ids). ``threads`` sets torch's CPU threads for the call (matmul,
+    top-k). Returns the table and a stats dict (JSON-serialisable).
+    """
+    t_start = time.perf_counter()
+    vectors, missing, shared_t, shared_s = _checked_inputs(
+        target_vectors,
+        missing,
+        shared_target_ids,
+        shared_source_ids,
+        chunk_rows,
+        prefilter_k,
+        max_neighbors,
+    )
+    search = _Search.of(vectors, missing, shared_t, shared_s)
+    found = _Found.zeros(search.rows.size)
+    timings = {"matmul": 0.0, "sparsemax": 0.0, "assemble": 0.0}
+    with torch_threads(threads), torch.inference_mode():
+        batches = _search_chunks(
+            vectors,
+            search,
+            found,
+            chunk_rows,
+            prefilter_k,
+            max_neighbors,
+            fallback_budget_bytes,
+            timings,
+        )
+    table = pa.Table.from_batches(batches, schema=SCHEMA)
+    seconds = {k: round(v, 4) for k, v in timings.items()}
+    seconds["total"] = round(time.perf_counter() - t_start, 4)
+    options = {
+        "chunk_rows": chunk_rows,
+        "prefilter_k": prefilter_k,
+        "max_neighbors": max_neighbors,
+        "threads": threads,
+    }
+    stats = _neighbor_stats(vectors.shape[0], search, found, table, options, seconds)
+    if stats["degenerate"]:
         warnings.warn(
-            f"{degenerate} of {int(with_rows.sum())} rows have a sparsemax support larger than "
-            f"prefilter_k={prefilter_k} (near-constant similarities: degenerate fastText "
-            f"vectors?); {truncated} rows stored truncated to max_neighbors={max_neighbors}",
+            f"{stats['degenerate']} of {stats['n_with_neighbors']} rows have a sparsemax "
+            f"support larger than prefilter_k={prefilter_k} (near-constant similarities: "
+            f"degenerate fastText vectors?); {stats['truncated']} rows stored truncated to "
+            f"max_neighbors={max_neighbors}",
             RuntimeWarning,
             stacklevel=2,
         )
     return table, stats
+
+
+def _neighbor_stats(
+    n_vocab: int,
+    search: _Search,
+    found: _Found,
+    table: pa.Table,
+    options: dict[str, Any],
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """The neighbour table's statistics (its parquet metadata, less the run values)."""
+    with_rows = ~search.row_missing
+    max_neighbors, threads = options["max_neighbors"], options["threads"]
+    return {
+        "n_vocab": int(n_vocab),
+        "n_shared": search.n_shared,
+        "n_shared_candidates": int(search.cand_t.size),
+        "n_shared_missing": int(search.n_shared - search.cand_t.size),
+        "n_nonshared": int(search.rows.size),
+        "n_missing": int(search.row_missing.sum()),
+        "n_with_neighbors": int(with_rows.sum()),
+        "fallback_rows": int(found.fallback.sum()),
+        "degenerate": int((found.support[with_rows] > options["prefilter_k"]).sum()),
+        "truncated": int(found.truncated.sum()),
+        "support": count_summary(found.support[with_rows]),
+        "k": count_summary(found.lengths[with_rows]),
+        "entries": int(found.lengths.sum()),
+        "entries_exact": int(found.support.sum()),
+        "table_bytes": int(table.nbytes),
+        "chunk_rows": int(options["chunk_rows"]),
+        "prefilter_k": int(options["prefilter_k"]),
+        "max_neighbors": None if max_neighbors is None else int(max_neighbors),
+        "threads": int(threads) if threads is not None else torch.get_num_threads(),
+        "seconds": seconds,
+    }
 
 
 def write_neighbors(table: pa.Table, stats: dict[str, Any], path: str | os.PathLike) -> None:

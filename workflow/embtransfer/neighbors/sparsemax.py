@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from embtransfer.core.workspace import Workspace
+
 #: Default memory for one block of fallback rows (float64 copy + masks).
 FALLBACK_BUDGET_BYTES = 64 * 2**20
 _MAX_ITER = 64
@@ -176,114 +178,117 @@ def _threshold_iteration(z64: np.ndarray, tau0: np.ndarray) -> tuple[np.ndarray,
     return tau, count
 
 
-class Workspace:
-    """Reusable float64 buffer for fallback rows (fresh large arrays cost page faults)."""
-
-    def __init__(self, budget_bytes: int = FALLBACK_BUDGET_BYTES) -> None:
-        self.budget_bytes = int(budget_bytes)
-        self._buf = np.empty(0, np.float64)
-
-    def rows_per_block(self, n_cols: int) -> int:
-        # float64 copy plus two bool masks per row
-        return max(1, self.budget_bytes // max(1, n_cols * 10))
-
-    def float64(self, rows: int, n_cols: int) -> np.ndarray:
-        if self._buf.size < rows * n_cols:
-            self._buf = np.empty(rows * n_cols, np.float64)
-        return self._buf[: rows * n_cols].reshape(rows, n_cols)
+def _rows_per_block(budget_bytes: int, n_cols: int) -> int:
+    """Fallback rows per block: a float64 copy plus two bool masks per row in the budget."""
+    return max(1, int(budget_bytes) // max(1, n_cols * 10))
 
 
 #: Width of the first, cheaper top-k pass (most rows have small supports).
 FIRST_K = 64
 
 
-def _topk(tz: torch.Tensor, rows: np.ndarray | None, k: int) -> tuple[np.ndarray, np.ndarray]:
-    # all rows: no copy
-    block = tz if rows is None or rows.size == tz.shape[0] else tz[torch.from_numpy(rows)]
+def _topk(tz: torch.Tensor, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    # all rows (``rows`` only ever holds distinct rows in order): no copy
+    block = tz if rows.size == tz.shape[0] else tz[torch.from_numpy(rows)]
     v, i = torch.topk(block, k, dim=1, largest=True, sorted=True)
     return v.numpy(), i.numpy()
 
 
-def sparsemax_block(
-    z: np.ndarray,
-    k: int,
-    max_keep: int | None = None,
-    workspace: Workspace | None = None,
-) -> SparseRows:
-    """Sparsemax of the rows of one C-contiguous float32 block (see :func:`topk_sparsemax`).
+@dataclass
+class _BlockRows:
+    """One block's per-row results, filled pass by pass."""
 
-    Prefix passes of width ``min(FIRST_K, k)`` then ``k`` (only rows whose
-    support may not fit), then the exact full-row threshold iteration for the
-    rows that fail the threshold test at width ``k``.
-    """
-    m, n = z.shape
-    if m == 0:
-        return _empty_rows(0)
-    ws = workspace or Workspace()
-    keep_cap = n if max_keep is None else max(1, min(max_keep, n))
-    tz = torch.from_numpy(z)
-    tau = np.zeros(m, np.float64)
-    support = np.zeros(m, np.int64)
-    lengths = np.zeros(m, np.int64)
-    fallback = np.zeros(m, bool)
+    tau: np.ndarray  # float64: the row's threshold, or a lower bound while it is pending
+    support: np.ndarray  # int64: exact support size
+    lengths: np.ndarray  # int64: stored entries
     # each group: rows, column indices, values, weights of its stored entries (row-major)
-    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
-    pending: np.ndarray | None = None  # None: all rows
+    @classmethod
+    def zeros(cls, m: int) -> _BlockRows:
+        return cls(np.zeros(m, np.float64), np.zeros(m, np.int64), np.zeros(m, np.int64), [])
+
+    def store(
+        self, rows: np.ndarray, top_v: np.ndarray, top_i: np.ndarray, tau: np.ndarray, keep_cap: int
+    ) -> np.ndarray:
+        """Store the positive weights of ``rows`` (top values sorted, so the support is a
+        prefix), at most ``keep_cap`` a row; returns the support size in the prefix."""
+        w = top_v.astype(np.float64) - tau[:, None]
+        pos = w > 0
+        support = np.count_nonzero(pos, axis=1)
+        pos[:, keep_cap:] = False
+        self.lengths[rows] = np.count_nonzero(pos, axis=1)
+        self.groups.append((rows, top_i[pos], top_v[pos], w[pos]))
+        return support
+
+
+def _prefix_passes(tz: torch.Tensor, k: int, keep_cap: int, found: _BlockRows) -> np.ndarray:
+    """Passes over each row's top ``min(FIRST_K, k)`` then top ``k`` values (the second
+    only for the rows the first could not settle); returns the rows the threshold test
+    fails at width ``k``, their ``tau`` a lower bound."""
+    m, n = tz.shape
+    pending = np.arange(m)
     for width in sorted({min(FIRST_K, k, n), min(k, n)}):
-        top_v, top_i = _topk(tz, pending, width)
-        rows = np.arange(m) if pending is None else pending
+        rows = pending
+        top_v, top_i = _topk(tz, rows, width)
         t, _ = _prefix_threshold(top_v)
         # threshold test: the prefix tau is the row's tau iff z_(K) <= tau
         fail = top_v[:, -1].astype(np.float64) > t if width < n else np.zeros(rows.size, bool)
         done = ~fail
-        w = top_v[done].astype(np.float64) - t[done, None]
-        pos = w > 0  # support = positive weights; sorted rows make it a prefix
         d_rows = rows[done]
-        tau[d_rows] = t[done]
-        support[d_rows] = np.count_nonzero(pos, axis=1)
-        pos[:, keep_cap:] = False
-        lengths[d_rows] = np.count_nonzero(pos, axis=1)
-        groups.append((d_rows, top_i[done][pos], top_v[done][pos], w[pos]))
+        found.tau[d_rows] = t[done]
+        found.support[d_rows] = found.store(d_rows, top_v[done], top_i[done], t[done], keep_cap)
         pending = rows[fail]
-        tau[pending] = t[fail]  # lower bound for the full-row iteration
+        found.tau[pending] = t[fail]  # lower bound for the full-row iteration
         if pending.size == 0:
             break
+    return pending
 
-    # rows failing at width k: exact threshold on the full row, blocks within the budget
-    if pending is not None and pending.size:
-        fallback[pending] = True
-        step = ws.rows_per_block(n)
-        for s in range(0, pending.size, step):
-            rows = pending[s : s + step]
-            z64 = ws.float64(rows.size, n)
-            for j, r in enumerate(rows):  # float32 -> float64 into the reused buffer
-                z64[j] = z[r]
-            t, cnt = _threshold_iteration(z64, tau[rows])
-            tau[rows], support[rows] = t, cnt
-            top_v, top_i = _topk(tz, rows, int(min(cnt.max(), keep_cap)))
-            w = top_v.astype(np.float64) - t[:, None]
-            pos = w > 0
-            lengths[rows] = np.count_nonzero(pos, axis=1)
-            groups.append((rows, top_i[pos], top_v[pos], w[pos]))
 
+def _full_rows(
+    z: np.ndarray,
+    tz: torch.Tensor,
+    pending: np.ndarray,
+    keep_cap: int,
+    found: _BlockRows,
+    workspace: Workspace,
+    budget_bytes: int,
+) -> None:
+    """Exact thresholds of the ``pending`` rows on the full row, in blocks of float64
+    copies within ``budget_bytes``."""
+    n = z.shape[1]
+    step = _rows_per_block(budget_bytes, n)
+    for s in range(0, pending.size, step):
+        rows = pending[s : s + step]
+        z64 = workspace.matrix("fallback", torch.float64, rows.size, n).numpy()
+        for j, r in enumerate(rows):  # float32 -> float64 into the reused buffer
+            z64[j] = z[r]
+        t, cnt = _threshold_iteration(z64, found.tau[rows])
+        found.tau[rows], found.support[rows] = t, cnt
+        top_v, top_i = _topk(tz, rows, int(min(cnt.max(), keep_cap)))
+        found.store(rows, top_v, top_i, t, keep_cap)
+
+
+def _sparse_rows(found: _BlockRows, fallback: np.ndarray) -> SparseRows:
+    """The stored groups laid out row by row; truncated rows' weights renormalised."""
+    m = found.lengths.size
     indptr = np.zeros(m + 1, np.int64)
-    np.cumsum(lengths, out=indptr[1:])
+    np.cumsum(found.lengths, out=indptr[1:])
     total = int(indptr[-1])
     indices = np.empty(total, np.int64)
     values = np.empty(total, np.float32)
     weights = np.empty(total, np.float64)
-    for rows, idx, val, wt in groups:
+    for rows, idx, val, wt in found.groups:
         # a group's entries are row-major: row r's come contiguously, in order
-        lens = lengths[rows]
+        lens = found.lengths[rows]
         skip = np.concatenate([[0], np.cumsum(lens)[:-1]])
         dest = np.repeat(indptr[rows] - skip, lens) + np.arange(int(lens.sum()))
         indices[dest], values[dest], weights[dest] = idx, val, wt
 
-    truncated = support > lengths
+    truncated = found.support > found.lengths
     if truncated.any():
         # renormalise the stored part of rows whose support exceeds max_keep
-        row_of = np.repeat(np.arange(m), lengths)
+        row_of = np.repeat(np.arange(m), found.lengths)
         sums = np.bincount(row_of, weights=weights, minlength=m)
         scale = np.where(truncated, 1.0 / np.where(sums > 0, sums, 1.0), 1.0)
         weights *= scale[row_of]
@@ -292,11 +297,39 @@ def sparsemax_block(
         indices=indices,
         values=values,
         weights=weights.astype(np.float32),
-        support=support,
-        tau=tau,
+        support=found.support,
+        tau=found.tau,
         fallback=fallback,
         truncated=truncated,
     )
+
+
+def sparsemax_block(
+    z: np.ndarray,
+    k: int,
+    max_keep: int | None = None,
+    workspace: Workspace | None = None,
+    budget_bytes: int = FALLBACK_BUDGET_BYTES,
+) -> SparseRows:
+    """Sparsemax of the rows of one C-contiguous float32 block (see :func:`topk_sparsemax`).
+
+    Prefix passes of width ``min(FIRST_K, k)`` then ``k`` (only rows whose
+    support may not fit), then the exact full-row threshold iteration for the
+    rows that fail the threshold test at width ``k``, in blocks of at most
+    ``budget_bytes`` copied into ``workspace``.
+    """
+    m, n = z.shape
+    if m == 0:
+        return _empty_rows(0)
+    keep_cap = n if max_keep is None else max(1, min(max_keep, n))
+    tz = torch.from_numpy(z)
+    found = _BlockRows.zeros(m)
+    pending = _prefix_passes(tz, k, keep_cap, found)
+    fallback = np.zeros(m, bool)
+    if pending.size:
+        fallback[pending] = True
+        _full_rows(z, tz, pending, keep_cap, found, workspace or Workspace(), budget_bytes)
+    return _sparse_rows(found, fallback)
 
 
 def topk_sparsemax(
@@ -323,9 +356,9 @@ def topk_sparsemax(
     if not np.isfinite(z).all():
         raise ValueError("sparsemax input contains NaN or Inf")
     z32 = np.ascontiguousarray(z, dtype=np.float32)
-    ws = Workspace(fallback_budget_bytes)
+    workspace = Workspace()
     parts = [
-        sparsemax_block(z32[s : s + chunk_rows], k, max_keep, ws)
+        sparsemax_block(z32[s : s + chunk_rows], k, max_keep, workspace, fallback_budget_bytes)
         for s in range(0, z32.shape[0], max(1, chunk_rows))
     ]
     return SparseRows.concat(parts) if parts else _empty_rows(0)

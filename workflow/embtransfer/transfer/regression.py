@@ -64,6 +64,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,7 @@ from safetensors.numpy import load_file, save_file
 from embtransfer.core.atomic import atomic_path, check_finite, write_json
 from embtransfer.core.devices import resolve_device
 from embtransfer.core.logs import without_run_values
+from embtransfer.core.workspace import Workspace
 from embtransfer.neighbors.search import Neighbors, count_summary
 from embtransfer.transfer.catalog import defaults
 
@@ -142,39 +144,6 @@ def _stage(
     return torch.from_numpy(np.ascontiguousarray(matrix[unique])).to(device), inverse.reshape(-1)
 
 
-class _Workspace:
-    """Row buffers reused across batches.
-
-    Gathering thousands of rows and widening them to float64 in fresh tensors each
-    batch costs more in page faults than in arithmetic (measured 4x on CPU); here
-    every batch gathers into, and widens into, the same memory.
-    """
-
-    def __init__(self, device: torch.device, entries: int) -> None:
-        self.device = device
-        self.entries = entries
-        self.buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
-
-    def _buffer(self, name: str, dtype: torch.dtype, width: int) -> torch.Tensor:
-        buf = self.buffers.get((name, dtype))
-        if buf is None or buf.shape[1] != width:
-            buf = torch.empty((self.entries, width), dtype=dtype, device=self.device)
-            self.buffers[(name, dtype)] = buf
-        return buf
-
-    def gather(
-        self, name: str, matrix: torch.Tensor, ids: np.ndarray, dtype: torch.dtype
-    ) -> torch.Tensor:
-        """``matrix[ids]`` as ``dtype``, (len(ids), width), in a reused buffer."""
-        n, width = ids.size, matrix.shape[1]
-        index = torch.from_numpy(ids).to(self.device)
-        raw = self._buffer(name, matrix.dtype, width)[:n]
-        torch.index_select(matrix, 0, index, out=raw)
-        if matrix.dtype == dtype:
-            return raw
-        return self._buffer(name, dtype, width)[:n].copy_(raw)
-
-
 def _cap_neighbors(
     neighbors: Neighbors, max_neighbors: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -198,7 +167,10 @@ def _cap_neighbors(
 
 
 def _check_options(
-    min_neighbors: int, max_neighbors: int | None, ridge: float, batch_tokens: int,
+    min_neighbors: int,
+    max_neighbors: int | None,
+    ridge: float,
+    batch_tokens: int,
     dtype: torch.dtype | str,
 ) -> torch.dtype:
     if min_neighbors < 1:
@@ -215,8 +187,9 @@ def _check_options(
     return dtype
 
 
-def _batches(order: np.ndarray, k: np.ndarray, batch_tokens: int, batch_bytes: int,
-             bytes_per_entry: int) -> list[np.ndarray]:
+def _batches(
+    order: np.ndarray, k: np.ndarray, batch_tokens: int, batch_bytes: int, bytes_per_entry: int
+) -> list[np.ndarray]:
     """``order`` (sorted by k) cut into batches of at most ``batch_tokens`` tokens whose
     padded (tokens x k_max) entries take at most ``batch_bytes``."""
     batches: list[np.ndarray] = []
@@ -235,6 +208,157 @@ def _padded(kb: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     slot = np.arange(int(kb.max()))
     mask = slot[None, :] < kb[:, None]
     return np.where(mask, starts[:, None] + slot[None, :], starts[:, None]), mask
+
+
+def _default_batch_bytes(device: torch.device, batch_bytes: int | None) -> int:
+    if batch_bytes is not None:
+        return batch_bytes
+    return DEFAULT_BATCH_BYTES.get(device.type, DEFAULT_BATCH_BYTES["cuda"])
+
+
+def _by_k(rows: np.ndarray, k: np.ndarray, target_ids: np.ndarray) -> np.ndarray:
+    """``rows`` sorted by (k, target id): batches of similar k, independent of the table's
+    order."""
+    return rows[np.lexsort((target_ids[rows], k[rows]))]
+
+
+def _largest_batch(batches: list[np.ndarray], k: np.ndarray) -> int:
+    """Padded entries of the largest batch: the workspace's rows, allocated once."""
+    return max((b.size * int(k[b].max()) for b in batches), default=0)
+
+
+@dataclass
+class _Table:
+    """The neighbour table, checked and capped, by table row."""
+
+    target_ids: np.ndarray  # int64
+    offsets: np.ndarray  # int64, into the flat neighbour arrays
+    neighbor_target_ids: np.ndarray  # int64
+    neighbor_source_ids: np.ndarray  # int64
+    capped: np.ndarray  # bool: more than max_neighbors neighbours
+    status: np.ndarray  # index into STATUSES
+
+    @property
+    def k(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def _checked_table(
+    neighbors: Neighbors, n_plm_rows: int, min_neighbors: int, max_neighbors: int | None
+) -> _Table:
+    target_ids = np.asarray(neighbors.target_ids, np.int64)
+    if np.unique(target_ids).size != target_ids.size:
+        raise ValueError("the neighbour table lists a target token twice")
+    offsets, nbr_t, nbr_s, capped = _cap_neighbors(neighbors, max_neighbors)
+    _check_ids(target_ids, n_plm_rows, "target PLM input embeddings")
+    _check_ids(nbr_t, n_plm_rows, "target PLM input embeddings (neighbours)")
+    if nbr_s.size and nbr_s.min() < 0:
+        raise ValueError("the neighbour table holds negative source ids")
+    k = np.diff(offsets)
+    missing = np.asarray(neighbors.missing, bool)
+    status = np.where(
+        missing, MISSING_VECTOR, np.where(k < min_neighbors, TOO_FEW_NEIGHBORS, PROJECTED)
+    )
+    return _Table(target_ids, offsets, nbr_t, nbr_s, capped, status)
+
+
+@dataclass
+class _Layout:
+    """The result's layout: tokens in target-id order (so the table's row order cannot
+    matter), each projected token's neighbours in the table's order."""
+
+    order: np.ndarray  # output row -> table row
+    position: np.ndarray  # table row -> output row
+    k_used: np.ndarray  # int32 by output row; 0 when not projected
+    offsets: np.ndarray  # int64 into the output's entries
+    entries: np.ndarray  # output entry -> table entry
+
+    @classmethod
+    def of(cls, table: _Table) -> _Layout:
+        k_used_by_row = np.where(table.status == PROJECTED, table.k, 0)
+        order = np.argsort(table.target_ids, kind="stable")
+        position = np.empty(order.size, np.int64)
+        position[order] = np.arange(order.size)
+        k_used = k_used_by_row[order].astype(np.int32)
+        offsets = np.concatenate([[0], np.cumsum(k_used, dtype=np.int64)])
+        shift = np.repeat(table.offsets[:-1][order] - offsets[:-1], k_used)
+        return cls(order, position, k_used, offsets, np.arange(offsets[-1]) + shift)
+
+
+def _check_rcond(rcond: float, dtype: torch.dtype, k_max: int) -> None:
+    floor = min_rcond(dtype, k_max)
+    if rcond < floor:
+        raise ValueError(
+            f"rcond={rcond:g} is below what the Gram-matrix solve resolves in {dtype} "
+            f"with k up to {k_max} ({floor:.2g}); "
+            "see embtransfer.transfer.regression"
+        )
+
+
+def _solve_batch(
+    a: torch.Tensor, e: torch.Tensor, ridge: float, rcond: float
+) -> tuple[torch.Tensor, np.ndarray | None]:
+    """``c = e A^T G^+`` of a batch: ``a`` (B, k, h) zero-padded neighbour rows, ``e``
+    (B, h) the tokens' own rows. Returns (c (B, k), eigenvalues kept per token, None with
+    a ridge)."""
+    gram = a @ a.mT  # (B, k, k)
+    rhs = (a @ e.unsqueeze(-1)).squeeze(-1)  # e_t A^T, (B, k)
+    eigval, eigvec = torch.linalg.eigh(gram)
+    kept = None
+    if ridge > 0:
+        inv = 1.0 / (eigval.clamp_min(0) + ridge)
+    else:
+        # numpy's rule on singular values, squared: keep sigma > rcond * sigma_max
+        cutoff = (rcond**2) * eigval[:, -1:].clamp_min(0)
+        keep = eigval > cutoff
+        inv = torch.where(keep, eigval, torch.ones_like(eigval)).reciprocal() * keep
+        kept = keep.sum(-1).cpu().numpy()
+    coef = ((rhs.unsqueeze(1) @ eigvec) * inv.unsqueeze(1)) @ eigvec.mT  # (B, 1, k)
+    return coef.squeeze(1), kept
+
+
+def _stage_rows(
+    plm: np.ndarray, table: _Table, device: torch.device
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """(the PLM rows on ``device``, their index of each neighbour, of each token itself)."""
+    nbr_t = table.neighbor_target_ids
+    plm_t, index = _stage(plm, np.concatenate([nbr_t, table.target_ids]), device)
+    return plm_t, index[: nbr_t.size], index[nbr_t.size :]
+
+
+def _solve(
+    staged: tuple[torch.Tensor, np.ndarray, np.ndarray],
+    table: _Table,
+    layout: _Layout,
+    batches: list[np.ndarray],
+    dtype: torch.dtype,
+    ridge: float,
+    rcond: float,
+    device: torch.device,
+) -> tuple[np.ndarray, int, int]:
+    """(coefficients in the layout's entries, rank-deficient tokens, padded entries)."""
+    plm_t, nbr_t_idx, self_idx = staged
+    k, h_t = table.k, plm_t.shape[1]
+    coefficients = np.zeros(
+        layout.entries.size, np.float64 if dtype == torch.float64 else np.float32
+    )
+    work = Workspace(device, _largest_batch(batches, k))
+    n_rank_deficient = padded_entries = 0
+    for batch in batches:
+        kb = k[batch]
+        flat, mask_np = _padded(kb, table.offsets[batch])
+        padded_entries += mask_np.size
+        maskf = torch.from_numpy(mask_np).to(device).to(dtype)
+        a = work.gather("a", plm_t, nbr_t_idx[flat].reshape(-1), dtype)
+        a = a.view(batch.size, flat.shape[1], h_t).mul_(maskf.unsqueeze(-1))  # padding is 0
+        e = plm_t.index_select(0, torch.from_numpy(self_idx[batch]).to(device)).to(dtype)
+        coef, kept = _solve_batch(a, e, ridge, rcond)
+        if kept is not None:
+            n_rank_deficient += int((kept < kb).sum())
+        # row-major over (token, slot): each token's k entries in the table's order
+        starts = layout.offsets[layout.position[batch]]
+        coefficients[_padded(kb, starts)[0][mask_np]] = coef.cpu().numpy()[mask_np]
+    return coefficients, n_rank_deficient, padded_entries
 
 
 def salt_coefficients(
@@ -266,120 +390,76 @@ def salt_coefficients(
     t_start = time.perf_counter()
     dtype = _check_options(min_neighbors, max_neighbors, ridge, batch_tokens, dtype)
     dev = torch.device(resolve_device(device))
-    if batch_bytes is None:
-        batch_bytes = DEFAULT_BATCH_BYTES.get(dev.type, DEFAULT_BATCH_BYTES["cuda"])
+    batch_bytes = _default_batch_bytes(dev, batch_bytes)
     plm = _as_float(plm_input, "target PLM input embeddings")
-
-    target_ids = np.asarray(neighbors.target_ids, np.int64)
-    if np.unique(target_ids).size != target_ids.size:
-        raise ValueError("the neighbour table lists a target token twice")
-    offsets, nbr_t, nbr_s, capped = _cap_neighbors(neighbors, max_neighbors)
-    _check_ids(target_ids, plm.shape[0], "target PLM input embeddings")
-    _check_ids(nbr_t, plm.shape[0], "target PLM input embeddings (neighbours)")
-    if nbr_s.size and nbr_s.min() < 0:
-        raise ValueError("the neighbour table holds negative source ids")
-
-    k = np.diff(offsets)
-    missing = np.asarray(neighbors.missing, bool)
-    status_raw = np.where(missing, MISSING_VECTOR,
-                          np.where(k < min_neighbors, TOO_FEW_NEIGHBORS, PROJECTED))
-    k_used_raw = np.where(status_raw == PROJECTED, k, 0)
-    # output in target-id order, so the table's row order cannot matter
-    out_order = np.argsort(target_ids, kind="stable")
-    n = target_ids.size
-    position = np.empty(n, np.int64)  # table row -> output row
-    position[out_order] = np.arange(n)
-    k_used = k_used_raw[out_order].astype(np.int32)
-    out_offsets = np.concatenate([[0], np.cumsum(k_used, dtype=np.int64)])
-    # the output's entries: each projected token's neighbours, in the table's order
-    entries = np.arange(out_offsets[-1]) + np.repeat(offsets[:-1][out_order] - out_offsets[:-1],
-                                                     k_used)
-    coefficients = np.zeros(entries.size, np.float64 if dtype == torch.float64 else np.float32)
-
-    # projected table rows by (k, target id): batches of similar k, independent of order
-    todo = np.flatnonzero(status_raw == PROJECTED)
-    todo = todo[np.lexsort((target_ids[todo], k[todo]))]
-
-    h_t = plm.shape[1]
+    table = _checked_table(neighbors, plm.shape[0], min_neighbors, max_neighbors)
+    layout = _Layout.of(table)
+    k = table.k
+    todo = _by_k(np.flatnonzero(table.status == PROJECTED), k, table.target_ids)
     if ridge == 0 and todo.size:
-        floor = min_rcond(dtype, int(k[todo].max()))
-        if rcond < floor:
-            raise ValueError(
-                f"rcond={rcond:g} is below what the Gram-matrix solve resolves in {dtype} "
-                f"with k up to {int(k[todo].max())} ({floor:.2g}); "
-                "see embtransfer.transfer.regression"
-            )
-    plm_t, nbr_t_idx = _stage(plm, np.concatenate([nbr_t, target_ids]), dev)
-    nbr_t_idx, self_idx = nbr_t_idx[: nbr_t.size], nbr_t_idx[nbr_t.size :]
+        _check_rcond(rcond, dtype, int(k[todo].max()))
+    staged = _stage_rows(plm, table, dev)
     t_prepared = time.perf_counter()
 
     # batch boundaries first, so the work buffer can be allocated once
-    batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * h_t)  # float64 PLM rows
-    work = _Workspace(dev, max((b.size * int(k[b].max()) for b in batches), default=0))
-
-    n_rank_deficient = padded_entries = 0
-    for batch in batches:
-        kb = k[batch]
-        k_max = int(kb.max())
-        flat, mask_np = _padded(kb, offsets[batch])
-        padded_entries += mask_np.size
-        maskf = torch.from_numpy(mask_np).to(dev).to(dtype)
-
-        a = work.gather("a", plm_t, nbr_t_idx[flat].reshape(-1), dtype)
-        a = a.view(batch.size, k_max, h_t).mul_(maskf.unsqueeze(-1))  # padded rows are zero
-        e = plm_t.index_select(0, torch.from_numpy(self_idx[batch]).to(dev)).to(dtype)
-        gram = a @ a.mT  # (B, k, k)
-        rhs = (a @ e.unsqueeze(-1)).squeeze(-1)  # e_t A^T, (B, k)
-        eigval, eigvec = torch.linalg.eigh(gram)
-        if ridge > 0:
-            inv = 1.0 / (eigval.clamp_min(0) + ridge)
-        else:
-            # numpy's rule on singular values, squared: keep sigma > rcond * sigma_max
-            cutoff = (rcond**2) * eigval[:, -1:].clamp_min(0)
-            keep = eigval > cutoff
-            inv = torch.where(keep, eigval, torch.ones_like(eigval)).reciprocal() * keep
-            n_rank_deficient += int((keep.sum(-1).cpu().numpy() < kb).sum())
-        coef = ((rhs.unsqueeze(1) @ eigvec) * inv.unsqueeze(1)) @ eigvec.mT  # (B, 1, k)
-        # row-major over (token, slot): each token's k entries in the table's order
-        values = coef.squeeze(1).cpu().numpy()[mask_np]
-        starts = out_offsets[position[batch]]
-        coefficients[_padded(kb, starts)[0][mask_np]] = values
+    batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * plm.shape[1])  # float64 rows
+    coefficients, n_rank_deficient, padded_entries = _solve(
+        staged, table, layout, batches, dtype, ridge, rcond, dev
+    )
     t_solved = time.perf_counter()
-
     if not np.isfinite(coefficients).all():
         raise FloatingPointError("SALT's solve produced non-finite coefficients")
-    counts = {s: int((status_raw == i).sum()) for i, s in enumerate(STATUSES)}
-    stats = {
-        "n_tokens": int(n),
-        "counts": counts,
-        "n_capped": int(capped.sum()),
-        "n_rank_deficient": int(n_rank_deficient),
-        "k_used": count_summary(k[todo]),
+
+    options = {
+        "min_neighbors": min_neighbors,
+        "max_neighbors": max_neighbors,
+        "ridge": float(ridge),
+        "rcond": float(rcond),
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch_tokens": batch_tokens,
+        "batch_bytes": batch_bytes,
+    }
+    solved = {
+        "n_rank_deficient": n_rank_deficient,
         "batches": len(batches),
-        "padding_fraction": float(1 - k[todo].sum() / padded_entries) if padded_entries else 0.0,
-        "options": {
-            "min_neighbors": min_neighbors,
-            "max_neighbors": max_neighbors,
-            "ridge": float(ridge),
-            "rcond": float(rcond),
-            "dtype": str(dtype).removeprefix("torch."),
-            "batch_tokens": batch_tokens,
-            "batch_bytes": batch_bytes,
-        },
-        "device": str(dev),
-        "seconds": {
-            "prepare": round(t_prepared - t_start, 4),
-            "solve": round(t_solved - t_prepared, 4),
-            "total": round(time.perf_counter() - t_start, 4),
-        },
+        "padded_entries": padded_entries,
+    }
+    seconds = {
+        "prepare": round(t_prepared - t_start, 4),
+        "solve": round(t_solved - t_prepared, 4),
+        "total": round(time.perf_counter() - t_start, 4),
     }
     return {
-        "target_ids": target_ids[out_order],
-        "k_used": k_used,
-        "status": np.asarray(STATUSES, dtype=object)[status_raw[out_order]],
-        "source_ids": nbr_s[entries],
+        "target_ids": table.target_ids[layout.order],
+        "k_used": layout.k_used,
+        "status": np.asarray(STATUSES, dtype=object)[table.status[layout.order]],
+        "source_ids": table.neighbor_source_ids[layout.entries],
         "coefficients": coefficients,
-        "stats": stats,
+        "stats": _salt_stats(table, k[todo], solved, options, dev, seconds),
+    }
+
+
+def _salt_stats(
+    table: _Table,
+    k_projected: np.ndarray,
+    solved: dict[str, int],
+    options: dict[str, Any],
+    device: torch.device,
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """The solve's statistics (the coefficients' JSON, less the run values)."""
+    padded = solved["padded_entries"]
+    return {
+        "n_tokens": int(table.target_ids.size),
+        "counts": {s: int((table.status == i).sum()) for i, s in enumerate(STATUSES)},
+        "n_capped": int(table.capped.sum()),
+        "n_rank_deficient": int(solved["n_rank_deficient"]),
+        "k_used": count_summary(k_projected),
+        "batches": solved["batches"],
+        "padding_fraction": float(1 - k_projected.sum() / padded) if padded else 0.0,
+        "options": options,
+        "device": str(device),
+        "seconds": seconds,
     }
 
 
@@ -416,17 +496,15 @@ def apply_coefficients(
     _check_ids(source_ids, source.shape[0], "source embeddings (neighbours)")
     dtype = torch.from_numpy(coef_flat[:0]).dtype
     dev = torch.device(resolve_device(device))
-    if batch_bytes is None:
-        batch_bytes = DEFAULT_BATCH_BYTES.get(dev.type, DEFAULT_BATCH_BYTES["cuda"])
+    batch_bytes = _default_batch_bytes(dev, batch_bytes)
     offsets = np.concatenate([[0], np.cumsum(k)])
     h_s = source.shape[1]
     rows = np.zeros((target_ids.size, h_s), np.float32)
-    todo = np.flatnonzero(k > 0)
-    todo = todo[np.lexsort((target_ids[todo], k[todo]))]
+    todo = _by_k(np.flatnonzero(k > 0), k, target_ids)
     staged, source_idx = _stage(source, source_ids, dev)
     coef_t = torch.from_numpy(np.ascontiguousarray(coef_flat)).to(dev)
     batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * h_s)  # float64 source rows
-    work = _Workspace(dev, max((b.size * int(k[b].max()) for b in batches), default=0))
+    work = Workspace(dev, _largest_batch(batches, k))
     for batch in batches:
         kb = k[batch]
         flat, mask_np = _padded(kb, offsets[batch])
@@ -513,8 +591,9 @@ def write_coefficients(
     with atomic_path(tensors_path) as tmp:
         save_file(arrays, str(tmp))
     # Timings go to the job's log, not into the artifact (byte-identical reruns).
-    write_json(meta_path, {"status_codes": list(STATUSES),
-                           "stats": without_run_values(result["stats"])})
+    write_json(
+        meta_path, {"status_codes": list(STATUSES), "stats": without_run_values(result["stats"])}
+    )
 
 
 def read_coefficients(path: str | Any, n_source_rows: int | None = None) -> dict[str, np.ndarray]:
@@ -529,11 +608,15 @@ def read_coefficients(path: str | Any, n_source_rows: int | None = None) -> dict
     source_ids = coefficients["source_ids"]
     k = coefficients["k_used"].astype(np.int64)
     if k.sum() != source_ids.size or source_ids.size != coefficients["coefficients"].size:
-        raise ValueError(f"{path}: the SALT coefficients are inconsistent (k_used sums to "
-                         f"{int(k.sum())}, {source_ids.size} source ids, "
-                         f"{coefficients['coefficients'].size} coefficients); rebuild it")
-    if n_source_rows is not None and source_ids.size and (
-        source_ids.min() < 0 or source_ids.max() >= n_source_rows
+        raise ValueError(
+            f"{path}: the SALT coefficients are inconsistent (k_used sums to "
+            f"{int(k.sum())}, {source_ids.size} source ids, "
+            f"{coefficients['coefficients'].size} coefficients); rebuild it"
+        )
+    if (
+        n_source_rows is not None
+        and source_ids.size
+        and (source_ids.min() < 0 or source_ids.max() >= n_source_rows)
     ):
         raise ValueError(
             f"{path}: SALT coefficients refer to source ids up to {int(source_ids.max())}, "
