@@ -44,6 +44,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from embtransfer.core.atomic import atomic_path
+from embtransfer.core.workspace import Workspace
 from embtransfer.fasttext.vectors import MIN_NORM, token_vectors
 
 
@@ -114,8 +115,9 @@ def topk_cosine(
     ``k' = min(k, len(keys))``. The similarity matrix is computed in blocks of
     ``chunk_rows x chunk_cols`` (float32), keeping a running top-k, so a
     50k x 256k matrix never exists. Rows of zero norm have similarity 0 to all.
-    Every block is written into one buffer: with a fresh 256 MB block per product the
-    kernel mapped and zeroed pages all the time (WECHSEL at real shapes: 109 s -> 73 s,
+    Every block is written into one reused buffer (a
+    :class:`~embtransfer.core.workspace.Workspace`): with a fresh 256 MB block per product
+    the kernel mapped and zeroed pages all the time (WECHSEL at real shapes: 109 s -> 73 s,
     benchmarks/README.md).
     """
     if k < 1 or chunk_rows < 1 or chunk_cols < 1:
@@ -128,42 +130,51 @@ def topk_cosine(
         return out_i, out_s
     q_all = torch.from_numpy(np.ascontiguousarray(_unit_rows(queries).astype(np.float32)))
     k_all = torch.from_numpy(np.ascontiguousarray(_unit_rows(keys).astype(np.float32)))
-    buffer = torch.empty(min(chunk_rows, n) * min(chunk_cols, m))
+    work = Workspace()
     with torch.inference_mode():
         for r0 in range(0, n, chunk_rows):
             q = q_all[r0 : r0 + chunk_rows]
-            best_s: torch.Tensor | None = None
-            best_i: torch.Tensor | None = None
-            for c0 in range(0, m, chunk_cols):
-                block = k_all[c0 : c0 + chunk_cols]
-                sims = buffer[: len(q) * len(block)].view(len(q), len(block))
-                torch.matmul(q, block.T, out=sims)
-                if best_s is None or best_i is None or best_s.shape[1] < kk:
-                    rows = None  # every row: the running lists are not full yet
-                else:
-                    # Only rows with a similarity above their k-th best so far can change:
-                    # a row maximum is a tenth of a top-k's cost, and after the first
-                    # blocks about half the rows have none (benchmarks/README.md, bench-real).
-                    rows = torch.nonzero(sims.amax(dim=1) > best_s[:, -1]).squeeze(1)
-                    if rows.numel() == 0:
-                        continue
-                    sims = sims[rows]
-                s, i = torch.topk(sims, min(kk, sims.shape[1]), dim=1)
-                i = i + c0
-                if best_s is not None and best_i is not None:
-                    old_s = best_s if rows is None else best_s[rows]
-                    old_i = best_i if rows is None else best_i[rows]
-                    both = torch.cat([old_s, s], 1)
-                    s, j = torch.topk(both, min(kk, both.shape[1]), dim=1)
-                    i = torch.gather(torch.cat([old_i, i], 1), 1, j)
-                if rows is None:
-                    best_s, best_i = s, i
-                else:
-                    best_s[rows], best_i[rows] = s, i
-            assert best_s is not None and best_i is not None
+            best_s, best_i = _running_topk(q, k_all, kk, chunk_cols, work)
             out_s[r0 : r0 + len(q)] = best_s.numpy()
             out_i[r0 : r0 + len(q)] = best_i.numpy()
     return out_i, out_s
+
+
+def _running_topk(
+    q: torch.Tensor, keys: torch.Tensor, kk: int, chunk_cols: int, work: Workspace
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(similarities, indices) of the ``kk`` best keys of each row of ``q``, over blocks of
+    ``chunk_cols`` keys."""
+    best_s: torch.Tensor | None = None
+    best_i: torch.Tensor | None = None
+    for c0 in range(0, len(keys), chunk_cols):
+        block = keys[c0 : c0 + chunk_cols]
+        sims = work.matrix("sims", torch.float32, len(q), len(block))
+        torch.matmul(q, block.T, out=sims)
+        if best_s is None or best_i is None or best_s.shape[1] < kk:
+            rows = None  # every row: the running lists are not full yet
+        else:
+            # Only rows with a similarity above their k-th best so far can change:
+            # a row maximum is a tenth of a top-k's cost, and after the first
+            # blocks about half the rows have none (benchmarks/README.md, bench-real).
+            rows = torch.nonzero(sims.amax(dim=1) > best_s[:, -1]).squeeze(1)
+            if rows.numel() == 0:
+                continue
+            sims = sims[rows]
+        s, i = torch.topk(sims, min(kk, sims.shape[1]), dim=1)
+        i = i + c0
+        if best_s is not None and best_i is not None:
+            old_s = best_s if rows is None else best_s[rows]
+            old_i = best_i if rows is None else best_i[rows]
+            both = torch.cat([old_s, s], 1)
+            s, j = torch.topk(both, min(kk, both.shape[1]), dim=1)
+            i = torch.gather(torch.cat([old_i, i], 1), 1, j)
+        if rows is None:
+            best_s, best_i = s, i
+        else:
+            best_s[rows], best_i[rows] = s, i
+    assert best_s is not None and best_i is not None
+    return best_s, best_i
 
 
 def softmax(x: np.ndarray, temperature: float, axis: int = -1) -> np.ndarray:
@@ -206,8 +217,9 @@ def softmax_neighbors(
     found = aligned._searched.get(limit)
     if found is None or found.k < kk:
         n = len(aligned.target)
-        found = _TopK(kk, np.zeros((n, kk), np.int64), np.zeros((n, kk), np.float32),
-                      np.zeros(n, bool))
+        found = _TopK(
+            kk, np.zeros((n, kk), np.int64), np.zeros((n, kk), np.float32), np.zeros(n, bool)
+        )
         aligned._searched[limit] = found
     todo = np.unique(target_ids[~found.done[target_ids]])
     if todo.size:
@@ -282,56 +294,89 @@ def align_from_dictionary(
     if d_s != d_t:
         # WECHSEL reduces the larger model with fasttext.util.reduce_model; we refuse instead
         raise ValueError(f"fastText dimensions differ: source {d_s}, target {d_t}")
-    vocab_only = in_vocab_only
-    s_cache: dict[str, np.ndarray | None] = {}
-    t_cache: dict[str, np.ndarray | None] = {}
-    xs: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
-    gold: dict[str, set[str]] = {}  # first found source variant -> found target variants
-    n_pairs = used = 0
-    for src_word, tgt_word in pairs:
-        n_pairs += 1
-        found_s = [w for w in _variants(src_word, duplicate_variants)
-                   if _lookup(source_ft, w, vocab_only, s_cache)]
-        found_t = [w for w in _variants(tgt_word, duplicate_variants)
-                   if _lookup(target_ft, w, vocab_only, t_cache)]
-        if not found_s or not found_t:
-            continue
-        used += 1
-        for ws in found_s:
-            for wt in found_t:
-                xs.append(s_cache[ws])  # type: ignore[arg-type]
-                ys.append(t_cache[wt])  # type: ignore[arg-type]
-        gold.setdefault(found_s[0], set()).update(found_t)
-    if not xs:
-        raise ValueError(f"none of the {n_pairs} dictionary pairs has vectors in both models")
-    W = procrustes(np.stack(xs), np.stack(ys), normalize=normalize)
-
-    # train precision@1 over the dictionary's target words
-    cand_words = sorted({w for ts in gold.values() for w in ts})
-    cand_index = {w: i for i, w in enumerate(cand_words)}
-    cand = np.stack([t_cache[w] for w in cand_words])  # type: ignore[misc]
-    src_words = list(gold)
-    mapped = np.stack([s_cache[w] for w in src_words]).astype(np.float64) @ W  # type: ignore[misc]
-    nearest, _ = topk_cosine(mapped, cand, 1)
-    hits = sum(
-        int(nearest[i, 0]) in {cand_index[w] for w in gold[s]} for i, s in enumerate(src_words)
-    )
+    found = _Correspondences.of(source_ft, target_ft, pairs, in_vocab_only, duplicate_variants)
+    if not found.xs:
+        raise ValueError(f"none of the {found.n_pairs} dictionary pairs has vectors in both models")
+    W = procrustes(np.stack(found.xs), np.stack(found.ys), normalize=normalize)
+    precision, n_queries, n_candidates = _train_precision(W, found)
     stats = {
         "direction": "source_to_target",
         "dim": d_s,
         "normalize": bool(normalize),
         "in_vocab_only": bool(in_vocab_only),
         "duplicate_variants": bool(duplicate_variants),
-        "pairs": n_pairs,
-        "pairs_used": used,
-        "pairs_skipped": n_pairs - used,
-        "correspondences": len(xs),
-        "precision_at_1": hits / len(src_words),
-        "p1_queries": len(src_words),
-        "p1_candidates": len(cand_words),
+        "pairs": found.n_pairs,
+        "pairs_used": found.used,
+        "pairs_skipped": found.n_pairs - found.used,
+        "correspondences": len(found.xs),
+        "precision_at_1": precision,
+        "p1_queries": n_queries,
+        "p1_candidates": n_candidates,
     }
     return W.astype(np.float32), stats
+
+
+@dataclass
+class _Correspondences:
+    """A dictionary's word pairs found in both fastText models, as vector pairs."""
+
+    xs: list[np.ndarray] = field(default_factory=list)  # source vectors
+    ys: list[np.ndarray] = field(default_factory=list)  # target vectors, row for row
+    gold: dict[str, set[str]] = field(default_factory=dict)  # first source variant -> targets
+    source_vectors: dict[str, np.ndarray | None] = field(default_factory=dict)
+    target_vectors: dict[str, np.ndarray | None] = field(default_factory=dict)
+    n_pairs: int = 0
+    used: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        source_ft: Any,
+        target_ft: Any,
+        pairs: Iterable[tuple[str, str]],
+        vocab_only: bool,
+        duplicate_variants: bool,
+    ) -> _Correspondences:
+        found = cls()
+        s_cache, t_cache = found.source_vectors, found.target_vectors
+        for src_word, tgt_word in pairs:
+            found.n_pairs += 1
+            found_s = [
+                w
+                for w in _variants(src_word, duplicate_variants)
+                if _lookup(source_ft, w, vocab_only, s_cache)
+            ]
+            found_t = [
+                w
+                for w in _variants(tgt_word, duplicate_variants)
+                if _lookup(target_ft, w, vocab_only, t_cache)
+            ]
+            if not found_s or not found_t:
+                continue
+            found.used += 1
+            for ws in found_s:
+                for wt in found_t:
+                    found.xs.append(s_cache[ws])  # type: ignore[arg-type]
+                    found.ys.append(t_cache[wt])  # type: ignore[arg-type]
+            found.gold.setdefault(found_s[0], set()).update(found_t)
+        return found
+
+
+def _train_precision(W: np.ndarray, found: _Correspondences) -> tuple[float, int, int]:
+    """(precision@1, queries, candidates): how often a used pair's source word, mapped by
+    ``W``, has one of its translations as the cosine-nearest of the dictionary's target
+    words."""
+    cand_words = sorted({w for ts in found.gold.values() for w in ts})
+    cand_index = {w: i for i, w in enumerate(cand_words)}
+    cand = np.stack([found.target_vectors[w] for w in cand_words])  # type: ignore[misc]
+    src_words = list(found.gold)
+    src = np.stack([found.source_vectors[w] for w in src_words])  # type: ignore[misc]
+    nearest, _ = topk_cosine(src.astype(np.float64) @ W, cand, 1)
+    hits = sum(
+        int(nearest[i, 0]) in {cand_index[w] for w in found.gold[s]}
+        for i, s in enumerate(src_words)
+    )
+    return hits / len(src_words), len(src_words), len(cand_words)
 
 
 TOKEN_STRINGS = ("text", "decode")
@@ -380,8 +425,10 @@ def token_vectors_aligned(
     if W.shape != (src.shape[1], tgt.shape[1]):
         raise ValueError(f"W has shape {W.shape}, expected {(src.shape[1], tgt.shape[1])}")
     return AlignedVectors(
-        source=(src @ W).astype(np.float32), source_missing=src_missing,
-        target=tgt, target_missing=tgt_missing,
+        source=(src @ W).astype(np.float32),
+        source_missing=src_missing,
+        target=tgt,
+        target_missing=tgt_missing,
     )
 
 

@@ -335,8 +335,9 @@ def _solve(
     ridge: float,
     rcond: float,
     device: torch.device,
-) -> tuple[np.ndarray, int, int]:
-    """(coefficients in the layout's entries, rank-deficient tokens, padded entries)."""
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Coefficients in the layout's entries, and the counts of ``n_rank_deficient`` tokens,
+    ``batches`` and ``padded_entries``."""
     plm_t, nbr_t_idx, self_idx = staged
     k, h_t = table.k, plm_t.shape[1]
     coefficients = np.zeros(
@@ -358,7 +359,12 @@ def _solve(
         # row-major over (token, slot): each token's k entries in the table's order
         starts = layout.offsets[layout.position[batch]]
         coefficients[_padded(kb, starts)[0][mask_np]] = coef.cpu().numpy()[mask_np]
-    return coefficients, n_rank_deficient, padded_entries
+    counts = {
+        "n_rank_deficient": n_rank_deficient,
+        "batches": len(batches),
+        "padded_entries": padded_entries,
+    }
+    return coefficients, counts
 
 
 def salt_coefficients(
@@ -403,9 +409,7 @@ def salt_coefficients(
 
     # batch boundaries first, so the work buffer can be allocated once
     batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * plm.shape[1])  # float64 rows
-    coefficients, n_rank_deficient, padded_entries = _solve(
-        staged, table, layout, batches, dtype, ridge, rcond, dev
-    )
+    coefficients, solved = _solve(staged, table, layout, batches, dtype, ridge, rcond, dev)
     t_solved = time.perf_counter()
     if not np.isfinite(coefficients).all():
         raise FloatingPointError("SALT's solve produced non-finite coefficients")
@@ -419,23 +423,14 @@ def salt_coefficients(
         "batch_tokens": batch_tokens,
         "batch_bytes": batch_bytes,
     }
-    solved = {
-        "n_rank_deficient": n_rank_deficient,
-        "batches": len(batches),
-        "padded_entries": padded_entries,
-    }
-    seconds = {
-        "prepare": round(t_prepared - t_start, 4),
-        "solve": round(t_solved - t_prepared, 4),
-        "total": round(time.perf_counter() - t_start, 4),
-    }
+    stats = _salt_stats(table, k[todo], solved, options, dev, (t_start, t_prepared, t_solved))
     return {
         "target_ids": table.target_ids[layout.order],
         "k_used": layout.k_used,
         "status": np.asarray(STATUSES, dtype=object)[table.status[layout.order]],
         "source_ids": table.neighbor_source_ids[layout.entries],
         "coefficients": coefficients,
-        "stats": _salt_stats(table, k[todo], solved, options, dev, seconds),
+        "stats": stats,
     }
 
 
@@ -445,9 +440,11 @@ def _salt_stats(
     solved: dict[str, int],
     options: dict[str, Any],
     device: torch.device,
-    seconds: dict[str, float],
+    times: tuple[float, float, float],
 ) -> dict[str, Any]:
-    """The solve's statistics (the coefficients' JSON, less the run values)."""
+    """The solve's statistics (the coefficients' JSON, less the run values); ``times``:
+    when the call started, was prepared and had solved (perf_counter)."""
+    t_start, t_prepared, t_solved = times
     padded = solved["padded_entries"]
     return {
         "n_tokens": int(table.target_ids.size),
@@ -459,7 +456,11 @@ def _salt_stats(
         "padding_fraction": float(1 - k_projected.sum() / padded) if padded else 0.0,
         "options": options,
         "device": str(device),
-        "seconds": seconds,
+        "seconds": {
+            "prepare": round(t_prepared - t_start, 4),
+            "solve": round(t_solved - t_prepared, 4),
+            "total": round(time.perf_counter() - t_start, 4),
+        },
     }
 
 

@@ -155,7 +155,8 @@ def detect_scheme(tokenizer: Any) -> tuple[str, dict[str, Any]]:
     if mtype == "WordPiece":
         info["prefix"] = model.get("continuing_subword_prefix") or "##"
         marked = sum(
-            1 for t in model.get("vocab", {})
+            1
+            for t in model.get("vocab", {})
             if FARASA_PREFIX.fullmatch(t) or FARASA_SUFFIX.fullmatch(t)
         )
         info["farasa"] = marked >= FARASA_MIN_TOKENS
@@ -189,9 +190,7 @@ def is_control_added_token(content: str, special: bool) -> bool:
 
 def _special_ids(tokenizer: Any, added: dict[int, Any], role_ids: dict[int, str]) -> set[int]:
     ids = {int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
-    ids |= {
-        int(i) for i, tok in added.items() if is_control_added_token(tok.content, tok.special)
-    }
+    ids |= {int(i) for i, tok in added.items() if is_control_added_token(tok.content, tok.special)}
     ids |= set(role_ids)
     return ids
 
@@ -256,6 +255,39 @@ def vocab_table(tokenizer: Any) -> pd.DataFrame:
     :func:`write_vocab`.
     """
     scheme, info = detect_scheme(tokenizer)
+    model_vocab, full_vocab, added, id_to_tok = _vocabularies(tokenizer)
+    n = max(len(tokenizer), max(id_to_tok, default=-1) + 1)
+    role_ids = _roles_by_id(tokenizer, full_vocab)
+    special = _special_ids(tokenizer, added, role_ids)
+    rows = []
+    for i in range(n):
+        tok = id_to_tok.get(i)
+        from_model = tok is not None and model_vocab.get(tok) == i
+        rows.append(_token_row(tok, i in special, from_model, scheme, info))
+    tokens, raws, starts, kinds, canon = ([row[c] for row in rows] for c in range(5))
+    # a hole in the id range has no role either
+    roles = [role_ids.get(i) if i in id_to_tok else None for i in range(n)]
+    table = pd.DataFrame(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "token": pd.Series(tokens, dtype=object),
+            "bytes": pd.Series(raws, dtype=object),
+            "canonical": pd.Series(canon, dtype=object),
+            "start": np.array(starts, dtype=bool),
+            "kind": pd.Series(kinds, dtype=object),
+            "role": pd.Series(roles, dtype=object),
+        }
+    )
+    table.attrs.update(
+        scheme=scheme, vocab_size=n, tokenizer=str(getattr(tokenizer, "name_or_path", "") or "")
+    )
+    return table
+
+
+def _vocabularies(
+    tokenizer: Any,
+) -> tuple[dict[str, int], dict[str, int], dict[int, Any], dict[int, str]]:
+    """(model vocabulary, full vocabulary, added tokens by id, token string by id)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         model_vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
@@ -269,61 +301,26 @@ def vocab_table(tokenizer: Any) -> pd.DataFrame:
     # also cover ids only the transformers side knows (should not happen with v5)
     for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items():
         id_to_tok.setdefault(int(i), str(tok))
-    n = max(len(tokenizer), max(id_to_tok, default=-1) + 1)
+    return model_vocab, full_vocab, added, id_to_tok
 
-    role_ids = _roles_by_id(tokenizer, full_vocab)
-    special = _special_ids(tokenizer, added, role_ids)
 
-    tokens: list[str] = []
-    raws: list[bytes] = []
-    starts = np.zeros(n, dtype=bool)
-    kinds: list[str] = []
-    roles: list[str | None] = []
-    canon: list[str] = []
-    for i in range(n):
-        tok = id_to_tok.get(i)
-        role = role_ids.get(i)
-        if tok is None:  # a hole in the id range: no bytes, never matched
-            tokens.append("")
-            raws.append(b"")
-            kinds.append("normal")
-            roles.append(None)
-            canon.append("")
-            continue
-        tokens.append(tok)
-        roles.append(role)
-        if i in special:
-            raws.append(b"")
-            kinds.append("special")
-            canon.append(tok)
-            continue
-        # a non-special added token that duplicates a model entry keeps the
-        # model's conventions (e.g. Gemma's "▁▁" whitespace runs)
-        if model_vocab.get(tok) == i:
-            raw, start, is_byte = _decode(tok, scheme, info)
-        else:
-            raw, start = _added_text(tok)
-            is_byte = False
-        raws.append(raw)
-        starts[i] = start
-        kinds.append("byte" if is_byte else "normal")
-        canon.append(canonical_form(raw, start))
-
-    table = pd.DataFrame(
-        {
-            "id": np.arange(n, dtype=np.int64),
-            "token": pd.Series(tokens, dtype=object),
-            "bytes": pd.Series(raws, dtype=object),
-            "canonical": pd.Series(canon, dtype=object),
-            "start": starts,
-            "kind": pd.Series(kinds, dtype=object),
-            "role": pd.Series(roles, dtype=object),
-        }
-    )
-    table.attrs.update(
-        scheme=scheme, vocab_size=n, tokenizer=str(getattr(tokenizer, "name_or_path", "") or "")
-    )
-    return table
+def _token_row(
+    tok: str | None, special: bool, from_model: bool, scheme: str, info: dict[str, Any]
+) -> tuple[str, bytes, bool, str, str]:
+    """(token, bytes, start, kind, canonical) of one id; ``from_model``: ``tok`` is the
+    model vocabulary's entry for the id."""
+    if tok is None:  # a hole in the id range: no bytes, never matched
+        return "", b"", False, "normal", ""
+    if special:
+        return tok, b"", False, "special", tok
+    # a non-special added token that duplicates a model entry keeps the
+    # model's conventions (e.g. Gemma's "▁▁" whitespace runs)
+    if from_model:
+        raw, start, is_byte = _decode(tok, scheme, info)
+    else:
+        raw, start = _added_text(tok)
+        is_byte = False
+    return tok, raw, start, "byte" if is_byte else "normal", canonical_form(raw, start)
 
 
 def write_vocab(

@@ -98,14 +98,41 @@ def compute_overlap(
     """
     if match not in MATCH_MODES:
         raise ValueError(f"match must be one of {MATCH_MODES}, got {match!r}")
-    sname = source_name or _name(source, "source")
-    tname = target_name or _name(target, "target")
+    tgt = _matchable(target)
+    chosen, same_start = _match_text(_matchable(source), tgt, match)
+    hit = chosen >= 0
+    if not hit.any():
+        sname = source_name or _name(source, "source")
+        tname = target_name or _name(target, "target")
+        raise ValueError(
+            f"no non-special token of the target vocabulary {tname!r} ({len(target)} tokens) "
+            f"is shared with the source vocabulary {sname!r} ({len(source)} tokens) under "
+            f"match={match!r}; check that the right tokenizers were given (and their vocab "
+            "tables were built from them) and the match mode"
+        )
+    normal = pd.DataFrame(
+        {
+            "target_id": tgt["id"].to_numpy(dtype=np.int64)[hit],
+            "source_id": chosen[hit],
+            "how": np.where(same_start[hit], "exact", "fuzzy").astype(object),
+        }
+    )
+    special = pd.DataFrame(_special_pairs(source, target), columns=["target_id", "source_id"])
+    special["how"] = "special"
+    out = pd.concat([special, normal], ignore_index=True)
+    out = out.astype({"target_id": np.int64, "source_id": np.int64, "how": object})
+    return out.sort_values("target_id", kind="stable").reset_index(drop=True)
 
-    src = source[source["kind"].isin(_MATCHABLE)]
-    src = src[src["bytes"].map(len) > 0]
-    tgt = target[target["kind"].isin(_MATCHABLE)]
-    tgt = tgt[tgt["bytes"].map(len) > 0]
 
+def _matchable(vocab: pd.DataFrame) -> pd.DataFrame:
+    """The tokens that match as text: kind ``normal`` or ``byte``, with bytes."""
+    rows = vocab[vocab["kind"].isin(_MATCHABLE)]
+    return rows[rows["bytes"].map(len) > 0]
+
+
+def _match_text(src: pd.DataFrame, tgt: pd.DataFrame, match: str) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``tgt``: the source id it takes (-1: none), and whether that source
+    token has the same start flag (the tie-break of :func:`compute_overlap`)."""
     # bytes -> integer codes shared by both sides; then one int64 key per
     # (bytes, start, is_byte) so all lookups are vectorised reindexing.
     codes, _ = pd.factorize(pd.concat([src["bytes"], tgt["bytes"]], ignore_index=True))
@@ -131,27 +158,7 @@ def compute_overlap(
         take = (chosen < 0) & ~np.isnan(found)
         chosen[take] = found[take].astype(np.int64)
         same_start[take] = keep_start
-
-    hit = chosen >= 0
-    if not hit.any():
-        raise ValueError(
-            f"no non-special token of the target vocabulary {tname!r} ({len(target)} tokens) "
-            f"is shared with the source vocabulary {sname!r} ({len(source)} tokens) under "
-            f"match={match!r}; check that the right tokenizers were given (and their vocab "
-            "tables were built from them) and the match mode"
-        )
-    normal = pd.DataFrame(
-        {
-            "target_id": tgt["id"].to_numpy(dtype=np.int64)[hit],
-            "source_id": chosen[hit],
-            "how": np.where(same_start[hit], "exact", "fuzzy").astype(object),
-        }
-    )
-    special = pd.DataFrame(_special_pairs(source, target), columns=["target_id", "source_id"])
-    special["how"] = "special"
-    out = pd.concat([special, normal], ignore_index=True)
-    out = out.astype({"target_id": np.int64, "source_id": np.int64, "how": object})
-    return out.sort_values("target_id", kind="stable").reset_index(drop=True)
+    return chosen, same_start
 
 
 def coverage(
