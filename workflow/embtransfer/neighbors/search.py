@@ -201,7 +201,7 @@ class _Search:
 
 
 @dataclass
-class _Found:
+class _RowResults:
     """Per output row: stored neighbours, exact support size, truncated, fell back."""
 
     lengths: np.ndarray
@@ -210,15 +210,17 @@ class _Found:
     fallback: np.ndarray
 
     @classmethod
-    def zeros(cls, n: int) -> _Found:
+    def zeros(cls, n: int) -> _RowResults:
         return cls(
             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool)
         )
 
 
-def _record_batch(search: _Search, found: _Found, chunk: slice, part: SparseRows) -> pa.RecordBatch:
+def _record_batch(
+    search: _Search, per_row: _RowResults, chunk: slice, part: SparseRows
+) -> pa.RecordBatch:
     """One chunk of output rows as a record batch of :data:`SCHEMA`."""
-    lengths = found.lengths[chunk]
+    lengths = per_row.lengths[chunk]
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     columns = {
@@ -228,8 +230,8 @@ def _record_batch(search: _Search, found: _Found, chunk: slice, part: SparseRows
         "similarities": _list_array(offsets, part.values),
         "weights": _list_array(offsets, part.weights),
         "k": pa.array(lengths.astype(np.int32)),
-        "support": pa.array(found.support[chunk].astype(np.int32)),
-        "truncated": pa.array(found.truncated[chunk]),
+        "support": pa.array(per_row.support[chunk].astype(np.int32)),
+        "truncated": pa.array(per_row.truncated[chunk]),
         "missing": pa.array(search.row_missing[chunk]),
     }
     return pa.record_batch(columns, schema=SCHEMA)
@@ -238,7 +240,7 @@ def _record_batch(search: _Search, found: _Found, chunk: slice, part: SparseRows
 def _search_chunks(
     vectors: np.ndarray,
     search: _Search,
-    found: _Found,
+    per_row: _RowResults,
     chunk_rows: int,
     prefilter_k: int,
     max_neighbors: int | None,
@@ -261,11 +263,11 @@ def _search_chunks(
         del sims
         t2 = time.perf_counter()
         pos = have + s
-        found.lengths[pos] = part.lengths
-        found.support[pos] = part.support
-        found.truncated[pos] = part.truncated
-        found.fallback[pos] = part.fallback
-        batches.append(_record_batch(search, found, chunk, part))
+        per_row.lengths[pos] = part.lengths
+        per_row.support[pos] = part.support
+        per_row.truncated[pos] = part.truncated
+        per_row.fallback[pos] = part.fallback
+        batches.append(_record_batch(search, per_row, chunk, part))
         timings["matmul"] += t1 - t0
         timings["sparsemax"] += t2 - t1
         timings["assemble"] += time.perf_counter() - t2
@@ -301,13 +303,13 @@ def compute_neighbors(
         max_neighbors,
     )
     search = _Search.of(vectors, missing, shared_t, shared_s)
-    found = _Found.zeros(search.rows.size)
+    per_row = _RowResults.zeros(search.rows.size)
     timings = {"matmul": 0.0, "sparsemax": 0.0, "assemble": 0.0}
     with torch_threads(threads), torch.inference_mode():
         batches = _search_chunks(
             vectors,
             search,
-            found,
+            per_row,
             chunk_rows,
             prefilter_k,
             max_neighbors,
@@ -323,7 +325,7 @@ def compute_neighbors(
         "max_neighbors": max_neighbors,
         "threads": threads,
     }
-    stats = _neighbor_stats(vectors.shape[0], search, found, table, options, seconds)
+    stats = _neighbor_stats(vectors.shape[0], search, per_row, table, options, seconds)
     if stats["degenerate"]:
         warnings.warn(
             f"{stats['degenerate']} of {stats['n_with_neighbors']} rows have a sparsemax "
@@ -339,7 +341,7 @@ def compute_neighbors(
 def _neighbor_stats(
     n_vocab: int,
     search: _Search,
-    found: _Found,
+    per_row: _RowResults,
     table: pa.Table,
     options: dict[str, Any],
     seconds: dict[str, float],
@@ -355,13 +357,13 @@ def _neighbor_stats(
         "n_nonshared": int(search.rows.size),
         "n_missing": int(search.row_missing.sum()),
         "n_with_neighbors": int(with_rows.sum()),
-        "fallback_rows": int(found.fallback.sum()),
-        "degenerate": int((found.support[with_rows] > options["prefilter_k"]).sum()),
-        "truncated": int(found.truncated.sum()),
-        "support": count_summary(found.support[with_rows]),
-        "k": count_summary(found.lengths[with_rows]),
-        "entries": int(found.lengths.sum()),
-        "entries_exact": int(found.support.sum()),
+        "fallback_rows": int(per_row.fallback.sum()),
+        "degenerate": int((per_row.support[with_rows] > options["prefilter_k"]).sum()),
+        "truncated": int(per_row.truncated.sum()),
+        "support": count_summary(per_row.support[with_rows]),
+        "k": count_summary(per_row.lengths[with_rows]),
+        "entries": int(per_row.lengths.sum()),
+        "entries_exact": int(per_row.support.sum()),
         "table_bytes": int(table.nbytes),
         "chunk_rows": int(options["chunk_rows"]),
         "prefilter_k": int(options["prefilter_k"]),
