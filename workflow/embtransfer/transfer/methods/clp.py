@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from embtransfer.neighbors.sparsemax import Workspace, sparsemax_block
+from embtransfer.core.workspace import Workspace
+from embtransfer.neighbors.sparsemax import sparsemax_block
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import (
     copy_shared,
