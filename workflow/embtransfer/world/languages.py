@@ -24,6 +24,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from embtransfer.core.schema import fill_schema_defaults
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "world.schema.yaml"
 WORLD_FORMAT = 1
 
@@ -110,27 +112,11 @@ def world_schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def _fill(schema: dict[str, Any], value: Any) -> None:
-    """Fill schema defaults into ``value`` in place, recursing into objects."""
-    if not isinstance(value, dict):
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in value and "default" in sub:
-            value[key] = copy.deepcopy(sub["default"])
-        if key in value:
-            _fill(sub, value[key])
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        for key in value:
-            if key not in schema.get("properties", {}):
-                _fill(extra, value[key])
-
-
 def world_config(cfg: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return a validated copy of a ``world:`` section with every default filled in."""
     out = copy.deepcopy(cfg) if cfg else {}
     schema = world_schema()
-    _fill(schema, out)
+    fill_schema_defaults(schema, out)
     jsonschema.validate(out, schema)
     if out["source_language"] not in out["languages"]:
         raise WorldConfigError(
