@@ -1,4 +1,5 @@
-"""Config validation: defaults, and errors that name the offending key."""
+"""Config validation: every default filled in one step, then checks that change nothing and
+name the offending key."""
 
 from __future__ import annotations
 
@@ -8,10 +9,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.config.validation import (
+    ConfigError,
+    check_config,
+    check_lapt,
+    check_references,
+    check_transfer,
+    fill_defaults,
+    validate_config,
+)
 from embtransfer.core.grid import target_pairs
+from embtransfer.core.schema import fill_schema_defaults
 
-DEFAULT = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+REPO = Path(__file__).parents[1]
+DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
 def fresh() -> dict:
@@ -166,3 +177,95 @@ def test_lapt_selection_is_a_union_of_products():
     assert runs == expected
     config["lapt"]["enabled"] = False
     assert lapt_runs(config) == []
+
+
+# -- defaults, then checks -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "config").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_checks_change_nothing_in_a_filled_config(path):
+    config = fill_defaults(yaml.safe_load(path.read_text()))
+    filled = copy.deepcopy(config)
+    check_config(config)
+    assert config == filled
+
+
+def test_defaults_that_follow_from_other_keys_are_filled_before_the_checks():
+    config = fresh()
+    del config["transfer"]["select"]  # methods not given: the world's run adds its upper bound
+    config["lapt"] = {"replay": {"ratio": 0.1}}
+    fill_defaults(config)
+    assert config["transfer"]["methods"][-1] == "world_oracle"
+    assert config["source_language"] == config["world"]["source_language"] == "en_mini"
+    assert config["lapt"]["replay"]["language"] == "en_mini"
+    config = fresh()
+    config["transfer"] = {"methods": ["salt", "wechsel"]}
+    config["report"] = {"focus_method": "wechsel"}
+    fill_defaults(config)
+    assert config["transfer"]["methods"] == ["salt", "wechsel"]  # a listed grid stays as listed
+    assert config["languages"]["ar_mini"]["dictionary"] == {"type": "world"}
+    assert "dictionary" not in config["languages"]["en_mini"]  # not a target
+    filled = copy.deepcopy(config)
+    for check in (check_references, check_transfer, check_lapt):
+        check(config)
+        assert config == filled, check.__name__
+
+
+def test_a_config_the_checks_refuse_gets_the_schemas_defaults_only():
+    config = fresh()
+    config["sources"] = ["gpt9"]  # refused by the references check
+    config["lapt"] = {"replay": {"ratio": 0.1}}
+    fill_defaults(config)
+    assert config["lapt"]["replay"] == {"language": None, "ratio": 0.1}  # the schema's default
+    assert config["source_language"] is None
+    with pytest.raises(ConfigError, match="sources: model 'gpt9' is not defined"):
+        check_config(config)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "check", "needle"),
+    [
+        (lambda c: c["lapt"].update(replay={"ratio": 0.1, "language": "xx"}), check_lapt,
+         r"lapt\.replay\.language: .* got 'xx'"),
+        (lambda c: c["lapt"].update(select=[{"methods": ["nosuch"]}]), check_lapt,
+         r"lapt\.select\.0\.methods"),
+        (lambda c: c["transfer"].update(options={"salt": {"bogus": 1}}), check_transfer,
+         r"transfer\.options\.salt: unknown option"),
+        (lambda c: c.update(source_language="xx"), check_transfer,
+         r"source_language: method 'wechsel' aligns"),
+    ],
+)
+def test_each_check_on_a_filled_config_names_the_bad_key(mutate, check, needle):
+    config = fresh()
+    config["transfer"] = {"methods": ["wechsel"]}
+    config["report"] = {"focus_method": "wechsel"}
+    mutate(config)
+    fill_defaults(config)
+    filled = copy.deepcopy(config)
+    with pytest.raises(ConfigError, match=needle):
+        check(config)
+    assert config == filled
+
+
+def test_the_schema_filler_fills_properties_refs_and_the_matching_branch_only():
+    schema = {
+        "$defs": {"size": {"type": "integer", "default": 3}},
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "default": {}, "properties": {"b": {"default": 1}}},
+            "n": {"$ref": "#/$defs/size"},
+            "items": {"type": "array", "items": {"properties": {"c": {"default": "x"}}}},
+            "by_name": {"additionalProperties": {"properties": {"d": {"default": 2}}}},
+            "pick": {"oneOf": [
+                {"required": ["k"], "properties": {"k": {"const": 1}, "e": {"default": 1}},
+                 "additionalProperties": False},
+                {"required": ["k"], "properties": {"k": {"const": 2}, "f": {"default": 2}},
+                 "additionalProperties": False},
+            ]},
+        },
+    }
+    doc = {"items": [{}, {"c": "y"}], "by_name": {"p": {}}, "pick": {"k": 2}, "n": "bad"}
+    assert fill_schema_defaults(schema, doc) is doc
+    assert doc == {"items": [{"c": "x"}, {"c": "y"}], "by_name": {"p": {"d": 2}},
+                   "pick": {"k": 2, "f": 2}, "n": "bad", "a": {"b": 1}}
+    assert fill_schema_defaults(schema, []) == []  # not an object: nothing to fill, no error

@@ -49,7 +49,7 @@ SPAN = re.compile(r"``?([^`\n]+?)``?")
 FILE_NAME = re.compile(r"\.(jsonl?|md|ya?ml|py|smk|csv|txt|npy|png|parquet|safetensors|bin|tsv)$")
 # "rule `x`", "the `x` rule", and the rules column of the design's artifact table
 RULE_MENTION = re.compile(
-    r"\brule `+(\w+)`+|`+(\w+)`+ rule\b|^\| `results/\w+/` \| \w+ \| (.+) \|$", re.M)
+    r"\brule `+(\w+)`+|`+(\w+)`+ rule\b|^\| `results/\w+/` \| \w+ \| ([^|]+) \|", re.M)
 
 
 # --- what exists ------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import jsonschema
 import pytest
 import yaml
 
-from embtransfer.config.validation import ConfigError, _with_defaults
+from embtransfer.config.validation import ConfigError
+from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.report.build import (
     TABLE_NUMBERS,
     Inputs,
@@ -600,8 +601,8 @@ def report_schema() -> dict:
 
 
 def test_the_schema_fills_every_default_and_refuses_unknown_keys():
-    validator = _with_defaults(jsonschema.Draft202012Validator)(report_schema())
-    section: dict = {}
+    validator = jsonschema.Draft202012Validator(report_schema())
+    section: dict = fill_schema_defaults(report_schema(), {})
     validator.validate(section)
     assert section == {
         "reference": "resources/reference/salt_paper_tables.csv", "stages": None,
@@ -627,7 +628,8 @@ def test_every_schema_key_is_described():
 def test_the_default_config_has_a_valid_report_section():
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     section = copy.deepcopy(config.get("report", {}))
-    _with_defaults(jsonschema.Draft202012Validator)(report_schema()).validate(section)
+    fill_schema_defaults(report_schema(), section)
+    jsonschema.Draft202012Validator(report_schema()).validate(section)
     config["report"] = section
     config.setdefault("transfer", {"methods": ["salt"]})
     check_report(config)

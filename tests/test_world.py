@@ -16,6 +16,8 @@ import jsonschema
 import pytest
 
 from embtransfer.world.corpus import (
+    _FRAME_DRAWERS,
+    FRAME_WEIGHTS,
     PASSAGE_REMENTIONS,
     _Index,
     dictionary,
@@ -245,6 +247,14 @@ def test_parallel_rendering_keeps_shared_tokens(world: dict):
     for i in range(300):
         digits = [sorted(w for w in words(par[lang][i]) if w.isdigit()) for lang in par]
         assert digits[0] == digits[1] == digits[2]
+
+
+def test_every_frame_kind_is_drawn(world: dict):
+    # sample_frame draws each kind of FRAME_WEIGHTS with its own drawer
+    rng, idx = random.Random(3), _Index(world)
+    verbs = {sample_frame(world, rng, idx)["verb"] for _ in range(2000)}
+    assert {"fn_go", "fn_be", "fn_live", "fn_equal"} <= verbs
+    assert set(_FRAME_DRAWERS) == set(FRAME_WEIGHTS)
 
 
 def test_shared_material_appears_in_every_language(world: dict, corpora: dict):

@@ -1,9 +1,13 @@
-"""Load and validate the workflow configuration.
+"""Load and validate the workflow configuration: defaults first, then checks.
 
-The JSON schema (``workflow/schemas/*.schema.yaml``) checks keys and types and
-fills defaults; :func:`check_references` then checks what a schema cannot say
-(a source model key that is not defined, a target PLM of the wrong language).
-Errors name the offending key as a dotted path, so a misspelling is found at
+:func:`validate_config` runs two steps. :func:`fill_defaults` fills every default: the
+JSON schemas' (``workflow/schemas/*.schema.yaml``, through
+:func:`embtransfer.core.schema.fill_schema_defaults`), then those that follow from other
+keys (the world's source language, its dictionaries, the replay language, the world run's
+upper-bound method). :func:`check_config` then checks and changes nothing: keys and types
+against the schema, then what a schema cannot say (a source model key that is not defined,
+a target PLM of the wrong language, method options, selections, evaluation tasks, report
+rows). Errors name the offending key as a dotted path, so a misspelling is found at
 start-up, not after hours of compute.
 """
 
@@ -19,6 +23,7 @@ import jsonschema
 import yaml
 
 from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
+from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
 from embtransfer.report.check import check_report
@@ -77,7 +82,7 @@ def load_schema() -> dict[str, Any]:
         sub = _read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
     # The trainer's defaults come from lapt/settings.py, the one place they are written.
-    _fill_defaults(schema["properties"]["lapt"], lapt_defaults())
+    _take_defaults(schema["properties"]["lapt"], lapt_defaults())
     # The method names come from the method catalog, the one place that lists methods; their
     # options are checked by check_transfer with the catalog's resolve_options.
     transfer = schema["properties"]["transfer"]["properties"]
@@ -87,49 +92,18 @@ def load_schema() -> dict[str, Any]:
     return schema
 
 
-def _fill_defaults(schema: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Set each of ``schema``'s properties named in ``defaults`` to default to its value
-    (a dict value fills the property's own properties, at any depth)."""
+def _take_defaults(schema: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Write ``defaults`` into ``schema`` as its properties' ``default`` values (a dict value
+    writes the property's own properties, at any depth). The schema's defaults, not the
+    config's: :func:`fill_defaults` fills those into a config."""
     props = schema["properties"]
     for key, value in defaults.items():
         if key not in props:
             continue  # a trainer setting the config does not expose (threads, schedule)
         if isinstance(value, dict):
-            _fill_defaults(props[key], value)
+            _take_defaults(props[key], value)
         else:
             props[key]["default"] = copy.deepcopy(value)
-
-
-def _with_defaults(validator_class: type) -> type:
-    """A validator that also fills ``default`` values into the instance.
-
-    Defaults inside ``oneOf`` branches are filled only from the branch that
-    matches, so a branch that is tried and rejected leaves no keys behind.
-    """
-    validate_properties = validator_class.VALIDATORS["properties"]
-    validate_one_of = validator_class.VALIDATORS["oneOf"]
-
-    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
-        if isinstance(instance, dict):
-            for name, sub in properties.items():
-                if isinstance(sub, dict) and "default" in sub and name not in instance:
-                    instance[name] = copy.deepcopy(sub["default"])
-        yield from validate_properties(validator, properties, instance, schema)
-
-    def one_of(validator, branches, instance, schema):  # type: ignore[no-untyped-def]
-        matching = [
-            i
-            for i, branch in enumerate(branches)
-            if not any(validator.descend(copy.deepcopy(instance), branch, schema_path=i))
-        ]
-        if len(matching) == 1:
-            yield from validator.descend(instance, branches[matching[0]], schema_path=matching[0])
-        else:
-            yield from validate_one_of(validator, branches, copy.deepcopy(instance), schema)
-
-    return jsonschema.validators.extend(
-        validator_class, {"properties": set_defaults, "oneOf": one_of}
-    )
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -151,27 +125,98 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Validate ``config`` in place against the schema, fill defaults, check references.
+    """Fill every default into ``config`` in place (:func:`fill_defaults`), then check it
+    (:func:`check_config`, which changes nothing).
 
-    Returns the same dict for convenience. Raises :class:`ConfigError`.
+    Returns the same dict for convenience. Raises :class:`ConfigError` naming the bad key.
+    """
+    schema = load_schema()
+    fill_defaults(config, schema)
+    check_config(config, schema)
+    return config
+
+
+# -- defaults: one step, before any check ------------------------------------------------
+
+
+def fill_defaults(config: dict[str, Any], schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fill every default into ``config`` in place and return it: the schemas', then those
+    that follow from other keys (:func:`_fill_derived_defaults`).
+
+    The derived ones read keys the checks vouch for, so a config that the schema or the
+    references check refuses gets the schemas' defaults only; :func:`check_config` then
+    names its bad key.
     """
     methods_given = "methods" in (config.get("transfer") or {})
-    schema = load_schema()
-    validator_cls = _with_defaults(jsonschema.Draft202012Validator)
-    errors = sorted(validator_cls(schema).iter_errors(config), key=lambda e: list(e.path))
-    if errors:
-        lines = [_describe(e) for e in errors[:10]]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
-    check_references(config)
+    schema = load_schema() if schema is None else schema
+    fill_schema_defaults(schema, config)
+    if _keys_resolve(config, schema):
+        _fill_derived_defaults(config, methods_given)
+    return config
+
+
+def _keys_resolve(config: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """Whether ``config`` matches the schema and names only what it defines."""
+    try:
+        check_schema(config, schema)
+        check_references(config)
+    except ConfigError:
+        return False
+    return True
+
+
+def _fill_derived_defaults(config: dict[str, Any], methods_given: bool) -> None:
+    """The defaults that follow from other keys of a config whose keys resolve."""
+    languages = config["languages"]
+    transfer = config["transfer"]
     if not methods_given and _world_run(config):
         # The miniature world's own run also gets its upper bound, the methods that read
         # the world's truth; a config that lists its methods gets what it lists.
-        config["transfer"]["methods"] += [m for m in METHODS if METHODS[m].get("world_only")]
+        transfer["methods"] += [m for m in METHODS if METHODS[m].get("world_only")]
+    if (
+        config.get("source_language") is None
+        and "world" in config
+        and any(spec["corpus"]["type"] == "mini" for spec in languages.values())
+    ):
+        config["source_language"] = config["world"]["source_language"]
+    if any(_aligns(method, transfer) for method in transfer["methods"]):
+        # A world language's dictionary is the world's own lexicons.
+        for lang in config["targets"]:
+            spec = languages[lang]
+            if "dictionary" not in spec and spec["corpus"]["type"] == "mini":
+                spec["dictionary"] = {"type": "world"}
+    replay = config["lapt"].get("replay")
+    if replay:
+        replay["language"] = replay.get("language") or config.get("source_language")
+
+
+def _aligns(method: str, transfer: dict[str, Any]) -> bool:
+    """Whether ``method`` aligns source- and target-language fastText spaces (with a
+    bilingual dictionary)."""
+    return "aligned" in method_needs(method, transfer["options"].get(method, {}))
+
+
+# -- checks: each names the bad key and changes nothing -----------------------------------
+
+
+def check_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
+    """Check a config :func:`fill_defaults` filled, section by section; raise
+    :class:`ConfigError` naming the first bad key."""
+    check_schema(config, load_schema() if schema is None else schema)
+    check_references(config)
     check_transfer(config)
     check_lapt(config)
     check_evaluation(config)
     check_report(config)
-    return config
+
+
+def check_schema(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Keys and types against the schema (the first ten errors, each naming its key)."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        lines = [_describe(e) for e in errors[:10]]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
 
 
 def _require(cond: bool, message: str) -> None:
@@ -263,10 +308,6 @@ def check_transfer(config: dict[str, Any]) -> None:
     start-up rather than after hours of compute."""
     languages = config["languages"]
     transfer = config["transfer"]
-    if config.get("source_language") is None and "world" in config and any(
-        spec["corpus"]["type"] == "mini" for spec in languages.values()
-    ):
-        config["source_language"] = config["world"]["source_language"]
     for method, options in transfer["options"].items():
         try:
             resolve_options(method, options)
@@ -275,7 +316,7 @@ def check_transfer(config: dict[str, Any]) -> None:
     for method in transfer["methods"]:
         if METHODS[method].get("world_only"):
             _check_world_only(config, method)
-        if "aligned" not in method_needs(method, transfer["options"].get(method, {})):
+        if not _aligns(method, transfer):
             continue
         source_lang = config.get("source_language")
         _require(
@@ -286,8 +327,6 @@ def check_transfer(config: dict[str, Any]) -> None:
         )
         for lang in config["targets"]:
             spec = languages[lang]
-            if "dictionary" not in spec and spec["corpus"]["type"] == "mini":
-                spec["dictionary"] = {"type": "world"}
             _require(
                 "dictionary" in spec,
                 f"config key languages.{lang}.dictionary: method {method!r} needs a bilingual "
@@ -323,13 +362,12 @@ def check_lapt(config: dict[str, Any]) -> None:
     lapt = config["lapt"]
     replay = lapt.get("replay")
     if replay:
-        lang = replay.get("language") or config.get("source_language")
+        lang = replay["language"]
         _require(
             lang in config["languages"],
             f"config key lapt.replay.language: the replay text's language must be a key of "
             f"languages (or set source_language), got {lang!r}",
         )
-        replay["language"] = lang
 
 
 # -- accessors used by the Snakefile and scripts ---------------------------------------

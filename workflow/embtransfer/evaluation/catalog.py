@@ -11,14 +11,13 @@ Three sources of tasks:
   MLQA); :func:`stock_task_names` lists them for the download rule.
 * ``shipped``: task configs this repository ships under ``workflow/lm_eval_tasks`` (XQuAD,
   whose stock lm-eval config no longer loads).
-
-Extractive QA (MLQA, XQuAD) is scored by :mod:`embtransfer.evaluation.squad`, each dataset
-by its own published protocol unless ``evaluation.scoring.{mlqa,xquad}`` names the other.
-
-Stock and shipped tasks read their datasets from ``evaluation.datasets_dir``
-(:mod:`embtransfer.evaluation.datasets`).
 * ``world``: the miniature world's benchmarks, written by the ``world_benchmarks`` rule as
   local JSONL + task YAML under ``results/benchmarks/{lang}/`` (no network).
+
+Stock and shipped tasks read their datasets from ``evaluation.datasets_dir``
+(:mod:`embtransfer.evaluation.datasets`). Extractive QA (MLQA, XQuAD) is scored by
+:mod:`embtransfer.evaluation.squad`, each dataset by its own published protocol unless
+``evaluation.scoring.{mlqa,xquad}`` names the other.
 
 Languages: a stock/shipped task is looked up by the config language's lm-eval language
 code, ``evaluation.languages[lang]`` (ISO 639-1, e.g. ``de``), else the language key itself.

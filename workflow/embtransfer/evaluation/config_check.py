@@ -22,6 +22,14 @@ def check_evaluation(config: dict[str, Any]) -> None:
     ev = config.get("evaluation")
     if not ev:
         return
+    _check_names(config, ev)
+    stock = _check_task_languages(config, ev.get("tasks", []))
+    if stock:
+        _check_stock(stock)
+
+
+def _check_names(config: dict[str, Any], ev: dict[str, Any]) -> None:
+    """Languages, tasks, few-shot keys and the selection name what the config defines."""
     languages = config["languages"]
     for lang in ev.get("languages", {}):
         if lang not in languages:
@@ -52,6 +60,11 @@ def check_evaluation(config: dict[str, Any]) -> None:
                     f"config key evaluation.select.{field}: {value!r} is not one of the "
                     f"configured {field} ({', '.join(sorted(known[field]))})"
                 )
+
+
+def _check_task_languages(config: dict[str, Any], tasks: list[str]) -> dict[str, str]:
+    """Each task has a version for each evaluation language; returns the stock lm-eval
+    tasks to look up (task name -> what asks for it)."""
     world_languages = set((config.get("world") or {}).get("languages") or {})
     stock: dict[str, str] = {}
     for key in tasks:
@@ -79,15 +92,19 @@ def check_evaluation(config: dict[str, Any]) -> None:
                 stock.setdefault(spec.lm_eval_task, f"{key} for language {lang!r}")
             elif bench.source == "shipped":
                 _check_shipped(spec.lm_eval_task, key, lang)
-    if stock:
-        index = taskindex.stock_task_index()
-        for name, what in stock.items():
-            if name not in index:
-                raise ConfigError(
-                    f"config key evaluation.tasks: lm-eval has no task {name!r} (task {what}); "
-                    "is it a newer lm-eval task? (the installed lm-eval's task index is "
-                    "cached in ~/.cache/embtransfer)"
-                )
+    return stock
+
+
+def _check_stock(stock: dict[str, str]) -> None:
+    """The installed lm-eval knows each stock task (its index, cached on disk)."""
+    index = taskindex.stock_task_index()
+    for name, what in stock.items():
+        if name not in index:
+            raise ConfigError(
+                f"config key evaluation.tasks: lm-eval has no task {name!r} (task {what}); "
+                "is it a newer lm-eval task? (the installed lm-eval's task index is "
+                "cached in ~/.cache/embtransfer)"
+            )
 
 
 def _check_shipped(name: str, key: str, lang: str) -> None:

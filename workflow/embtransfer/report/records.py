@@ -119,67 +119,87 @@ def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord],
     """Parse the evaluation JSONs that exist; returns (records, paths that do not exist)."""
     present = [str(p) for p in paths if Path(p).is_file()]
     absent = [str(p) for p in paths if not Path(p).is_file()]
-    records = []
-    for raw in read_records(present, required=("scores",)):
-        path = raw["_path"]
-        ident = eval_path_identity(path)
-        values: dict[str, Any] = {}
-        for key in ("stage", "lang", "source", "target", "method", "task"):
-            values[key] = raw[key] if raw.get(key) is not None else ident.get(key)
-        if values["stage"] not in STAGES:
-            raise MalformedResultError(
-                f"results file {path}: stage {values['stage']!r} is not one of {list(STAGES)}"
-            )
-        required = ["lang", "source", "task"]
-        if values["stage"] != "source":
-            required += ["target", "method"]
-        lacking = [k for k in required if not values[k]]
-        if lacking:
-            raise MalformedResultError(
-                f"results file {path}: no {lacking} in the file and none in its path "
-                f"(expected .../eval/{{stage}}/{{lang}}/{{source}}/{{target}}/{{method}}/"
-                f"{{task}}.json)"
-            )
-        kind = raw.get("kind")
-        if kind not in KINDS:
-            raise MalformedResultError(
-                f"results file {path}: kind {kind!r} is not one of {list(KINDS)}"
-            )
-        scores = raw["scores"]
-        if not isinstance(scores, dict) or not scores or not all(
-            isinstance(k, str) and _finite_number(v) for k, v in scores.items()
-        ):
-            raise MalformedResultError(
-                f"results file {path}: scores must be a non-empty mapping of metric name to "
-                f"a finite number, got {scores!r}"
-            )
-        stderr = raw.get("stderr") or {}
-        if not isinstance(stderr, dict) or not all(
-            name in scores and (value is None or (_finite_number(value) and value >= 0))
-            for name, value in stderr.items()
-        ):
-            raise MalformedResultError(
-                f"results file {path}: stderr must map score names to a finite non-negative "
-                f"number or null, got {stderr!r}"
-            )
-        eval_language = raw.get("eval_language") or "target"
-        note = raw.get("note") or ""
-        if not isinstance(eval_language, str) or not isinstance(note, str):
-            raise MalformedResultError(
-                f"results file {path}: eval_language and note must be strings"
-            )
-        records.append(EvalRecord(
-            path=path, stage=values["stage"], lang=values["lang"], source=values["source"],
-            target=values["target"] if values["stage"] != "source" else None,
-            method=values["method"] if values["stage"] != "source" else None,
-            task=str(values["task"]), kind=kind, eval_language=eval_language, note=note,
-            scores={k: float(v) for k, v in scores.items()},
-            stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
-            per_document={k: [float(x) for x in v]
-                          for k, v in (raw.get("per_document") or {}).items() if k in scores},
-            scoring_protocol=(raw.get("scoring") or {}).get("protocol"),
-        ))
+    records = [_eval_record(raw) for raw in read_records(present, required=("scores",))]
     return records, absent
+
+
+def _eval_run(raw: dict[str, Any]) -> dict[str, Any]:
+    """stage, lang, source, target, method and task of a results file: its own, else its
+    path's; a stage it lacks is an error, and so is a key the stage needs."""
+    path = raw["_path"]
+    ident = eval_path_identity(path)
+    values: dict[str, Any] = {}
+    for key in ("stage", "lang", "source", "target", "method", "task"):
+        values[key] = raw[key] if raw.get(key) is not None else ident.get(key)
+    if values["stage"] not in STAGES:
+        raise MalformedResultError(
+            f"results file {path}: stage {values['stage']!r} is not one of {list(STAGES)}"
+        )
+    required = ["lang", "source", "task"]
+    if values["stage"] != "source":
+        required += ["target", "method"]
+    lacking = [k for k in required if not values[k]]
+    if lacking:
+        raise MalformedResultError(
+            f"results file {path}: no {lacking} in the file and none in its path "
+            f"(expected .../eval/{{stage}}/{{lang}}/{{source}}/{{target}}/{{method}}/"
+            f"{{task}}.json)"
+        )
+    return values
+
+
+def _check_eval_fields(raw: dict[str, Any]) -> None:
+    """The kind, scores, standard errors, evaluation language and note have their types."""
+    path = raw["_path"]
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise MalformedResultError(
+            f"results file {path}: kind {kind!r} is not one of {list(KINDS)}"
+        )
+    scores = raw["scores"]
+    if not isinstance(scores, dict) or not scores or not all(
+        isinstance(k, str) and _finite_number(v) for k, v in scores.items()
+    ):
+        raise MalformedResultError(
+            f"results file {path}: scores must be a non-empty mapping of metric name to "
+            f"a finite number, got {scores!r}"
+        )
+    stderr = raw.get("stderr") or {}
+    if not isinstance(stderr, dict) or not all(
+        name in scores and (value is None or (_finite_number(value) and value >= 0))
+        for name, value in stderr.items()
+    ):
+        raise MalformedResultError(
+            f"results file {path}: stderr must map score names to a finite non-negative "
+            f"number or null, got {stderr!r}"
+        )
+    eval_language = raw.get("eval_language") or "target"
+    note = raw.get("note") or ""
+    if not isinstance(eval_language, str) or not isinstance(note, str):
+        raise MalformedResultError(
+            f"results file {path}: eval_language and note must be strings"
+        )
+
+
+def _eval_record(raw: dict[str, Any]) -> EvalRecord:
+    """The record of one results file (:func:`read_records`' dict), checked."""
+    values = _eval_run(raw)
+    _check_eval_fields(raw)
+    scores = raw["scores"]
+    stderr = raw.get("stderr") or {}
+    stage = values["stage"]
+    return EvalRecord(
+        path=raw["_path"], stage=stage, lang=values["lang"], source=values["source"],
+        target=values["target"] if stage != "source" else None,
+        method=values["method"] if stage != "source" else None,
+        task=str(values["task"]), kind=raw.get("kind"),
+        eval_language=raw.get("eval_language") or "target", note=raw.get("note") or "",
+        scores={k: float(v) for k, v in scores.items()},
+        stderr={k: None if stderr.get(k) is None else float(stderr[k]) for k in scores},
+        per_document={k: [float(x) for x in v]
+                      for k, v in (raw.get("per_document") or {}).items() if k in scores},
+        scoring_protocol=(raw.get("scoring") or {}).get("protocol"),
+    )
 
 
 def lapt_path_identity(path: str | os.PathLike) -> dict[str, str]:

@@ -321,27 +321,34 @@ def eval_path(grid: Grid, stage: str, lang: str, source: str, target: str | None
                                                 target=target, method=method, task=task)
 
 
-def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names: PaperNames,
-               reference: dict[tuple[str, ...], float], config: dict[str, Any]) -> Table:
-    """Table 1, 2, 3 or 4 from evaluation records (of the spec's kind)."""
-    mine = [r for r in records if r.kind == spec.kind
-            and (r.stage in grid.stages
-                 or (r.stage == "source" and not spec.by_target and grid.source_control))]
-    # Metrics (and the tasks giving them) per (lang, variant), over every run.
-    expected: dict[tuple[str, str], dict[str, set[str]]] = {}
-    for r in mine:
+@dataclass
+class _EvalIndex:
+    """An evaluation table's records indexed by run.
+
+    ``expected``: (lang, variant) -> metric -> the tasks giving it, over every run;
+    ``found``: run key (stage, lang, source, target, method, variant) -> metric ->
+    (value, path, stderr); ``files`` and ``documents``: run key -> its results files and
+    its per-document scores.
+    """
+
+    expected: dict[tuple[str, str], dict[str, set[str]]] = field(default_factory=dict)
+    found: dict[tuple, dict[str, tuple[float, str, float | None]]] = field(default_factory=dict)
+    files: dict[tuple, list[str]] = field(default_factory=dict)
+    documents: dict[tuple, dict[str, list[float]]] = field(default_factory=dict)
+
+
+def _index_eval_records(spec: EvalTableSpec, records: list[EvalRecord]) -> _EvalIndex:
+    """Index ``records`` by run; two files giving one metric of one run are an error."""
+    index = _EvalIndex()
+    for r in records:
         for metric in r.scores:
-            expected.setdefault((r.lang, _variant(r, spec)), {}).setdefault(metric, set()).add(
-                r.task)
-    # (stage, lang, source, target, method, variant) -> metric -> (value, path, stderr)
-    found: dict[tuple, dict[str, tuple[float, str, float | None]]] = {}
-    files: dict[tuple, list[str]] = {}
-    documents: dict[tuple, dict[str, list[float]]] = {}
-    for r in mine:
+            index.expected.setdefault((r.lang, _variant(r, spec)), {}).setdefault(
+                metric, set()).add(r.task)
+    for r in records:
         key = (r.stage, r.lang, r.source, r.target, r.method, _variant(r, spec))
-        files.setdefault(key, []).append(r.path)
-        documents.setdefault(key, {}).update(r.per_document)
-        cell = found.setdefault(key, {})
+        index.files.setdefault(key, []).append(r.path)
+        index.documents.setdefault(key, {}).update(r.per_document)
+        cell = index.found.setdefault(key, {})
         for metric, value in r.scores.items():
             if metric in cell:
                 raise MalformedResultError(
@@ -349,12 +356,19 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                     f"the same run"
                 )
             cell[metric] = (value, r.path, r.stderr.get(metric))
+    return index
 
-    def variants(lang: str) -> list[str]:
-        return sorted({v for (lg, v) in expected if lg == lang},
-                      key=lambda v: (v != "target", v)) or [
-            "target" if spec.variant == "eval_language" else ""]
 
+def _lang_variants(spec: EvalTableSpec, index: _EvalIndex, lang: str) -> list[str]:
+    """The variants of ``lang``'s rows: the target language's first; one when none has results."""
+    return sorted({v for (lg, v) in index.expected if lg == lang},
+                  key=lambda v: (v != "target", v)) or [
+        "target" if spec.variant == "eval_language" else ""]
+
+
+def _eval_row_order(spec: EvalTableSpec, grid: Grid, names: PaperNames, config: dict[str, Any],
+                    index: _EvalIndex) -> list[tuple]:
+    """The run keys of the table's rows, in order: the control, the grid's, then others'."""
     keys: list[tuple] = []
     if not spec.by_target and grid.source_control:
         # The control: the untouched source model, in every variant (target language,
@@ -362,7 +376,7 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
         keys += [("source", lang, source, None, None, v)
                  for lang in grid.langs for source in grid.sources
                  if grid.wants_eval("source", lang, source, None, None)
-                 for v in variants(lang)]
+                 for v in _lang_variants(spec, index, lang)]
     for stage in grid.stages:
         for lang in grid.langs:
             for source in grid.sources:
@@ -374,52 +388,54 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                 for target, method in combos:
                     if not grid.wants_eval(stage, lang, source, target, method):
                         continue
-                    for variant in variants(lang):
+                    for variant in _lang_variants(spec, index, lang):
                         keys.append((stage, lang, source, target, method, variant))
     if not spec.by_target:  # other runs present: other target PLMs, the source model
-        keys += [k for k in sorted(found, key=str)
+        keys += [k for k in sorted(index.found, key=str)
                  if k not in keys and (k[4] is None or k[4] in grid.methods)]
+    return keys
 
-    all_metrics = order_metrics({m for per in expected.values() for m in per})
+
+def _eval_row(spec: EvalTableSpec, grid: Grid, names: PaperNames, index: _EvalIndex,
+              key: tuple, all_metrics: list[str]) -> Row:
+    """The row of run ``key``: its scores, their standard errors, what it lacks."""
+    stage, lang, source, target, method, variant = key
+    per = index.expected.get((lang, variant))
+    # A language without any result of this kind: every column of the table is missing.
+    wanted = order_metrics(set(per)) if per else list(all_metrics)
+    cell = index.found.get(key, {})
+    row = Row(keys=_eval_row_keys(spec, names, key), note=_reference_note(spec, variant))
+    if stage == "lapt":
+        row.paper = names.setting(source, lang, target, method)
+    lacking = []
+    for metric in wanted:
+        row.values[metric] = cell[metric][0] if metric in cell else None
+        row.stderr[metric] = cell[metric][2] if metric in cell else None
+        if key in index.documents and metric in index.documents[key]:
+            row.per_document[metric] = index.documents[key][metric]
+        if metric not in cell:
+            lacking.append(metric)
+    if spec.kind == "knowledge" and wanted:
+        present = [row.values[m] for m in wanted]
+        row.values["Avg"] = (
+            None if any(v is None for v in present) else sum(present) / len(present)
+        )
+        row.stderr["Avg"] = mean_stderr([row.stderr[m] for m in wanted])
+    if not per:
+        row.missing.append(f"no {spec.kind} results for {lang} at all")
+        if not wanted:
+            row.values[MISSING] = None
+    elif lacking:
+        row.missing.append(_describe_missing(grid, key, lacking, per, index.files.get(key, [])))
+    return row
+
+
+def _eval_notes(spec: EvalTableSpec, grid: Grid, records: list[EvalRecord],
+                rows: list[Row]) -> list[str]:
+    """The notes under an evaluation table (before the scoring notes)."""
     knowledge = spec.kind == "knowledge"
-    rows = []
-    for key in keys:
-        stage, lang, source, target, method, variant = key
-        per = expected.get((lang, variant))
-        # A language without any result of this kind: every column of the table is missing.
-        wanted = order_metrics(set(per)) if per else list(all_metrics)
-        cell = found.get(key, {})
-        row = Row(keys=_eval_row_keys(spec, names, key), note=_reference_note(spec, variant))
-        if stage == "lapt":
-            row.paper = names.setting(source, lang, target, method)
-        lacking = []
-        for metric in wanted:
-            row.values[metric] = cell[metric][0] if metric in cell else None
-            row.stderr[metric] = cell[metric][2] if metric in cell else None
-            if key in documents and metric in documents[key]:
-                row.per_document[metric] = documents[key][metric]
-            if metric not in cell:
-                lacking.append(metric)
-        if knowledge and wanted:
-            present = [row.values[m] for m in wanted]
-            row.values["Avg"] = (
-                None if any(v is None for v in present) else sum(present) / len(present)
-            )
-            row.stderr["Avg"] = mean_stderr([row.stderr[m] for m in wanted])
-        if not per:
-            row.missing.append(f"no {spec.kind} results for {lang} at all")
-            if not wanted:
-                row.values[MISSING] = None
-        elif lacking:
-            row.missing.append(_describe_missing(grid, key, lacking, per, files.get(key, [])))
-        rows.append(row)
-    metrics = list(all_metrics)
-    if knowledge and metrics:
-        metrics.append("Avg")
-    if any(MISSING in r.values for r in rows) and not metrics:
-        metrics = [MISSING]
     notes = []
-    if not mine:
+    if not records:
         notes.append(f"No {spec.kind}-kind evaluation results in the inputs.")
     if any(e is not None for r in rows for e in r.stderr.values()):
         notes.append(
@@ -440,8 +456,27 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
             f"`{SOURCE_MODEL_LABEL}` rows (stage `source`): the control, the source LLM "
             "itself with its own tokenizer, before any transfer."
         )
+    return notes
+
+
+def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names: PaperNames,
+               reference: dict[tuple[str, ...], float], config: dict[str, Any]) -> Table:
+    """Table 1, 2, 3 or 4 from evaluation records (of the spec's kind)."""
+    in_table = [r for r in records if r.kind == spec.kind
+                and (r.stage in grid.stages
+                     or (r.stage == "source" and not spec.by_target and grid.source_control))]
+    index = _index_eval_records(spec, in_table)
+    all_metrics = order_metrics({m for per in index.expected.values() for m in per})
+    rows = [_eval_row(spec, grid, names, index, key, all_metrics)
+            for key in _eval_row_order(spec, grid, names, config, index)]
+    metrics = list(all_metrics)
+    if spec.kind == "knowledge" and metrics:
+        metrics.append("Avg")
+    if any(MISSING in r.values for r in rows) and not metrics:
+        metrics = [MISSING]
+    notes = _eval_notes(spec, grid, in_table, rows)
     mark_best(rows, metrics)
-    notes += scoring_notes(mine)
+    notes += scoring_notes(in_table)
     return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
 

@@ -12,7 +12,7 @@ frames per language (comparable, not parallel, corpora, like Wikipedia).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from embtransfer.world.languages import value_pool
@@ -96,101 +96,142 @@ def _clause(subj: NP, verb: str, tense: str, obj: NP | None = None,
             "time": time}
 
 
+def _eat_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    if rng.random() < 0.6:
+        animal = rng.choice(idx.by_class["animal"])
+        subj, group = _noun(rng, animal), animal["group"]
+    else:
+        subj, group = _person_subject(rng, idx)
+    food = idx.pick(rng, "food", group)
+    verb = idx.pick(rng, "verb_food", group)["id"]
+    pps = []
+    if rng.random() < 0.15:
+        pps.append(["fn_with", _noun(rng, idx.pick(rng, "animal", group))])
+    return _clause(subj, verb, tense, _noun(rng, food, adj=_maybe_adj(rng, idx, group, 0.2)),
+                   pps, _time(rng, idx))
+
+
+def _use_object_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    subj, group = _person_subject(rng, idx)
+    obj = idx.pick(rng, "object", group)
+    verb = idx.pick(rng, "verb_object", group)["id"]
+    pps = []
+    if rng.random() < 0.25:
+        pps.append(["fn_in", _noun(rng, idx.pick(rng, "place", group), definite=True)])
+    return _clause(subj, verb, tense, _noun(rng, obj, adj=_maybe_adj(rng, idx, group)), pps,
+                   _time(rng, idx))
+
+
+def _animal_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    if rng.random() < 0.5:
+        subj, group = _person_subject(rng, idx)
+    else:
+        animal = rng.choice(idx.by_class["animal"])
+        subj, group = _noun(rng, animal), animal["group"]
+    obj = idx.pick(rng, "animal", group)
+    verb = idx.pick(rng, "verb_animal", group)["id"]
+    return _clause(subj, verb, tense, _noun(rng, obj, adj=_maybe_adj(rng, idx, group)),
+                   time=_time(rng, idx))
+
+
+def _visit_place_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    subj, group = _person_subject(rng, idx)
+    place = idx.pick(rng, "place", group)
+    verb = idx.pick(rng, "verb_place", group)["id"]
+    pps = [["fn_in", {"num": rng.choice(idx.years)}]] if rng.random() < 0.3 else []
+    return _clause(subj, verb, tense, _noun(rng, place, adj=_maybe_adj(rng, idx, group, 0.2)),
+                   pps, _time(rng, idx, 0.35))
+
+
+def _intransitive_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    if rng.random() < 0.5:
+        animal = rng.choice(idx.by_class["animal"])
+        subj, group = _noun(rng, animal, adj=_maybe_adj(rng, idx, animal["group"])), \
+            animal["group"]
+    else:
+        subj, group = _person_subject(rng, idx)
+    verb = idx.pick(rng, "verb_intransitive", group)["id"]
+    pps = []
+    if rng.random() < 0.4:
+        pps.append(["fn_in", _noun(rng, idx.pick(rng, "place", group), definite=True)])
+    return _clause(subj, verb, tense, None, pps, _time(rng, idx, 0.3))
+
+
+def _go_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    subj, group = _person_subject(rng, idx)
+    if rng.random() < 0.5:
+        dest: NP = {"name": rng.choice(idx.cities)}
+    else:
+        dest = _noun(rng, idx.pick(rng, "place", group), definite=True, plural=False)
+    pps = [["fn_to", dest]]
+    if rng.random() < 0.2:
+        pps.append(["fn_with", _person_subject(rng, idx)[0]])
+    if rng.random() < 0.3:
+        pps.append(["fn_in", {"num": rng.choice(idx.years)}])
+    return _clause(subj, "fn_go", tense, None, pps, _time(rng, idx, 0.3))
+
+
+def _profession_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    prof = rng.choice(idx.by_class["profession"])
+    return _clause({"name": rng.choice(idx.free_names)}, "fn_be", tense,
+                   _noun(rng, prof, definite=False, plural=False))
+
+
+def _live_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    return _clause({"name": rng.choice(idx.free_names)}, "fn_live", tense, None,
+                   [["fn_in", {"name": rng.choice(idx.cities)}]])
+
+
+def _colour_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    cls = rng.choice(["object", "animal", "food"])
+    concept = rng.choice(idx.by_class[cls])
+    colour = idx.pick(rng, "colour", concept["group"])["id"]
+    return _clause(_noun(rng, concept, definite=True), "fn_be", tense, {"adj_pred": colour})
+
+
+def _counted_frame(rng: random.Random, idx: _Index, tense: str, in_digits: bool) -> Frame:
+    """Someone verbs several things: a count in digits, or a number word."""
+    subj, group = _person_subject(rng, idx)
+    cls, vcls = rng.choice([("animal", "verb_animal"), ("object", "verb_object"),
+                            ("food", "verb_food")])
+    obj = _noun(rng, idx.pick(rng, cls, group), definite=False, plural=True)
+    if in_digits:
+        obj["count"] = rng.randint(2, 20)
+    else:
+        word = rng.choice(idx.by_class["number_word"][1:])  # "one" takes no plural
+        obj["numword"] = word["id"]
+    return _clause(subj, idx.pick(rng, vcls, group)["id"], tense, obj)
+
+
+def _arith_frame(rng: random.Random, idx: _Index, tense: str) -> Frame:
+    # Digits are shared by every language, and their sums are consistent; always present.
+    a, b = rng.randint(0, 20), rng.randint(0, 20)
+    return _clause({"sum": [a, b]}, "fn_equal", "present", {"num": a + b})
+
+
+#: How each kind of generic frame is drawn (after its kind and tense), by kind.
+_FRAME_DRAWERS: dict[str, Callable[[random.Random, _Index, str], Frame]] = {
+    "eat": _eat_frame,
+    "use_object": _use_object_frame,
+    "animal": _animal_frame,
+    "visit_place": _visit_place_frame,
+    "intransitive": _intransitive_frame,
+    "go": _go_frame,
+    "profession": _profession_frame,
+    "live": _live_frame,
+    "colour": _colour_frame,
+    "count": lambda rng, idx, tense: _counted_frame(rng, idx, tense, in_digits=True),
+    "number_word": lambda rng, idx, tense: _counted_frame(rng, idx, tense, in_digits=False),
+    "arith": _arith_frame,
+}
+
+
 def sample_frame(world: dict[str, Any], rng: random.Random, idx: _Index | None = None) -> Frame:
     """Draw one generic (non-fact) frame."""
     idx = idx or _Index(world)
     kind = rng.choices(list(FRAME_WEIGHTS), weights=list(FRAME_WEIGHTS.values()))[0]
     tense = "past" if rng.random() < 0.4 else "present"
-    if kind == "eat":
-        if rng.random() < 0.6:
-            animal = rng.choice(idx.by_class["animal"])
-            subj, group = _noun(rng, animal), animal["group"]
-        else:
-            subj, group = _person_subject(rng, idx)
-        food = idx.pick(rng, "food", group)
-        verb = idx.pick(rng, "verb_food", group)["id"]
-        pps = []
-        if rng.random() < 0.15:
-            pps.append(["fn_with", _noun(rng, idx.pick(rng, "animal", group))])
-        return _clause(subj, verb, tense, _noun(rng, food, adj=_maybe_adj(rng, idx, group, 0.2)),
-                       pps, _time(rng, idx))
-    if kind == "use_object":
-        subj, group = _person_subject(rng, idx)
-        obj = idx.pick(rng, "object", group)
-        verb = idx.pick(rng, "verb_object", group)["id"]
-        pps = []
-        if rng.random() < 0.25:
-            pps.append(["fn_in", _noun(rng, idx.pick(rng, "place", group), definite=True)])
-        return _clause(subj, verb, tense, _noun(rng, obj, adj=_maybe_adj(rng, idx, group)), pps,
-                       _time(rng, idx))
-    if kind == "animal":
-        if rng.random() < 0.5:
-            subj, group = _person_subject(rng, idx)
-        else:
-            animal = rng.choice(idx.by_class["animal"])
-            subj, group = _noun(rng, animal), animal["group"]
-        obj = idx.pick(rng, "animal", group)
-        verb = idx.pick(rng, "verb_animal", group)["id"]
-        return _clause(subj, verb, tense, _noun(rng, obj, adj=_maybe_adj(rng, idx, group)),
-                       time=_time(rng, idx))
-    if kind == "visit_place":
-        subj, group = _person_subject(rng, idx)
-        place = idx.pick(rng, "place", group)
-        verb = idx.pick(rng, "verb_place", group)["id"]
-        pps = [["fn_in", {"num": rng.choice(idx.years)}]] if rng.random() < 0.3 else []
-        return _clause(subj, verb, tense, _noun(rng, place, adj=_maybe_adj(rng, idx, group, 0.2)),
-                       pps, _time(rng, idx, 0.35))
-    if kind == "intransitive":
-        if rng.random() < 0.5:
-            animal = rng.choice(idx.by_class["animal"])
-            subj, group = _noun(rng, animal, adj=_maybe_adj(rng, idx, animal["group"])), \
-                animal["group"]
-        else:
-            subj, group = _person_subject(rng, idx)
-        verb = idx.pick(rng, "verb_intransitive", group)["id"]
-        pps = []
-        if rng.random() < 0.4:
-            pps.append(["fn_in", _noun(rng, idx.pick(rng, "place", group), definite=True)])
-        return _clause(subj, verb, tense, None, pps, _time(rng, idx, 0.3))
-    if kind == "go":
-        subj, group = _person_subject(rng, idx)
-        if rng.random() < 0.5:
-            dest: NP = {"name": rng.choice(idx.cities)}
-        else:
-            dest = _noun(rng, idx.pick(rng, "place", group), definite=True, plural=False)
-        pps = [["fn_to", dest]]
-        if rng.random() < 0.2:
-            pps.append(["fn_with", _person_subject(rng, idx)[0]])
-        if rng.random() < 0.3:
-            pps.append(["fn_in", {"num": rng.choice(idx.years)}])
-        return _clause(subj, "fn_go", tense, None, pps, _time(rng, idx, 0.3))
-    if kind == "profession":
-        prof = rng.choice(idx.by_class["profession"])
-        return _clause({"name": rng.choice(idx.free_names)}, "fn_be", tense,
-                       _noun(rng, prof, definite=False, plural=False))
-    if kind == "live":
-        return _clause({"name": rng.choice(idx.free_names)}, "fn_live", tense, None,
-                       [["fn_in", {"name": rng.choice(idx.cities)}]])
-    if kind == "colour":
-        cls = rng.choice(["object", "animal", "food"])
-        concept = rng.choice(idx.by_class[cls])
-        colour = idx.pick(rng, "colour", concept["group"])["id"]
-        return _clause(_noun(rng, concept, definite=True), "fn_be", tense,
-                       {"adj_pred": colour})
-    if kind in ("count", "number_word"):
-        subj, group = _person_subject(rng, idx)
-        cls, vcls = rng.choice([("animal", "verb_animal"), ("object", "verb_object"),
-                                ("food", "verb_food")])
-        obj = _noun(rng, idx.pick(rng, cls, group), definite=False, plural=True)
-        if kind == "count":
-            obj["count"] = rng.randint(2, 20)
-        else:
-            word = rng.choice(idx.by_class["number_word"][1:])  # "one" takes no plural
-            obj["numword"] = word["id"]
-        return _clause(subj, idx.pick(rng, vcls, group)["id"], tense, obj)
-    # arith: digits are shared by every language, and their sums are consistent.
-    a, b = rng.randint(0, 20), rng.randint(0, 20)
-    return _clause({"sum": [a, b]}, "fn_equal", "present", {"num": a + b})
+    return _FRAME_DRAWERS[kind](rng, idx, tense)
 
 
 def fact_frame(world: dict[str, Any], fact: dict[str, Any], value: Any = None) -> Frame:

@@ -24,6 +24,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from embtransfer.core.schema import fill_schema_defaults
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "world.schema.yaml"
 WORLD_FORMAT = 1
 
@@ -110,27 +112,11 @@ def world_schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def _fill(schema: dict[str, Any], value: Any) -> None:
-    """Fill schema defaults into ``value`` in place, recursing into objects."""
-    if not isinstance(value, dict):
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in value and "default" in sub:
-            value[key] = copy.deepcopy(sub["default"])
-        if key in value:
-            _fill(sub, value[key])
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        for key in value:
-            if key not in schema.get("properties", {}):
-                _fill(extra, value[key])
-
-
 def world_config(cfg: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return a validated copy of a ``world:`` section with every default filled in."""
     out = copy.deepcopy(cfg) if cfg else {}
     schema = world_schema()
-    _fill(schema, out)
+    fill_schema_defaults(schema, out)
     jsonschema.validate(out, schema)
     if out["source_language"] not in out["languages"]:
         raise WorldConfigError(
@@ -409,7 +395,18 @@ def _language(key: str, spec: dict[str, Any], cfg: dict[str, Any], seed: int,
     before = set(taken)
     morph = _morphology(morph_kind, word_order, script, phon, rng, taken)
     affixes = sorted(taken - before)
+    rendered_names, name_kept = _render_names(rng, names, script, cfg, taken)
+    lexicon, loans = _lexicon(rng, concepts, source, script, cfg, phon, morph, taken)
+    return {"key": key, "script": script, "word_order": word_order, "morphology": morph,
+            "phonology": {k: v for k, v in phon.items()}, "lexicon": lexicon,
+            "affixes": affixes, "loanwords": loans, "names": rendered_names,
+            "names_kept_latin": name_kept}
 
+
+def _render_names(rng: random.Random, names: dict[str, str], script: str, cfg: dict[str, Any],
+                  taken: set[str]) -> tuple[dict[str, str], list[str]]:
+    """The shared names as the language writes them, and the ids of those kept in Latin;
+    a transliterated name joins ``taken``."""
     rendered_names: dict[str, str] = {}
     name_kept: list[str] = []
     for name_id, latin in names.items():
@@ -423,7 +420,13 @@ def _language(key: str, spec: dict[str, Any], cfg: dict[str, Any], seed: int,
                 taken.add(rendered_names[name_id])
         else:
             rendered_names[name_id] = latin
+    return rendered_names, name_kept
 
+
+def _lexicon(rng: random.Random, concepts: list[dict[str, Any]], source: dict[str, Any] | None,
+             script: str, cfg: dict[str, Any], phon: dict[str, Any], morph: dict[str, Any],
+             taken: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The language's word of every concept, and how each loanword was borrowed."""
     lexicon: dict[str, str] = {}
     loans: dict[str, str] = {}
     if source is not None:
@@ -452,11 +455,7 @@ def _language(key: str, spec: dict[str, Any], cfg: dict[str, Any], seed: int,
             short = concept["kind"].startswith("function")
             lexicon[cid] = _new_form(rng, phon, script, taken, short=short, ok=fresh)
             surfaces.update({lexicon[cid]} | {_inflect(lexicon[cid], c) for c in cells})
-
-    return {"key": key, "script": script, "word_order": word_order, "morphology": morph,
-            "phonology": {k: v for k, v in phon.items()}, "lexicon": lexicon,
-            "affixes": affixes, "loanwords": loans, "names": rendered_names,
-            "names_kept_latin": name_kept}
+    return lexicon, loans
 
 
 # --- facts --------------------------------------------------------------------------------
