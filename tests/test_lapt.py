@@ -18,30 +18,30 @@ import yaml
 from safetensors.torch import load_file
 
 from embtransfer.lapt.checkpointing import CheckpointError
+from embtransfer.lapt.data import CorpusTooSmallError, epoch_order, replay_count
+from embtransfer.lapt.plan import lr_factor
 from embtransfer.lapt.settings import LaptSettings, Replay
-from embtransfer.lapt.trainer import (
-    CorpusTooSmallError,
-    MicroBatchOOMError,
-    epoch_order,
-    lr_factor,
-    replay_count,
-    train_lapt,
-)
+from embtransfer.lapt.trainer import MicroBatchOOMError, train_lapt
 from embtransfer.world.pretrain import build_model
 from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
 
 WORDS = "ka lo mi tu ren sal vor ix bema tori quel nap dru fen go shi".split()
 CFG = {
-    "max_length": 16, "lr": 1e-3, "warmup_ratio": 0.2, "global_batch_size": 8,
-    "micro_batch_size": 4, "log_every": 1, "checkpoint_every": 2, "threads": 1,
+    "max_length": 16,
+    "lr": 1e-3,
+    "warmup_ratio": 0.2,
+    "global_batch_size": 8,
+    "micro_batch_size": 4,
+    "log_every": 1,
+    "checkpoint_every": 2,
+    "threads": 1,
 }
 
 
 def _text(path: Path, n_lines: int, seed: int, words: list[str] = WORDS) -> Path:
     rng = random.Random(seed)
     path.write_text(
-        "\n".join(" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(n_lines))
-        + "\n"
+        "\n".join(" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(n_lines)) + "\n"
     )
     return path
 
@@ -55,27 +55,39 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tok = train_tokenizer("bytelevel_bpe", [str(train), str(english)], 320, "gpt2")
     dirs = {"train": train, "valid": valid, "english": english}
     for family, tied in (("gpt2", True), ("llama", False)):
-        model = build_model(family, len(tok), {"hidden_size": 32, "num_heads": 2,
-                                               "intermediate_size": 64,
-                                               "max_position_embeddings": 32},
-                            tied, special_token_ids(tok), 0)
+        model = build_model(
+            family,
+            len(tok),
+            {
+                "hidden_size": 32,
+                "num_heads": 2,
+                "intermediate_size": 64,
+                "max_position_embeddings": 32,
+            },
+            tied,
+            special_token_ids(tok),
+            0,
+        )
         model.save_pretrained(root / family)
         tok.save_pretrained(root / family)
         dirs[family] = root / family
     return dirs
 
 
-def _run(world: dict[str, Path], out: Path, cfg: dict | None = None, family: str = "gpt2",
-         **kw) -> dict:
+def _run(
+    world: dict[str, Path], out: Path, cfg: dict | None = None, family: str = "gpt2", **kw
+) -> dict:
     kw.setdefault("log", lambda s: None)
-    return train_lapt(world[family], world["train"], world["valid"], out, {**CFG, **(cfg or {})},
-                      seed=3, **kw)
+    return train_lapt(
+        world[family], world["train"], world["valid"], out, {**CFG, **(cfg or {})}, seed=3, **kw
+    )
 
 
 def _trajectory(out: Path) -> list[dict]:
     # Everything but wall-clock fields.
-    lines = [json.loads(x) for x in (Path(f"{out}.work") / "metrics.jsonl").read_text().split("\n")
-             if x]
+    lines = [
+        json.loads(x) for x in (Path(f"{out}.work") / "metrics.jsonl").read_text().split("\n") if x
+    ]
     drop = {"tokens_per_s", "elapsed_s", "eta_s", "peak_memory_bytes"}
     return [{k: v for k, v in r.items() if k not in drop} for r in lines]
 
@@ -131,8 +143,9 @@ def test_sigterm_saves_checkpoint_and_resume_matches(world, straight, tmp_path):
         f"{str(world['valid'])!r}, {str(out)!r}, cfg, 3, log=log)\n"
         "except Preempted as exc:\n    print('PREEMPTED', exc.step, flush=True); sys.exit(3)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     metrics = tmp_path / "out.work" / "metrics.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -154,8 +167,9 @@ def test_sigterm_saves_checkpoint_and_resume_matches(world, straight, tmp_path):
 
 def test_embedding_only_stage_freezes_the_rest(world, tmp_path):
     out = tmp_path / "out"
-    _run(world, out, {"max_steps": 3, "embedding_only_steps": 3, "warmup_ratio": 0.0},
-         family="llama")
+    _run(
+        world, out, {"max_steps": 3, "embedding_only_steps": 3, "warmup_ratio": 0.0}, family="llama"
+    )
     before, after = _weights(world["llama"]), _weights(out)
     emb = {"model.embed_tokens.weight", "lm_head.weight"}
     assert emb <= before.keys()
@@ -180,13 +194,70 @@ def test_replay_ratio_over_an_epoch(world, tmp_path):
     assert not np.array_equal(epoch_order(50, 10, 0.2, 1, 0), epoch_order(50, 10, 0.2, 1, 1))
 
     # One full epoch of training on the mix sees the ratio too.
-    cfg = {"replay": {"file": str(world["english"]), "ratio": 0.25}, "checkpoint_every": 1000,
-           "log_every": 1000}
+    cfg = {
+        "replay": {"file": str(world["english"]), "ratio": 0.25},
+        "checkpoint_every": 1000,
+        "log_every": 1000,
+    }
     result = _run(world, tmp_path / "out", cfg)
     seen = result["sequences_this_run"]
     n = seen["target"] + seen["replay"]
     assert result["total_steps"] == result["steps_per_epoch"] and n == 8 * result["total_steps"]
     assert abs(seen["replay"] / n - 0.25) <= 1 / n + 1 / result["target_blocks"]
+
+
+def test_plan_and_global_batches():
+    """The plan's steps, warm-up and evaluation points; each step's global batch a slice of
+    its epoch's order (lapt/plan.py, lapt/data.py)."""
+    from embtransfer.lapt.data import GlobalBatches, TrainingRows
+    from embtransfer.lapt.plan import make_plan
+
+    training = TrainingRows(np.zeros((20, 4), dtype=np.uint32), np.ones((5, 4), dtype=np.uint32))
+    settings = LaptSettings.from_dict(
+        {
+            **CFG,
+            "eval_fractions": [0.5, 1.0],
+            "max_steps": 5,
+            "replay": {"file": "en.txt", "ratio": 0.2},
+        }
+    )
+    plan = make_plan(settings, training, world=1)
+    # 20 target + 5 replay blocks an epoch: 3 steps of 8 (the last partial batch dropped)
+    assert (plan.steps_per_epoch, plan.total_steps, plan.warmup_steps) == (3, 5, 1)
+    assert plan.micro_batches == 2 and plan.eval_at == {2: [0.5], 5: [1.0]}
+    with pytest.raises(ValueError, match="do not split evenly over 3 processes"):
+        make_plan(settings, training, world=3)
+    batches = GlobalBatches(training, 8, plan.steps_per_epoch, plan.replay_ratio, seed=1)
+    first = epoch_order(20, 5, 0.2, 1, 0)
+    assert np.array_equal(np.concatenate([batches.at(s) for s in range(3)]), first[:24])
+    assert np.array_equal(batches.at(3), epoch_order(20, 5, 0.2, 1, 1)[:8])
+    rows = training.rows(np.array([0, 21]))
+    assert rows.dtype == torch.int64 and rows.tolist() == [[0] * 4, [1] * 4]
+
+
+def test_metrics_log_lines(tmp_path):
+    """metrics.jsonl: the mean train loss every ``every`` steps, in a fixed key order; rank 0
+    writes, every rank keeps the lines; a resume rewinds the file (lapt/metrics.py)."""
+    from embtransfer.lapt.metrics import CallMeasurements, MetricsLog, Progress, log_train_loss
+
+    logs: list[str] = []
+    metrics = MetricsLog(tmp_path / "metrics.jsonl", True, logs.append)
+    metrics.rewrite([{"step": 0}])
+    progress, measured = Progress(step=1, losses=[1.0]), CallMeasurements(0)
+    log_train_loss(metrics, progress, measured, 0.1, every=2, total=3)
+    assert progress.records == [] and logs == []
+    progress.step, progress.losses = 2, [1.0, 2.0]
+    log_train_loss(metrics, progress, measured, 0.1, every=2, total=3)
+    (line,) = progress.records
+    assert list(line) == ["step", "train_loss", "lr", "tokens_per_s", "elapsed_s", "eta_s"]
+    assert (line["step"], line["train_loss"], line["lr"]) == (2, 1.5, 0.1)
+    written = [json.loads(x) for x in metrics.path.read_text().splitlines()]
+    assert written == [{"step": 0}, line] and logs[0].startswith("[lapt] step 2/3 loss 1.5000")
+    metrics.rewrite([])
+    assert metrics.path.read_text() == ""
+    silent = MetricsLog(tmp_path / "other.jsonl", False, logs.append)
+    silent.record(progress, {"step": 3})
+    assert progress.records[-1] == {"step": 3} and not silent.path.exists()
 
 
 def test_eval_points_and_lr_schedule(world, straight):
@@ -199,8 +270,11 @@ def test_eval_points_and_lr_schedule(world, straight):
     total, warmup = 10, math.ceil(10 * 0.2)
     for r in steps:
         s = r["step"] - 1  # the lr an optimizer step used
-        expected = 1e-3 * (s / warmup if s < warmup else
-                           0.5 * (1 + math.cos(math.pi * (s - warmup) / (total - warmup))))
+        expected = 1e-3 * (
+            s / warmup
+            if s < warmup
+            else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (total - warmup)))
+        )
         assert r["lr"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
     assert lr_factor(0, 2, 10) == 0.0 and lr_factor(1, 2, 10) == 0.5
     assert lr_factor(2, 2, 10) == 1.0 and lr_factor(10, 2, 10) == pytest.approx(0.0)
@@ -260,7 +334,6 @@ def test_unknown_key_and_bad_accumulation(world, tmp_path):
         _run(world, tmp_path / "out", {"micro_batch_size": 3})
 
 
-
 def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
     # accelerate's distributed launcher, ranks over gloo on CPU: each rank takes half
     # of every step's micro batches; summed gradients give the one-process step.
@@ -271,15 +344,26 @@ def test_two_processes_follow_the_one_process_trajectory(world, tmp_path):
 
     cfg = {**CFG, "max_steps": 4, "micro_batch_size": 2}
     one, two = tmp_path / "one", tmp_path / "two"
-    spec = {"model_dir": str(world["llama"]), "train_file": str(world["train"]),
-            "valid_file": str(world["valid"]), "out_dir": str(two), "cfg": cfg, "seed": 3}
+    spec = {
+        "model_dir": str(world["llama"]),
+        "train_file": str(world["train"]),
+        "valid_file": str(world["valid"]),
+        "out_dir": str(two),
+        "cfg": cfg,
+        "seed": 3,
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "workflow"))
-    proc = subprocess.run(launch_command(tmp_path / "spec.json", 2, port), capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        launch_command(tmp_path / "spec.json", 2, port),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "on 2 processes" in proc.stdout
     _run(world, one, {"max_steps": 4, "micro_batch_size": 2}, family="llama")
@@ -298,17 +382,22 @@ def test_settings_from_the_config_section():
     from embtransfer.config.validation import validate_config
     from embtransfer.lapt.settings import settings_from_config
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml")
-                            .read_text())
-    config["lapt"].update(variant="lora", replay={"ratio": 0.25},
-                          lora={"r": 4, "lr": 3e-4})
+    config = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text()
+    )
+    config["lapt"].update(variant="lora", replay={"ratio": 0.25}, lora={"r": 4, "lr": 3e-4})
     section = validate_config(config)["lapt"]
     assert section["replay"]["language"] == "en_mini"  # the source language by default
     settings = settings_from_config(section, 2, "en.txt")
     assert settings.lr == 3e-4  # LoRA's own learning rate
-    assert settings.lora == {"r": 4, "alpha": 32, "dropout": 0.05,
-                             "target_modules": "all-linear", "train_embeddings": True,
-                             "int8": False}
+    assert settings.lora == {
+        "r": 4,
+        "alpha": 32,
+        "dropout": 0.05,
+        "target_modules": "all-linear",
+        "train_embeddings": True,
+        "int8": False,
+    }
     assert settings.replay == Replay(file="en.txt", ratio=0.25)
     assert settings.threads == 2 and settings.max_length == section["max_length"]
     assert settings.as_dict()["replay"] == {"file": "en.txt", "ratio": 0.25}
@@ -342,12 +431,20 @@ def test_checkpoint_of_another_starting_model_is_set_aside(world, tmp_path):
     out, fresh = tmp_path / "out", tmp_path / "fresh"
     _run(world, out, {"max_steps": 6}, stop_after_steps=4)
     logs: list[str] = []
-    train_lapt(other, world["train"], world["valid"], out, {**CFG, "max_steps": 6}, seed=3,
-               log=logs.append)
+    train_lapt(
+        other, world["train"], world["valid"], out, {**CFG, "max_steps": 6}, seed=3, log=logs.append
+    )
     assert any("start_checkpoint_sha256" in m and "starting fresh" in m for m in logs), logs
     assert len(list(tmp_path.glob("out.work.stale-*"))) == 1
-    train_lapt(other, world["train"], world["valid"], fresh, {**CFG, "max_steps": 6}, seed=3,
-               log=lambda m: None)
+    train_lapt(
+        other,
+        world["train"],
+        world["valid"],
+        fresh,
+        {**CFG, "max_steps": 6},
+        seed=3,
+        log=lambda m: None,
+    )
     _assert_same_weights(fresh, out)
 
 
@@ -357,8 +454,9 @@ def test_checkpoint_of_another_corpus_is_set_aside(world, tmp_path):
     edited = tmp_path / "train.txt"
     edited.write_text(world["train"].read_text().replace("ka", "lo"))  # same size, new text
     logs: list[str] = []
-    train_lapt(world["gpt2"], edited, world["valid"], out, {**CFG, "max_steps": 6}, seed=3,
-               log=logs.append)
+    train_lapt(
+        world["gpt2"], edited, world["valid"], out, {**CFG, "max_steps": 6}, seed=3, log=logs.append
+    )
     assert any("blocks.train.corpus_sha256" in m for m in logs), logs
     assert len(list(tmp_path.glob("out.work.stale-*"))) == 1
 
@@ -389,15 +487,16 @@ def straight_micro2(world: dict[str, Path], tmp_path_factory: pytest.TempPathFac
     return out
 
 
-def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micro2, tmp_path,
-                                                            monkeypatch):
+def test_stop_between_micro_batches_resumes_bit_identically(
+    world, straight_micro2, tmp_path, monkeypatch
+):
     import os
 
-    import embtransfer.lapt.trainer as lapt_mod
+    import embtransfer.lapt.loss as loss_mod
     from embtransfer.lapt.preemption import Preempted
 
     # 4 micro batches per step; SIGUSR1 arrives during the 2nd micro batch of step 5.
-    real, calls = lapt_mod._LossModule.forward, {"n": 0}
+    real, calls = loss_mod.MicroBatchLoss.forward, {"n": 0}
 
     def forward(self, ids):
         calls["n"] += self.training  # evaluation passes do not count
@@ -405,7 +504,7 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
             os.kill(os.getpid(), signal.SIGUSR1)
         return real(self, ids)
 
-    monkeypatch.setattr(lapt_mod._LossModule, "forward", forward)
+    monkeypatch.setattr(loss_mod.MicroBatchLoss, "forward", forward)
     out = tmp_path / "out"
     logs: list[str] = []
     with pytest.raises(Preempted) as info:
@@ -414,7 +513,7 @@ def test_stop_between_micro_batches_resumes_bit_identically(world, straight_micr
     assert any("between micro batches of step 5" in m for m in logs), logs
     state = json.loads((tmp_path / "out.work" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 4
-    monkeypatch.setattr(lapt_mod._LossModule, "forward", real)
+    monkeypatch.setattr(loss_mod.MicroBatchLoss, "forward", real)
     _run(world, out, {"max_steps": 6, "micro_batch_size": 2})
     _assert_same_weights(straight_micro2, out)
     assert _trajectory(out) == _trajectory(straight_micro2)
@@ -433,8 +532,7 @@ def test_slurm_time_limit_checkpoints_early(world, tmp_path, monkeypatch):
         time.sleep(0.2)
 
     with pytest.raises(Preempted):
-        _run(world, out, {"max_steps": 6, "stop_before_end_s": 1000, "log_every": 1},
-             log=slow_log)
+        _run(world, out, {"max_steps": 6, "stop_before_end_s": 1000, "log_every": 1}, log=slow_log)
     assert any("SLURM time limit" in m for m in logs), logs
     assert any("the SLURM time limit is near" in m and "checkpoint saved" in m for m in logs)
     assert (tmp_path / "out.work" / "checkpoint" / "state.json").is_file()
@@ -475,9 +573,20 @@ def test_chunked_loss_equals_full_logits(bias, cap, chunk):
 def test_chunked_loss_equals_the_models_own_loss(family):
     from embtransfer.lapt.loss import causal_lm_loss
 
-    model = build_model(family, 300, {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
-                                      "max_position_embeddings": 32, "dropout": 0.0},
-                        None, {}, 0)
+    model = build_model(
+        family,
+        300,
+        {
+            "hidden_size": 32,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 32,
+            "dropout": 0.0,
+        },
+        None,
+        {},
+        0,
+    )
     model.train()
     ids = torch.randint(0, 300, (3, 16), generator=torch.Generator().manual_seed(1))
     ref = model(input_ids=ids, labels=ids).loss
@@ -505,11 +614,14 @@ def test_chunked_and_whole_logits_runs_agree(world, straight, tmp_path):
 # ---------------------------------------------------------------- blocks
 
 
-@pytest.mark.parametrize("algorithm,family,role", [
-    ("bytelevel_bpe", "gpt2", "eos"),
-    ("wordpiece", "bert", "sep"),
-    ("sentencepiece_bpe", "llama", "eos"),
-])
+@pytest.mark.parametrize(
+    "algorithm,family,role",
+    [
+        ("bytelevel_bpe", "gpt2", "eos"),
+        ("wordpiece", "bert", "sep"),
+        ("sentencepiece_bpe", "llama", "eos"),
+    ],
+)
 def test_documents_are_separated_in_every_packing(world, tmp_path, algorithm, family, role):
     # Fails on the old packing for WordPiece: no EOS, documents ran into each other.
     from embtransfer.lapt.blocks import build_blocks
@@ -549,19 +661,41 @@ def test_prebuilt_blocks_equal_text_and_are_checked(world, straight, tmp_path):
     for name in ("train", "valid"):
         build_blocks(tok, None, world[name], 16, tmp_path / f"{name}.npy")
     out = tmp_path / "out"
-    train_lapt(world["gpt2"], tmp_path / "train.npy", tmp_path / "valid.npy", out,
-               {**CFG, "max_steps": 10}, seed=3, log=lambda s: None)
+    train_lapt(
+        world["gpt2"],
+        tmp_path / "train.npy",
+        tmp_path / "valid.npy",
+        out,
+        {**CFG, "max_steps": 10},
+        seed=3,
+        log=lambda s: None,
+    )
     _assert_same_weights(straight, out)
     assert not (tmp_path / "out.work" / "blocks").exists() or not any(
-        (tmp_path / "out.work" / "blocks").iterdir())
+        (tmp_path / "out.work" / "blocks").iterdir()
+    )
     with pytest.raises(BlocksMismatchError, match="blocks of 16 tokens, the run wants 8"):
-        train_lapt(world["gpt2"], tmp_path / "train.npy", tmp_path / "valid.npy",
-                   tmp_path / "o2", {**CFG, "max_length": 8}, seed=3, log=lambda s: None)
+        train_lapt(
+            world["gpt2"],
+            tmp_path / "train.npy",
+            tmp_path / "valid.npy",
+            tmp_path / "o2",
+            {**CFG, "max_length": 8},
+            seed=3,
+            log=lambda s: None,
+        )
     other = train_tokenizer("bytelevel_bpe", [str(world["english"])], 300, "gpt2")
     build_blocks(other, None, world["train"], 16, tmp_path / "other.npy")
     with pytest.raises(BlocksMismatchError, match="another tokenizer"):
-        train_lapt(world["gpt2"], tmp_path / "other.npy", tmp_path / "valid.npy",
-                   tmp_path / "o3", CFG, seed=3, log=lambda s: None)
+        train_lapt(
+            world["gpt2"],
+            tmp_path / "other.npy",
+            tmp_path / "valid.npy",
+            tmp_path / "o3",
+            CFG,
+            seed=3,
+            log=lambda s: None,
+        )
 
 
 # Schema keys that only the workflow reads (settings_from_config maps variant and replay).
@@ -577,8 +711,11 @@ def test_settings_defaults_are_written_once():
     from embtransfer.config.validation import load_schema, validate_config
     from embtransfer.lapt.settings import LORA_LR, lora_settings, settings_from_config
 
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
-                          / "lapt.schema.yaml").read_text())["properties"]
+    raw = yaml.safe_load(
+        (
+            Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "lapt.schema.yaml"
+        ).read_text()
+    )["properties"]
     names = {f.name for f in fields(LaptSettings)}
     assert not set(raw) - names - WORKFLOW_ONLY, "schema keys with no LaptSettings field"
     assert not WORKFLOW_ONLY & names
@@ -589,8 +726,9 @@ def test_settings_defaults_are_written_once():
     assert all("default" in loaded[k] for k in set(raw) - {"lora"})
     assert all("default" in v for v in loaded["lora"]["properties"].values())
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml")
-                            .read_text())
+    config = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text()
+    )
     config["lapt"] = {}
     section = validate_config(config)["lapt"]
     assert settings_from_config(section, None, None) == LaptSettings()
@@ -611,8 +749,9 @@ def test_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="unknown LoRA keys"):
         LaptSettings.from_dict({"lora": {"rank": 4}})
     given = {"max_steps": 7, "replay": {"file": "en.txt", "ratio": 0.5}}
-    assert LaptSettings.from_dict(LaptSettings.from_dict(given).as_dict()) == \
-        LaptSettings.from_dict(given)
+    assert LaptSettings.from_dict(
+        LaptSettings.from_dict(given).as_dict()
+    ) == LaptSettings.from_dict(given)
 
 
 def test_activation_checkpointing_keeps_the_trajectory(world, straight, tmp_path):
@@ -625,22 +764,23 @@ def test_activation_checkpointing_keeps_the_trajectory(world, straight, tmp_path
                 assert math.isclose(ra[key], rb[key], rel_tol=1e-5), (key, ra, rb)
 
 
-def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(world, straight, tmp_path,
-                                                             monkeypatch):
-    import embtransfer.lapt.trainer as lapt_mod
+def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(
+    world, straight, tmp_path, monkeypatch
+):
+    import embtransfer.lapt.loss as loss_mod
 
-    real, calls = lapt_mod._LossModule.forward, {"n": 0}
+    real, calls = loss_mod.MicroBatchLoss.forward, {"n": 0}
 
     def forward(self, ids):  # NaN in step 5 (2 micro batches a step)
         calls["n"] += self.training
         loss = real(self, ids)
         return loss * float("nan") if self.training and calls["n"] == 9 else loss
 
-    monkeypatch.setattr(lapt_mod._LossModule, "forward", forward)
+    monkeypatch.setattr(loss_mod.MicroBatchLoss, "forward", forward)
     out = tmp_path / "out"
     with pytest.raises(FloatingPointError, match=r"at step 5; the last checkpoint in .* is kept"):
         _run(world, out, {"max_steps": 10})
-    monkeypatch.setattr(lapt_mod._LossModule, "forward", real)
+    monkeypatch.setattr(loss_mod.MicroBatchLoss, "forward", real)
     logs: list[str] = []
     _run(world, out, {"max_steps": 10}, log=logs.append)
     assert any("resuming" in m and "at step 4/10" in m for m in logs), logs
@@ -657,6 +797,7 @@ def test_lapt_modules_import_no_private_names():
         name = path.name
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                private = [a.name for a in node.names if a.name.startswith("_")
-                           and a.name != "__future__"]
+                private = [
+                    a.name for a in node.names if a.name.startswith("_") and a.name != "__future__"
+                ]
                 assert not private, f"{name} imports {private} from {node.module}"

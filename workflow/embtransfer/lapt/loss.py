@@ -12,7 +12,8 @@ gradients up to float rounding (``tests/test_lapt.py``).
 :func:`causal_lm_loss` applies it to a Hugging Face causal LM: the model body
 gives the hidden states, the output embedding is the weight, labels are the
 inputs shifted by one (as ``ForCausalLMLoss``), ``-100`` ignored, and a
-``final_logit_softcapping`` (Gemma 2) applied inside the chunks.
+``final_logit_softcapping`` (Gemma 2) applied inside the chunks. :class:`MicroBatchLoss`
+is the module the trainer calls (and DDP and ``torch.compile`` wrap).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import torch
 IGNORE = -100
 
 
-def _chunk_logits(h: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                  cap: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _chunk_logits(
+    h: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cap: float | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits of one chunk (matmul in ``w``'s dtype, then at least fp32) and, with a soft
     cap, tanh(z / cap)."""
     acc = _acc(w.dtype)
@@ -53,9 +55,16 @@ class ChunkedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                labels: torch.Tensor, dtype: torch.dtype, chunk_rows: int,
-                cap: float | None) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        dtype: torch.dtype,
+        chunk_rows: int,
+        cap: float | None,
+    ) -> torch.Tensor:
         acc = _acc(dtype)
         total = torch.zeros((), dtype=acc, device=hidden.device)
         lse = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
@@ -118,20 +127,28 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None
 
 
-def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                          labels: torch.Tensor, *, chunk_rows: int = 1024,
-                          dtype: torch.dtype | None = None,
-                          cap: float | None = None) -> torch.Tensor:
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    *,
+    chunk_rows: int = 1024,
+    dtype: torch.dtype | None = None,
+    cap: float | None = None,
+) -> torch.Tensor:
     """Mean cross-entropy over the labels that are not ``-100`` (see the class)."""
     hidden = hidden.reshape(-1, hidden.shape[-1])
     labels = labels.reshape(-1)
     if dtype is None:
-        dtype = torch.get_autocast_dtype(hidden.device.type) \
-            if torch.is_autocast_enabled(hidden.device.type) else weight.dtype
+        dtype = (
+            torch.get_autocast_dtype(hidden.device.type)
+            if torch.is_autocast_enabled(hidden.device.type)
+            else weight.dtype
+        )
     n = (labels != IGNORE).sum().clamp(min=1)
     with torch.autocast(hidden.device.type, enabled=False):
-        total = ChunkedCrossEntropy.apply(hidden, weight, bias, labels, dtype, int(chunk_rows),
-                                          cap)
+        total = ChunkedCrossEntropy.apply(hidden, weight, bias, labels, dtype, int(chunk_rows), cap)
     return total / n
 
 
@@ -148,5 +165,20 @@ def causal_lm_loss(model: Any, ids: torch.Tensor, chunk_rows: int) -> torch.Tens
     hidden = hidden[:, :-1]
     labels = ids[:, 1:]
     cap = getattr(model.config, "final_logit_softcapping", None)
-    return chunked_cross_entropy(hidden, head.weight, getattr(head, "bias", None), labels,
-                                 chunk_rows=chunk_rows, cap=cap)
+    return chunked_cross_entropy(
+        hidden, head.weight, getattr(head, "bias", None), labels, chunk_rows=chunk_rows, cap=cap
+    )
+
+
+class MicroBatchLoss(torch.nn.Module):
+    """The micro batch's mean next-token loss; the module DDP / torch.compile wrap."""
+
+    def __init__(self, model: Any, chunk_rows: int):
+        super().__init__()
+        self.model = model
+        self.chunk_rows = chunk_rows
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.chunk_rows:
+            return causal_lm_loss(self.model, ids, self.chunk_rows)
+        return self.model(input_ids=ids, labels=ids).loss
