@@ -22,12 +22,8 @@ from embtransfer.models.loading import (
     load_embeddings,
     load_tokenizer,
 )
-from embtransfer.transfer.checkpoint import (
-    checkpoint_summary,
-    extend_tokenizer,
-    new_target_tokens,
-    write_transferred_checkpoint,
-)
+from embtransfer.transfer.checkpoint import checkpoint_summary, write_transferred_checkpoint
+from embtransfer.vocab.extend import extend_tokenizer, new_target_tokens
 from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
 
 H = 32
