@@ -22,12 +22,8 @@ from embtransfer.models.loading import (
     load_embeddings,
     load_tokenizer,
 )
-from embtransfer.transfer.checkpoint import (
-    checkpoint_summary,
-    extend_tokenizer,
-    new_target_tokens,
-    write_transferred_checkpoint,
-)
+from embtransfer.transfer.checkpoint import checkpoint_summary, write_transferred_checkpoint
+from embtransfer.vocab.extend import extend_tokenizer, new_target_tokens
 from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
 
 H = 32
@@ -45,8 +41,10 @@ def _lines(words: list[str], n: int, seed: int) -> list[str]:
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("corpus")
     # The source sees a little target text, as the miniature world's LLM does.
-    texts = {"source": _lines(SOURCE_WORDS, 600, 0) + _lines(TARGET_WORDS, 20, 1),
-             "target": _lines(TARGET_WORDS, 600, 2)}
+    texts = {
+        "source": _lines(SOURCE_WORDS, 600, 0) + _lines(TARGET_WORDS, 20, 1),
+        "target": _lines(TARGET_WORDS, 600, 2),
+    }
     paths = {}
     for name, lines in texts.items():
         (out / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -56,31 +54,79 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 # name -> (tokenizer algorithm, tokenizer family, model builder, tied, dtype)
 def _llama(v: int, ids: dict, tie: bool) -> tf.PreTrainedModel:
-    cfg = tf.LlamaConfig(hidden_size=H, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, vocab_size=v, tie_word_embeddings=tie, **ids)
+    cfg = tf.LlamaConfig(
+        hidden_size=H,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        vocab_size=v,
+        tie_word_embeddings=tie,
+        **ids,
+    )
     return tf.LlamaForCausalLM(cfg)
 
 
 BUILDERS = {
-    "gpt2": lambda v, ids: tf.GPT2LMHeadModel(tf.GPT2Config(
-        n_embd=H, n_layer=1, n_head=2, n_positions=128, vocab_size=v, **ids)),
-    "gpt2_untied": lambda v, ids: tf.GPT2LMHeadModel(tf.GPT2Config(
-        n_embd=H, n_layer=1, n_head=2, n_positions=128, vocab_size=v,
-        tie_word_embeddings=False, **ids)),
-    "gemma": lambda v, ids: tf.GemmaForCausalLM(tf.GemmaConfig(
-        hidden_size=H, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, max_position_embeddings=128, vocab_size=v, **ids)),
+    "gpt2": lambda v, ids: tf.GPT2LMHeadModel(
+        tf.GPT2Config(n_embd=H, n_layer=1, n_head=2, n_positions=128, vocab_size=v, **ids)
+    ),
+    "gpt2_untied": lambda v, ids: tf.GPT2LMHeadModel(
+        tf.GPT2Config(
+            n_embd=H,
+            n_layer=1,
+            n_head=2,
+            n_positions=128,
+            vocab_size=v,
+            tie_word_embeddings=False,
+            **ids,
+        )
+    ),
+    "gemma": lambda v, ids: tf.GemmaForCausalLM(
+        tf.GemmaConfig(
+            hidden_size=H,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=128,
+            vocab_size=v,
+            **ids,
+        )
+    ),
     "llama": lambda v, ids: _llama(v, ids, False),
-    "xglm": lambda v, ids: tf.XGLMForCausalLM(tf.XGLMConfig(
-        d_model=H, ffn_dim=64, num_layers=1, attention_heads=2, max_position_embeddings=128,
-        vocab_size=v, decoder_start_token_id=ids["eos_token_id"], **ids)),
-    "bloom": lambda v, ids: tf.BloomForCausalLM(tf.BloomConfig(
-        hidden_size=H, n_layer=1, n_head=2, vocab_size=v, **ids)),
-    "mistral": lambda v, ids: tf.MistralForCausalLM(tf.MistralConfig(
-        hidden_size=H, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=128, vocab_size=v, **ids)),
-    "gptj": lambda v, ids: tf.GPTJForCausalLM(tf.GPTJConfig(
-        n_embd=H, n_layer=1, n_head=2, rotary_dim=8, n_positions=128, vocab_size=v, **ids)),
+    "xglm": lambda v, ids: tf.XGLMForCausalLM(
+        tf.XGLMConfig(
+            d_model=H,
+            ffn_dim=64,
+            num_layers=1,
+            attention_heads=2,
+            max_position_embeddings=128,
+            vocab_size=v,
+            decoder_start_token_id=ids["eos_token_id"],
+            **ids,
+        )
+    ),
+    "bloom": lambda v, ids: tf.BloomForCausalLM(
+        tf.BloomConfig(hidden_size=H, n_layer=1, n_head=2, vocab_size=v, **ids)
+    ),
+    "mistral": lambda v, ids: tf.MistralForCausalLM(
+        tf.MistralConfig(
+            hidden_size=H,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=128,
+            vocab_size=v,
+            **ids,
+        )
+    ),
+    "gptj": lambda v, ids: tf.GPTJForCausalLM(
+        tf.GPTJConfig(
+            n_embd=H, n_layer=1, n_head=2, rotary_dim=8, n_positions=128, vocab_size=v, **ids
+        )
+    ),
 }
 SOURCES = {
     "gpt2": ("bytelevel_bpe", "gpt2", True, torch.float32),
@@ -92,8 +138,11 @@ SOURCES = {
     "mistral": ("sentencepiece_bpe", "llama", False, torch.bfloat16),  # a bf16 source
     "gptj": ("bytelevel_bpe", "gpt2", False, torch.float32),  # untied head with a bias
 }
-TARGETS = {"gpt2": ("bytelevel_bpe", "gpt2"), "bert": ("wordpiece", "bert"),
-           "t5": ("unigram", "t5")}
+TARGETS = {
+    "gpt2": ("bytelevel_bpe", "gpt2"),
+    "bert": ("wordpiece", "bert"),
+    "t5": ("unigram", "t5"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +151,11 @@ def sources(corpus, tmp_path_factory) -> dict[str, Path]:
     out = {}
     for name, (algorithm, family, tied, dtype) in SOURCES.items():
         tok = train_tokenizer(algorithm, [corpus["source"]], 320, family)
-        ids = {k: v for k, v in special_token_ids(tok).items()
-               if k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+        ids = {
+            k: v
+            for k, v in special_token_ids(tok).items()
+            if k in ("bos_token_id", "eos_token_id", "pad_token_id")
+        }
         torch.manual_seed(0)
         model = BUILDERS[name](len(tok), ids).to(dtype)
         head, emb = model.get_output_embeddings(), model.get_input_embeddings()
@@ -151,7 +203,8 @@ def _load_model(path: Path) -> tf.PreTrainedModel:
     """Load a checkpoint, failing on any missing/unexpected weight or any warning."""
     with transformers_warnings() as messages:
         model, info = tf.AutoModelForCausalLM.from_pretrained(
-            path, dtype="auto", output_loading_info=True)
+            path, dtype="auto", output_loading_info=True
+        )
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
     assert not info["error_msgs"]
     assert messages == [], messages
@@ -178,8 +231,9 @@ def test_replace_checkpoint_loads_cleanly(sources, targets, source, target, tmp_
     n = len(ttok)
     inp = _random_rows(n, 1)
     out = None if tied else _random_rows(n, 2)
-    record = write_transferred_checkpoint(sources[source], targets[target], inp, out,
-                                          tmp_path / "ckpt", metadata={"method": "random"})
+    record = write_transferred_checkpoint(
+        sources[source], targets[target], inp, out, tmp_path / "ckpt", metadata={"method": "random"}
+    )
     assert record["method"] == "random" and record["checkpoint"]["tied"] is tied
 
     model, tok = _load(tmp_path / "ckpt")
@@ -229,14 +283,17 @@ def test_replace_checkpoint_loads_cleanly(sources, targets, source, target, tmp_
 def test_tied_and_untied_rows_are_checked(sources, targets, tmp_path):
     n = len(load_tokenizer(targets["gpt2"]))
     with pytest.raises(ValueError, match="tied"):
-        write_transferred_checkpoint(sources["gpt2"], targets["gpt2"], _random_rows(n, 0),
-                                     _random_rows(n, 1), tmp_path / "a")
+        write_transferred_checkpoint(
+            sources["gpt2"], targets["gpt2"], _random_rows(n, 0), _random_rows(n, 1), tmp_path / "a"
+        )
     with pytest.raises(ValueError, match="untied"):
-        write_transferred_checkpoint(sources["llama"], targets["gpt2"], _random_rows(n, 0),
-                                     None, tmp_path / "b")
+        write_transferred_checkpoint(
+            sources["llama"], targets["gpt2"], _random_rows(n, 0), None, tmp_path / "b"
+        )
     with pytest.raises(ValueError, match="shape"):
-        write_transferred_checkpoint(sources["gpt2"], targets["gpt2"], _random_rows(n - 1, 0),
-                                     None, tmp_path / "c")
+        write_transferred_checkpoint(
+            sources["gpt2"], targets["gpt2"], _random_rows(n - 1, 0), None, tmp_path / "c"
+        )
     assert not any(tmp_path.iterdir())
 
 
@@ -267,8 +324,14 @@ def test_extend_appends_rows_and_tokens(sources, targets, source, tmp_path):
     inp = _random_rows(k, 3)
     out = None if before.tied else _random_rows(k, 4)
     record = write_transferred_checkpoint(
-        sources[source], targets["gpt2"], inp, out, tmp_path / "ext", mode="extend",
-        new_target_ids=new_target)
+        sources[source],
+        targets["gpt2"],
+        inp,
+        out,
+        tmp_path / "ext",
+        mode="extend",
+        new_target_ids=new_target,
+    )
     assert record["checkpoint"]["new_rows"] == k
 
     model, tok = _load(tmp_path / "ext")
@@ -325,8 +388,7 @@ def test_rows_overflowing_the_source_dtype_are_refused(sources, targets, tmp_pat
     inp, out = _random_rows(n, 0).astype(np.float64), _random_rows(n, 1)
     inp[5, 0] = 1e300  # finite in float64, Inf in the bf16 source
     with pytest.raises(NonFiniteError, match=r"after casting to torch.bfloat16.*token ids \[5\]"):
-        write_transferred_checkpoint(sources["mistral"], targets["bert"], inp, out,
-                                     tmp_path / "x")
+        write_transferred_checkpoint(sources["mistral"], targets["bert"], inp, out, tmp_path / "x")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -352,7 +414,11 @@ def test_embedding_layout_agrees_with_load_embeddings(sources, tmp_path):
     for name, path in cases.items():
         full, layout = load_embeddings(path), embedding_layout(path)
         assert (layout.rows, layout.width, layout.tied, layout.input_name) == (
-            full.vocab_rows, full.input.shape[1], full.tied, full.input_name), name
+            full.vocab_rows,
+            full.input.shape[1],
+            full.tied,
+            full.input_name,
+        ), name
 
 
 def test_extend_refuses_a_source_whose_kept_rows_hold_nan(sources, targets, tmp_path):
@@ -368,9 +434,15 @@ def test_extend_refuses_a_source_whose_kept_rows_hold_nan(sources, targets, tmp_
     new = new_target_tokens(stok, ttok)
     message = r"output embeddings hold NaN/Inf .*token ids \[5\]"
     with pytest.raises(NonFiniteEmbeddingsError, match=message):
-        write_transferred_checkpoint(source, targets["gpt2"], _random_rows(len(new), 0),
-                                     _random_rows(len(new), 1), tmp_path / "x", mode="extend",
-                                     new_target_ids=new)
+        write_transferred_checkpoint(
+            source,
+            targets["gpt2"],
+            _random_rows(len(new), 0),
+            _random_rows(len(new), 1),
+            tmp_path / "x",
+            mode="extend",
+            new_target_ids=new,
+        )
     assert not (tmp_path / "x").exists()
 
 

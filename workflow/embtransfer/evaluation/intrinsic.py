@@ -38,9 +38,8 @@ from transformers import AutoModelForCausalLM
 
 from embtransfer.core.atomic import write_json
 from embtransfer.core.devices import inference_dtype, resolve_device
+from embtransfer.models.hf import position_limit
 from embtransfer.models.loading import load_tokenizer
-
-POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx")
 
 
 def read_documents(text_file: str | os.PathLike, max_lines: int | None = None) -> list[str]:
@@ -107,15 +106,6 @@ def pack_documents(tokenizer: Any, docs: list[str], max_length: int) -> Packed:
     return Packed(sequences, scored, context, sep, len(docs), n_bytes)
 
 
-def _position_limit(config: Any) -> int | None:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for key in POSITION_KEYS:
-        value = getattr(text, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def evaluate_text(
     model_dir: str | os.PathLike,
     text_file: str | os.PathLike,
@@ -141,7 +131,8 @@ def evaluate_text(
         model_dir, dtype=inference_dtype(dev), trust_remote_code=trust_remote_code
     ).to(dev)
     model.eval()
-    limit = _position_limit(model.config)
+    # The text config's limit alone, never a multimodal wrapper's own fields.
+    limit = position_limit(model.config, wrapper=False)
     if limit is not None:
         max_length = min(max_length, limit)
 
@@ -149,39 +140,9 @@ def evaluate_text(
     if not docs:
         raise ValueError(f"{text_file}: no non-empty lines to evaluate")
     packed = pack_documents(tokenizer, docs, max_length)
-    # Any in-vocabulary id fills the padding; padded positions are masked and unscored.
-    filler = packed.separator_id if packed.separator_id is not None else packed.context_id
-
-    total_nll = 0.0
-    with torch.inference_mode():
-        for start in range(0, len(packed.sequences), batch_size):
-            seqs = packed.sequences[start : start + batch_size]
-            marks = packed.scored[start : start + batch_size]
-            width = max(len(s) for s in seqs)
-            ids = torch.full((len(seqs), width), filler, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-            for i, (seq, mark) in enumerate(zip(seqs, marks, strict=True)):
-                ids[i, : len(seq)] = torch.tensor(seq)
-                mask[i, : len(seq)] = 1
-                keep = torch.tensor(mark)
-                labels[i, : len(seq)] = torch.where(keep, torch.tensor(seq), -100)
-            # Right padding: causal attention keeps real positions blind to the pads.
-            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
-            for i in range(len(seqs)):  # one row at a time: a float32 copy of V logits
-                total_nll += float(
-                    torch.nn.functional.cross_entropy(
-                        logits[i, :-1].float(), labels[i, 1:].to(dev),
-                        ignore_index=-100, reduction="sum",
-                    )
-                )
+    total_nll = _total_nll(model, packed, batch_size, dev)
     n_tokens = packed.tokens
-    unk = tokenizer.unk_token_id
-    n_unk = sum(
-        tok == unk and mark
-        for seq, marks in zip(packed.sequences, packed.scored, strict=True)
-        for tok, mark in zip(seq, marks, strict=True)
-    ) if unk is not None else 0
+    n_unk = _scored_count(packed, tokenizer.unk_token_id)
     loss = total_nll / n_tokens if n_tokens else float("nan")
     return {
         "loss": loss,
@@ -206,6 +167,50 @@ def evaluate_text(
     }
 
 
+def _total_nll(model: Any, packed: Packed, batch_size: int, dev: str) -> float:
+    """Summed negative log-likelihood (nats) of the scored tokens, ``batch_size`` sequences
+    at a time, log-probabilities in float32."""
+    # Any in-vocabulary id fills the padding; padded positions are masked and unscored.
+    filler = packed.separator_id if packed.separator_id is not None else packed.context_id
+    total_nll = 0.0
+    with torch.inference_mode():
+        for start in range(0, len(packed.sequences), batch_size):
+            seqs = packed.sequences[start : start + batch_size]
+            marks = packed.scored[start : start + batch_size]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), filler, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+            for i, (seq, mark) in enumerate(zip(seqs, marks, strict=True)):
+                ids[i, : len(seq)] = torch.tensor(seq)
+                mask[i, : len(seq)] = 1
+                keep = torch.tensor(mark)
+                labels[i, : len(seq)] = torch.where(keep, torch.tensor(seq), -100)
+            # Right padding: causal attention keeps real positions blind to the pads.
+            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
+            for i in range(len(seqs)):  # one row at a time: a float32 copy of V logits
+                total_nll += float(
+                    torch.nn.functional.cross_entropy(
+                        logits[i, :-1].float(),
+                        labels[i, 1:].to(dev),
+                        ignore_index=-100,
+                        reduction="sum",
+                    )
+                )
+    return total_nll
+
+
+def _scored_count(packed: Packed, token_id: int | None) -> int:
+    """How many scored positions hold ``token_id`` (0 for None)."""
+    if token_id is None:
+        return 0
+    return sum(
+        tok == token_id and mark
+        for seq, marks in zip(packed.sequences, packed.scored, strict=True)
+        for tok, mark in zip(seq, marks, strict=True)
+    )
+
+
 def token_counts(tokenizer: Any, texts: Sequence[str]) -> dict[str, Any]:
     """Tokens (``add_special_tokens=False``), whitespace words and UTF-8 bytes of ``texts``;
     fertility = tokens per word, tokens per byte (NaN where there is nothing to divide by)."""
@@ -223,8 +228,9 @@ def token_counts(tokenizer: Any, texts: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def fertility(tokenizer: Any, text_file: str | os.PathLike,
-              max_lines: int | None = None) -> dict[str, Any]:
+def fertility(
+    tokenizer: Any, text_file: str | os.PathLike, max_lines: int | None = None
+) -> dict[str, Any]:
     """:func:`token_counts` of the lines of ``text_file`` (as :func:`read_documents`).
 
     ``tokenizer`` is a tokenizer or its directory.
@@ -235,17 +241,25 @@ def fertility(tokenizer: Any, text_file: str | os.PathLike,
     return {**token_counts(tokenizer, docs), "lines": len(docs)}
 
 
-def zeroshot_record(model_dir: str | os.PathLike, text_file: str | os.PathLike,
-                    options: dict[str, Any], device: str,
-                    context: dict[str, Any]) -> dict[str, Any]:
+def zeroshot_record(
+    model_dir: str | os.PathLike,
+    text_file: str | os.PathLike,
+    options: dict[str, Any],
+    device: str,
+    context: dict[str, Any],
+) -> dict[str, Any]:
     """The zero-shot JSON of one checkpoint (``results/zeroshot/...``,
     ``results/intrinsic/lapt/...``): :func:`evaluate_text` with the config's ``zeroshot``
     options, the fertility of its tokenizer on the same text, and ``context`` (the run's
     wildcards; ``method`` is ``source_model`` for the untouched source LLM)."""
     tokenizer = load_tokenizer(model_dir)  # once, for the scores and the fertility
     record = evaluate_text(
-        model_dir, text_file, max_length=options["max_length"],
-        batch_size=options["batch_size"], device=device, max_lines=options["max_lines"],
+        model_dir,
+        text_file,
+        max_length=options["max_length"],
+        batch_size=options["batch_size"],
+        device=device,
+        max_lines=options["max_lines"],
         tokenizer=tokenizer,
     )
     record["fertility"] = fertility(tokenizer, text_file)
@@ -254,9 +268,14 @@ def zeroshot_record(model_dir: str | os.PathLike, text_file: str | os.PathLike,
     return record
 
 
-def write_zeroshot_record(out: str | os.PathLike, model_dir: str | os.PathLike,
-                          text_file: str | os.PathLike, options: dict[str, Any], device: str,
-                          context: dict[str, Any]) -> dict[str, Any]:
+def write_zeroshot_record(
+    out: str | os.PathLike,
+    model_dir: str | os.PathLike,
+    text_file: str | os.PathLike,
+    options: dict[str, Any],
+    device: str,
+    context: dict[str, Any],
+) -> dict[str, Any]:
     """:func:`zeroshot_record`, written atomically to ``out``; returns the record."""
     record = zeroshot_record(model_dir, text_file, options, device, context)
     write_json(out, record)

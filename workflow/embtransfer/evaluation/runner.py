@@ -59,8 +59,13 @@ class ReusingHFLM(HFLM):
     def max_length(self) -> int:  # type: ignore[override]
         return HFLM.max_length.fget(self)
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None,
-                   left_truncate_len: int | None = None, **kwargs: Any) -> list[int]:
+    def tok_encode(
+        self,
+        string: str,
+        add_special_tokens: bool | None = None,
+        left_truncate_len: int | None = None,
+        **kwargs: Any,
+    ) -> list[int]:
         if kwargs:
             return super().tok_encode(string, add_special_tokens, left_truncate_len, **kwargs)
         cache = self.__dict__.setdefault("_encodings", {})
@@ -102,7 +107,7 @@ def hflm_kwargs(tokenizer: Any) -> dict[str, Any]:
     probe = "a b"
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
     full = tokenizer(probe)["input_ids"]
-    kwargs["add_bos_token"] = len(full) > len(plain) and full[len(full) - len(plain):] == plain
+    kwargs["add_bos_token"] = len(full) > len(plain) and full[len(full) - len(plain) :] == plain
     return kwargs
 
 
@@ -119,8 +124,13 @@ def task_manager(specs: Sequence[TaskSpec], world_dir: str | Path | None, tmp: s
     return TaskManager(include_path=include or None, include_defaults=stock)
 
 
-def task_spec(spec: TaskSpec, manager: Any, datasets_dir: str | Path | None,
-              cache_dir: str | Path | None = None, nfc: bool = False) -> str | dict[str, Any]:
+def task_spec(
+    spec: TaskSpec,
+    manager: Any,
+    datasets_dir: str | Path | None,
+    cache_dir: str | Path | None = None,
+    nfc: bool = False,
+) -> str | dict[str, Any]:
     """What ``simple_evaluate`` is given for ``spec``: the task name (world tasks, or no
     override needed), else the task's full lm-eval config with the overrides above."""
     if spec.source == "world" or (datasets_dir is None and spec.answer_language is None):
@@ -130,7 +140,8 @@ def task_spec(spec: TaskSpec, manager: Any, datasets_dir: str | Path | None,
         cfg.update(local_dataset_overrides(cfg, datasets_dir, cache_dir))
     if spec.answer_language is not None:
         cfg["process_results"] = process_results_for(
-            spec.answer_language, protocol=spec.scoring_protocol, nfc=nfc)
+            spec.answer_language, protocol=spec.scoring_protocol, nfc=nfc
+        )
     return cfg
 
 
@@ -183,57 +194,140 @@ def evaluate_checkpoint(
     if len(specs) != len(outputs):
         raise ValueError("one output per task spec")
     dev = resolve_device(device)
-    kwargs: dict[str, Any] = {}
-    if max_length is not None:
-        kwargs["max_length"] = max_length
-    kwargs.update(hflm_kwargs(load_tokenizer(model_dir, trust_remote_code=trust_remote_code)))
-    t0 = time.perf_counter()
-    lm = ReusingHFLM(pretrained=str(model_dir), device=dev, batch_size=batch_size,
-              dtype=inference_dtype(dev), trust_remote_code=trust_remote_code, **kwargs)
-    tok = lm.tokenizer
-    if tok.eos_token is None and tok.sep_token is not None:
-        tok.eos_token = tok.sep_token  # generation tasks stop at the end-of-sequence token
-    log.info("loaded %s on %s in %.1f s", model_dir, dev, time.perf_counter() - t0)
-    version = lm_eval.__version__
+    lm = load_lm(model_dir, dev, batch_size, max_length, trust_remote_code)
     records = []
     with tempfile.TemporaryDirectory(prefix="embt-eval-") as tmp, without_environment_survey():
         if manager is None:
             manager = task_manager(specs, world_dir, tmp)
         # Check every task's data before the first one spends compute.
-        task_specs = [task_spec(s, manager, datasets_dir, Path(tmp) / "datasets", nfc)
-                      for s in specs]
+        task_specs = [
+            task_spec(s, manager, datasets_dir, Path(tmp) / "datasets", nfc) for s in specs
+        ]
         for spec, out, tspec in zip(specs, outputs, task_specs, strict=True):
             start = time.perf_counter()
-            try:
-                result = lm_eval.simple_evaluate(
-                    model=lm, tasks=[tspec], num_fewshot=spec.num_fewshot,
-                    limit=limit, task_manager=manager, random_seed=seed,
-                    numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                    log_samples=True,  # per-document scores, for paired tests
-                )
-            except Exception as err:  # name the task and its data (a field lm-eval lacks)
-                data = (tspec.get("dataset_kwargs") or {}).get("data_files") \
-                    if isinstance(tspec, dict) else None
-                raise TaskRunError(
-                    f"task {spec.key!r} (lm-eval {spec.lm_eval_task!r}) failed"
-                    + (f" on {sorted(data.values())}" if data else "")
-                    + f": {type(err).__name__}: {err}") from err
+            result = run_task(lm, spec, tspec, manager, limit, seed)
             if result is None:  # non-zero ranks of a distributed run
                 continue
-            task_results = result["results"][spec.lm_eval_task]
-            n = result.get("n-samples", {}).get(spec.lm_eval_task, {})
-            n_samples = n.get("effective", task_results.get("sample_len", 0))
-            record = make_record(
-                spec, **meta, task_results=task_results, n_samples=n_samples, limit=limit,
-                samples=(result.get("samples") or {}).get(spec.lm_eval_task),
-                lm_eval_version=version, model=str(model_dir), device=dev,
-                batch_size=batch_size, seed=seed, prefix_token_id=lm.prefix_token_id,
-                **({"scoring": {"protocol": spec.scoring_protocol,
-                                "answer_language": spec.answer_language, "nfc": nfc}}
-                   if spec.answer_language else {}),
+            record = task_record(
+                spec,
+                result,
+                meta,
+                limit=limit,
+                nfc=nfc,
+                model=str(model_dir),
+                device=dev,
+                batch_size=batch_size,
+                seed=seed,
+                prefix_token_id=lm.prefix_token_id,
             )
             write_json(out, record)  # no timings inside: the same run gives the same file
-            log.info("%s (%s): %s on %d documents in %.1f s", spec.key, spec.lm_eval_task,
-                     record["scores"], record["n_samples"], time.perf_counter() - start)
+            log.info(
+                "%s (%s): %s on %d documents in %.1f s",
+                spec.key,
+                spec.lm_eval_task,
+                record["scores"],
+                record["n_samples"],
+                time.perf_counter() - start,
+            )
             records.append(record)
     return records
+
+
+def task_record(
+    spec: TaskSpec,
+    result: dict[str, Any],
+    meta: dict[str, Any],
+    *,
+    limit: int | None,
+    nfc: bool,
+    model: str,
+    device: str,
+    batch_size: int | str,
+    seed: int,
+    prefix_token_id: int | None,
+) -> dict[str, Any]:
+    """The contract record (:func:`embtransfer.evaluation.record.make_record`) of one task's
+    ``simple_evaluate`` result, with how it was run."""
+    task_results = result["results"][spec.lm_eval_task]
+    n = result.get("n-samples", {}).get(spec.lm_eval_task, {})
+    n_samples = n.get("effective", task_results.get("sample_len", 0))
+    scoring = {
+        "protocol": spec.scoring_protocol,
+        "answer_language": spec.answer_language,
+        "nfc": nfc,
+    }
+    return make_record(
+        spec,
+        **meta,
+        task_results=task_results,
+        n_samples=n_samples,
+        limit=limit,
+        samples=(result.get("samples") or {}).get(spec.lm_eval_task),
+        lm_eval_version=lm_eval.__version__,
+        model=model,
+        device=device,
+        batch_size=batch_size,
+        seed=seed,
+        prefix_token_id=prefix_token_id,
+        **({"scoring": scoring} if spec.answer_language else {}),
+    )
+
+
+def load_lm(
+    model_dir: str | Path,
+    dev: str,
+    batch_size: int | str,
+    max_length: int | None,
+    trust_remote_code: bool,
+) -> ReusingHFLM:
+    """lm-eval's model of the checkpoint on ``dev``, encoding as its tokenizer needs
+    (:func:`hflm_kwargs`)."""
+    kwargs: dict[str, Any] = {}
+    if max_length is not None:
+        kwargs["max_length"] = max_length
+    kwargs.update(hflm_kwargs(load_tokenizer(model_dir, trust_remote_code=trust_remote_code)))
+    t0 = time.perf_counter()
+    lm = ReusingHFLM(
+        pretrained=str(model_dir),
+        device=dev,
+        batch_size=batch_size,
+        dtype=inference_dtype(dev),
+        trust_remote_code=trust_remote_code,
+        **kwargs,
+    )
+    tok = lm.tokenizer
+    if tok.eos_token is None and tok.sep_token is not None:
+        tok.eos_token = tok.sep_token  # generation tasks stop at the end-of-sequence token
+    log.info("loaded %s on %s in %.1f s", model_dir, dev, time.perf_counter() - t0)
+    return lm
+
+
+def run_task(
+    lm: Any, spec: TaskSpec, tspec: str | dict[str, Any], manager: Any, limit: int | None, seed: int
+) -> dict[str, Any] | None:
+    """``lm_eval.simple_evaluate`` of one task with the seed for every random choice; a
+    failure names the task and its data."""
+    try:
+        return lm_eval.simple_evaluate(
+            model=lm,
+            tasks=[tspec],
+            num_fewshot=spec.num_fewshot,
+            limit=limit,
+            task_manager=manager,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+            log_samples=True,  # per-document scores, for paired tests
+        )
+    except Exception as err:  # name the task and its data (a field lm-eval lacks)
+        data = (
+            (tspec.get("dataset_kwargs") or {}).get("data_files")
+            if isinstance(tspec, dict)
+            else None
+        )
+        raise TaskRunError(
+            f"task {spec.key!r} (lm-eval {spec.lm_eval_task!r}) failed"
+            + (f" on {sorted(data.values())}" if data else "")
+            + f": {type(err).__name__}: {err}"
+        ) from err

@@ -31,6 +31,8 @@ from safetensors import safe_open
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoConfig, AutoTokenizer
 
+from embtransfer.models.hf import n_token_ids, text_config
+
 # Tensor names of the input and output embeddings by model type, most specific first.
 # A hub checkpoint saved from the base class (GPT-2's own, BLOOM's) has no prefix.
 INPUT_NAMES: dict[str, tuple[str, ...]] = {
@@ -239,11 +241,6 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
         ) from err
 
 
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
-    # Multimodal wrappers (Gemma 3 and friends) keep the LM's settings in text_config.
-    return config.get("text_config") or config
-
-
 def _safetensors_index(model_dir: Path) -> dict[str, Path]:
     """Tensor name -> file, over a single or sharded safetensors checkpoint."""
     index = model_dir / "model.safetensors.index.json"
@@ -301,8 +298,7 @@ def name_rows(ids: np.ndarray, tokens: Sequence[str] | None, limit: int = 10) ->
     """``3 'ab', 7 'c' (and 5 more)``: the first ``limit`` ids with their tokens."""
     shown = [int(i) for i in ids[:limit]]
     named = ", ".join(
-        f"{i} {tokens[i]!r}" if tokens is not None and i < len(tokens) else str(i)
-        for i in shown
+        f"{i} {tokens[i]!r}" if tokens is not None and i < len(tokens) else str(i) for i in shown
     )
     return named + (f" (and {ids.size - limit} more)" if ids.size > limit else "")
 
@@ -366,7 +362,7 @@ class _Stored:
 
 def _stored(model_dir: Path, allow_pickle: bool) -> _Stored:
     config = _read_config(model_dir)
-    text = _text_config(config)
+    text = text_config(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     try:
         names = _safetensors_index(model_dir)
@@ -397,8 +393,15 @@ def _load_embeddings(model_dir: Path, trust_remote_code: bool, allow_pickle: boo
         if out_name is not None:
             out = _read_tensor(st.names[out_name], out_name)
             if out.shape == inp.shape and np.array_equal(out, inp):
-                return Embeddings(inp, None, True, st.model_type, inp_name, None,
-                                  [f"{out_name} stored but equal to {inp_name}"])
+                return Embeddings(
+                    inp,
+                    None,
+                    True,
+                    st.model_type,
+                    inp_name,
+                    None,
+                    [f"{out_name} stored but equal to {inp_name}"],
+                )
             if out.shape[1] != inp.shape[1]:
                 raise ValueError(
                     f"{model_dir}: {inp_name} {inp.shape} and {out_name} {out.shape} "
@@ -438,10 +441,12 @@ def embedding_layout(
         if not tied:
             out_shape = _shape(st.names[out], out)
             if out_shape[1] != shape[1]:
-                raise ValueError(f"{model_dir}: {inp} {shape} and {out} {out_shape} "
-                                 "differ in width")
-            tied = out_shape == shape and torch.equal(_raw_tensor(st.names[inp], inp),
-                                                      _raw_tensor(st.names[out], out))
+                raise ValueError(
+                    f"{model_dir}: {inp} {shape} and {out} {out_shape} differ in width"
+                )
+            tied = out_shape == shape and torch.equal(
+                _raw_tensor(st.names[inp], inp), _raw_tensor(st.names[out], out)
+            )
         return EmbeddingLayout(shape[0], shape[1], tied, inp)
     emb = load_embeddings(model_dir, trust_remote_code, allow_pickle)
     return EmbeddingLayout(emb.vocab_rows, int(emb.input.shape[1]), emb.tied, emb.input_name)
@@ -478,15 +483,18 @@ def _embeddings_by_instantiation(
     for cls in classes:
         try:
             model, loading = cls.from_pretrained(
-                model_dir, trust_remote_code=trust_remote_code, dtype=torch.float32,
+                model_dir,
+                trust_remote_code=trust_remote_code,
+                dtype=torch.float32,
                 output_loading_info=True,
             )
             break
         except Exception as err:  # try the next head class
             errors.append(f"{getattr(cls, '__name__', cls)}: {err}")
     if model is None:
-        raise ValueError(f"{model_dir}: could not load the model to read embeddings:\n"
-                         + "\n".join(errors))
+        raise ValueError(
+            f"{model_dir}: could not load the model to read embeddings:\n" + "\n".join(errors)
+        )
     # from_pretrained fills missing tensors with random ones; random embeddings
     # must never pass for the checkpoint's.
     names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
@@ -504,14 +512,23 @@ def _embeddings_by_instantiation(
     head = model.get_output_embeddings()
     inp = inp_w.detach().float().cpu().numpy().copy()
     if head is None or head.weight.data_ptr() == inp_w.data_ptr():
-        return Embeddings(inp, None, True, model_type, "instantiated", None,
-                          ["read by instantiating the model"])
+        return Embeddings(
+            inp, None, True, model_type, "instantiated", None, ["read by instantiating the model"]
+        )
     out = head.weight.detach().float().cpu().numpy().copy()
     if out.shape == inp.shape and np.array_equal(out, inp):
-        return Embeddings(inp, None, True, model_type, "instantiated", None,
-                          ["read by instantiating the model"])
-    return Embeddings(inp, out, False, model_type, "instantiated", "instantiated",
-                      ["read by instantiating the model"])
+        return Embeddings(
+            inp, None, True, model_type, "instantiated", None, ["read by instantiating the model"]
+        )
+    return Embeddings(
+        inp,
+        out,
+        False,
+        model_type,
+        "instantiated",
+        "instantiated",
+        ["read by instantiating the model"],
+    )
 
 
 # ---------------------------------------------------------------- agreement
@@ -523,26 +540,24 @@ def _tokenizer_ids(tokenizer: Any) -> tuple[int, str]:
         tokenizer = load_tokenizer(tokenizer)
     else:
         where = str(getattr(tokenizer, "name_or_path", "") or "<tokenizer object>")
-    # Ids can have holes; the largest id decides which rows are needed.
-    vocab = tokenizer.get_vocab()
-    n = max(len(tokenizer), (max(vocab.values()) + 1) if vocab else 0)
-    return n, where
+    return n_token_ids(tokenizer), where
 
 
 def _model_rows(model: Any) -> tuple[int, str]:
     if isinstance(model, dict):
-        return int(_text_config(model)["vocab_size"]), "<config dict>"
+        return int(text_config(model)["vocab_size"]), "<config dict>"
     if hasattr(model, "vocab_size") and not isinstance(model, str | os.PathLike):
-        text = getattr(model, "text_config", None) or model
-        return int(text.vocab_size), str(getattr(model, "name_or_path", "") or "<config>")
+        where = str(getattr(model, "name_or_path", "") or "<config>")
+        return int(text_config(model).vocab_size), where
     model_dir = Path(model)
     config = _read_config(model_dir)
-    rows = int(_text_config(config)["vocab_size"])
+    rows = int(text_config(config)["vocab_size"])
     # The embedding tensor's shape is the truth when a checkpoint disagrees with its config.
     try:
         names = _safetensors_index(model_dir)
-        name = _find(names, INPUT_NAMES.get(_text_config(config).get("model_type", ""), ()),
-                     INPUT_SUFFIXES)
+        name = _find(
+            names, INPUT_NAMES.get(text_config(config).get("model_type", ""), ()), INPUT_SUFFIXES
+        )
         if name is not None:
             with safe_open(names[name], framework="pt") as fh:
                 rows = int(fh.get_slice(name).get_shape()[0])
@@ -567,9 +582,16 @@ def check_tokenizer_model_agreement(tokenizer: Any, model: Any) -> dict[str, Any
             "would index past the embedding matrix. Use the tokenizer that belongs to this "
             "model (or resize the model's embeddings first)."
         )
-    info = {"tokenizer_ids": n_ids, "model_rows": rows, "padding_rows": rows - n_ids,
-            "tokenizer": tok_where, "model": model_where}
+    info = {
+        "tokenizer_ids": n_ids,
+        "model_rows": rows,
+        "padding_rows": rows - n_ids,
+        "tokenizer": tok_where,
+        "model": model_where,
+    }
     if rows > n_ids:
-        info["note"] = (f"model has {rows - n_ids} embedding rows beyond the tokenizer's "
-                        f"{n_ids} ids (padding rows; never produced by the tokenizer)")
+        info["note"] = (
+            f"model has {rows - n_ids} embedding rows beyond the tokenizer's "
+            f"{n_ids} ids (padding rows; never produced by the tokenizer)"
+        )
     return info

@@ -25,8 +25,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from embtransfer.core.atomic import atomic_path, write_json
 from embtransfer.core.logs import without_run_values
+from embtransfer.models.hf import position_limit, save_safetensors
 
-MODEL_FAMILIES = ("llama", "gemma", "gpt2", "xglm", "bert", "t5")
 DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")
 
 DEFAULT_ARCHITECTURE: dict[str, Any] = {
@@ -78,7 +78,12 @@ def _special(special_ids: dict[str, int | None], role: str) -> int | None:
 # The families' real settings, used when the config leaves tie_word_embeddings null:
 # Llama and T5 v1.1 have a separate LM head, the others share the input matrix.
 DEFAULT_TIED = {
-    "llama": False, "t5": False, "gemma": True, "gpt2": True, "xglm": True, "bert": True,
+    "llama": False,
+    "t5": False,
+    "gemma": True,
+    "gpt2": True,
+    "xglm": True,
+    "bert": True,
 }
 
 
@@ -96,10 +101,7 @@ def build_model(
     """
     if tie_word_embeddings is None:
         tie_word_embeddings = DEFAULT_TIED[family]
-
     arch = _arch(architecture)
-    h, n_layers, n_heads = arch["hidden_size"], arch["num_layers"], arch["num_heads"]
-    ffn, max_pos, drop = arch["intermediate_size"], arch["max_position_embeddings"], arch["dropout"]
     bos, eos, pad = (_special(special_ids, r) for r in ("bos", "eos", "pad"))
     common = dict(
         vocab_size=vocab_size,
@@ -108,62 +110,126 @@ def build_model(
         eos_token_id=eos,
         pad_token_id=pad,
     )
-    torch.manual_seed(seed)
-    if family == "llama":
-        config = transformers.LlamaConfig(
-            hidden_size=h, intermediate_size=ffn, num_hidden_layers=n_layers,
-            num_attention_heads=n_heads, num_key_value_heads=arch["num_kv_heads"],
-            max_position_embeddings=max_pos, attention_dropout=drop, **common,
-        )
-        model = transformers.LlamaForCausalLM(config)
-    elif family == "gemma":
-        # Gemma's default head_dim is 256 whatever the width; a tiny model needs h/heads.
-        config = transformers.GemmaConfig(
-            hidden_size=h, intermediate_size=ffn, num_hidden_layers=n_layers,
-            num_attention_heads=n_heads, num_key_value_heads=arch["num_kv_heads"],
-            head_dim=h // n_heads, max_position_embeddings=max_pos, attention_dropout=drop,
-            **common,
-        )
-        model = transformers.GemmaForCausalLM(config)
-    elif family == "gpt2":
-        config = transformers.GPT2Config(
-            n_embd=h, n_layer=n_layers, n_head=n_heads, n_inner=ffn, n_positions=max_pos,
-            resid_pdrop=drop, embd_pdrop=drop, attn_pdrop=drop, **common,
-        )
-        model = transformers.GPT2LMHeadModel(config)
-    elif family == "xglm":
-        config = transformers.XGLMConfig(
-            d_model=h, ffn_dim=ffn, num_layers=n_layers, attention_heads=n_heads,
-            max_position_embeddings=max_pos, dropout=drop, attention_dropout=drop,
-            activation_dropout=drop, decoder_start_token_id=eos, **common,
-        )
-        model = transformers.XGLMForCausalLM(config)
-    elif family == "bert":
-        config = transformers.BertConfig(
-            hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=n_heads,
-            intermediate_size=ffn, max_position_embeddings=max_pos,
-            hidden_dropout_prob=drop, attention_probs_dropout_prob=drop, **common,
-        )
-        model = transformers.BertForMaskedLM(config)
-    elif family == "t5":
-        # Tied: T5 v1.0 (relu); untied: T5 v1.1 (gated-gelu), as on the hub.
-        config = transformers.T5Config(
-            d_model=h, d_kv=h // n_heads, d_ff=ffn, num_layers=n_layers,
-            num_decoder_layers=n_layers, num_heads=n_heads, dropout_rate=drop,
-            feed_forward_proj="relu" if tie_word_embeddings else "gated-gelu",
-            decoder_start_token_id=pad, **common,
-        )
-        model = transformers.T5ForConditionalGeneration(config)
-        if not tie_word_embeddings:
-            # transformers 5 forces T5Config.tie_word_embeddings=True and keeps only
-            # scale_decoder_outputs=False for v1.1; it leaves a checkpoint's lm_head
-            # untied when it differs from `shared`, so untie by giving it its own rows.
-            head = torch.empty_like(model.shared.weight).normal_(0.0, h**-0.5)
-            model.lm_head.weight = torch.nn.Parameter(head)
-    else:
+    if family not in FAMILY_MODELS:
         raise ValueError(f"unknown model family {family!r}; expected one of {MODEL_FAMILIES}")
+    torch.manual_seed(seed)
+    model = FAMILY_MODELS[family](arch, common)
     _check_tie(model, tie_word_embeddings)
     return model
+
+
+def _llama(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    config = transformers.LlamaConfig(
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_heads"],
+        num_key_value_heads=arch["num_kv_heads"],
+        max_position_embeddings=arch["max_position_embeddings"],
+        attention_dropout=arch["dropout"],
+        **common,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def _gemma(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    # Gemma's default head_dim is 256 whatever the width; a tiny model needs h/heads.
+    config = transformers.GemmaConfig(
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_heads"],
+        num_key_value_heads=arch["num_kv_heads"],
+        head_dim=arch["hidden_size"] // arch["num_heads"],
+        max_position_embeddings=arch["max_position_embeddings"],
+        attention_dropout=arch["dropout"],
+        **common,
+    )
+    return transformers.GemmaForCausalLM(config)
+
+
+def _gpt2(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    drop = arch["dropout"]
+    config = transformers.GPT2Config(
+        n_embd=arch["hidden_size"],
+        n_layer=arch["num_layers"],
+        n_head=arch["num_heads"],
+        n_inner=arch["intermediate_size"],
+        n_positions=arch["max_position_embeddings"],
+        resid_pdrop=drop,
+        embd_pdrop=drop,
+        attn_pdrop=drop,
+        **common,
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _xglm(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    drop = arch["dropout"]
+    config = transformers.XGLMConfig(
+        d_model=arch["hidden_size"],
+        ffn_dim=arch["intermediate_size"],
+        num_layers=arch["num_layers"],
+        attention_heads=arch["num_heads"],
+        max_position_embeddings=arch["max_position_embeddings"],
+        dropout=drop,
+        attention_dropout=drop,
+        activation_dropout=drop,
+        decoder_start_token_id=common["eos_token_id"],
+        **common,
+    )
+    return transformers.XGLMForCausalLM(config)
+
+
+def _bert(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    config = transformers.BertConfig(
+        hidden_size=arch["hidden_size"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_heads"],
+        intermediate_size=arch["intermediate_size"],
+        max_position_embeddings=arch["max_position_embeddings"],
+        hidden_dropout_prob=arch["dropout"],
+        attention_probs_dropout_prob=arch["dropout"],
+        **common,
+    )
+    return transformers.BertForMaskedLM(config)
+
+
+def _t5(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    h, n_layers, tied = arch["hidden_size"], arch["num_layers"], common["tie_word_embeddings"]
+    # Tied: T5 v1.0 (relu); untied: T5 v1.1 (gated-gelu), as on the hub.
+    config = transformers.T5Config(
+        d_model=h,
+        d_kv=h // arch["num_heads"],
+        d_ff=arch["intermediate_size"],
+        num_layers=n_layers,
+        num_decoder_layers=n_layers,
+        num_heads=arch["num_heads"],
+        dropout_rate=arch["dropout"],
+        feed_forward_proj="relu" if tied else "gated-gelu",
+        decoder_start_token_id=common["pad_token_id"],
+        **common,
+    )
+    model = transformers.T5ForConditionalGeneration(config)
+    if not tied:
+        # transformers 5 forces T5Config.tie_word_embeddings=True and keeps only
+        # scale_decoder_outputs=False for v1.1; it leaves a checkpoint's lm_head
+        # untied when it differs from `shared`, so untie by giving it its own rows.
+        head = torch.empty_like(model.shared.weight).normal_(0.0, h**-0.5)
+        model.lm_head.weight = torch.nn.Parameter(head)
+    return model
+
+
+#: Each family's tiny model, built from the architecture and the settings all share.
+FAMILY_MODELS: dict[str, Callable[[dict[str, Any], dict[str, Any]], PreTrainedModel]] = {
+    "llama": _llama,
+    "gemma": _gemma,
+    "gpt2": _gpt2,
+    "xglm": _xglm,
+    "bert": _bert,
+    "t5": _t5,
+}
+MODEL_FAMILIES = tuple(FAMILY_MODELS)
 
 
 def _check_tie(model: PreTrainedModel, tied: bool) -> None:
@@ -277,8 +343,10 @@ class _Objective:
     def batch(self, x: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
         if self.family in DECODER_ONLY:
             fill = x == FILL
-            return {"input_ids": x.masked_fill(fill, self.tok.eos_token_id),
-                    "labels": x.masked_fill(fill, -100)}
+            return {
+                "input_ids": x.masked_fill(fill, self.tok.eos_token_id),
+                "labels": x.masked_fill(fill, -100),
+            }
         if self.family == "bert":
             return self._mlm(x, gen)
         return self._spans(x, gen)
@@ -315,8 +383,9 @@ class _Objective:
 
         n_spans = min(n_spans, n_noise, n_clean)
         mask: list[bool] = []
-        for clean, noise in zip(segments(n_clean, n_spans), segments(n_noise, n_spans),
-                                strict=True):
+        for clean, noise in zip(
+            segments(n_clean, n_spans), segments(n_noise, n_spans), strict=True
+        ):
             mask.extend([False] * clean + [True] * noise)
         return mask
 
@@ -364,8 +433,14 @@ def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
 
 
 @torch.no_grad()
-def _evaluate(model: PreTrainedModel, objective: _Objective, blocks: torch.Tensor,
-              batch_size: int, n_batches: int, seed: int) -> float:
+def _evaluate(
+    model: PreTrainedModel,
+    objective: _Objective,
+    blocks: torch.Tensor,
+    batch_size: int,
+    n_batches: int,
+    seed: int,
+) -> float:
     # The same masks every time: valid loss is comparable before and after.
     gen = torch.Generator().manual_seed(seed + 1)
     model.eval()
@@ -405,76 +480,23 @@ def pretrain(
     if threads:
         torch.set_num_threads(int(threads))
     family = model_family(model)
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        raise ValueError(
-            f"tokenizer has {len(tokenizer)} ids, model only "
-            f"{model.get_input_embeddings().weight.shape[0]} embedding rows"
-        )
-    max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
-        model.config, "n_positions", None
-    )
-    if max_pos is not None and cfg["seq_len"] > max_pos:
-        raise ValueError(f"seq_len {cfg['seq_len']} exceeds max_position_embeddings {max_pos}")
+    _check_fits(model, tokenizer, cfg["seq_len"])
 
     torch.manual_seed(seed)
     objective = _Objective(family, tokenizer, cfg["seq_len"])
     train_blocks = objective.blocks(train_file)
     valid_blocks = objective.blocks(valid_file)
     steps, bs = int(cfg["steps"]), int(cfg["batch_size"])
-
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-8,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _lr_lambda(int(cfg["warmup_steps"]), steps)
-    )
-    data_gen = torch.Generator().manual_seed(seed)
-    mask_gen = torch.Generator().manual_seed(seed + 7)
-
     initial_valid = _evaluate(model, objective, valid_blocks, bs, cfg["valid_batches"], seed)
-    log(f"[pretrain] {family}: {sum(p.numel() for p in model.parameters()):,} parameters, "
+    log(
+        f"[pretrain] {family}: {sum(p.numel() for p in model.parameters()):,} parameters, "
         f"{len(train_blocks)} train blocks of {objective.block}, {steps} steps x {bs}, "
-        f"initial valid loss {initial_valid:.4f}")
-
-    model.train()
-    order = torch.randperm(len(train_blocks), generator=data_gen)
-    cursor = 0
-    losses: list[float] = []
-    tokens = 0
-    start = time.perf_counter()
-    for step in range(steps):
-        if cursor + bs > len(order):
-            # A new epoch; a corpus smaller than one batch is sampled with repeats.
-            order = torch.randperm(len(train_blocks), generator=data_gen)
-            if len(order) < bs:
-                order = order.repeat(bs // len(order) + 1)
-            cursor = 0
-        idx = order[cursor : cursor + bs]
-        cursor += bs
-        batch = objective.batch(train_blocks[idx], mask_gen)
-        loss = model(**batch).loss
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss at step {step + 1}")
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        tokens += int(batch["input_ids"].numel())
-        if (step + 1) % max(1, int(cfg["log_every"])) == 0 or step + 1 == steps:
-            elapsed = time.perf_counter() - start
-            recent = losses[-int(cfg["log_every"]):]
-            log(f"[pretrain] step {step + 1}/{steps} loss {sum(recent) / len(recent):.4f} "
-                f"lr {scheduler.get_last_lr()[0]:.2e} {tokens / elapsed:,.0f} tok/s")
-    seconds = time.perf_counter() - start
+        f"initial valid loss {initial_valid:.4f}"
+    )
+    losses, tokens, seconds = _train(model, objective, train_blocks, cfg, seed, log)
     final_valid = _evaluate(model, objective, valid_blocks, bs, cfg["valid_batches"], seed)
     model.eval()
-    tail = losses[-max(1, min(20, len(losses) // 10)):]
+    tail = losses[-max(1, min(20, len(losses) // 10)) :]
     metrics = {
         "family": family,
         "objective": {"bert": "masked_lm", "t5": "span_corruption"}.get(family, "causal_lm"),
@@ -493,9 +515,90 @@ def pretrain(
         "seed": seed,
         "train_config": cfg,
     }
-    log(f"[pretrain] done in {seconds:.1f}s: train loss {metrics['initial_train_loss']:.4f} -> "
-        f"{metrics['final_train_loss']:.4f}, valid {initial_valid:.4f} -> {final_valid:.4f}")
+    log(
+        f"[pretrain] done in {seconds:.1f}s: train loss {metrics['initial_train_loss']:.4f} -> "
+        f"{metrics['final_train_loss']:.4f}, valid {initial_valid:.4f} -> {final_valid:.4f}"
+    )
     return metrics
+
+
+def _check_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, seq_len: int) -> None:
+    """Refuse a tokenizer with more ids than the model has rows, or blocks longer than the
+    model's positions."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > rows:
+        raise ValueError(f"tokenizer has {len(tokenizer)} ids, model only {rows} embedding rows")
+    max_pos = position_limit(model.config)
+    if max_pos is not None and seq_len > max_pos:
+        raise ValueError(f"seq_len {seq_len} exceeds max_position_embeddings {max_pos}")
+
+
+def _optimizer(model: PreTrainedModel, cfg: dict[str, Any]) -> torch.optim.AdamW:
+    """AdamW with weight decay on the weight matrices, none on embeddings, norms, biases."""
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": cfg["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg["lr"],
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
+
+
+def _train(
+    model: PreTrainedModel,
+    objective: _Objective,
+    blocks: torch.Tensor,
+    cfg: dict[str, Any],
+    seed: int,
+    log: Callable[[str], None],
+) -> tuple[list[float], int, float]:
+    """``cfg["steps"]`` optimizer steps over ``blocks`` in a seeded order; returns the
+    losses, the tokens seen and the seconds taken."""
+    steps, bs = int(cfg["steps"]), int(cfg["batch_size"])
+    optimizer = _optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _lr_lambda(int(cfg["warmup_steps"]), steps)
+    )
+    data_gen = torch.Generator().manual_seed(seed)
+    mask_gen = torch.Generator().manual_seed(seed + 7)
+    model.train()
+    order = torch.randperm(len(blocks), generator=data_gen)
+    cursor = 0
+    losses: list[float] = []
+    tokens = 0
+    start = time.perf_counter()
+    for step in range(steps):
+        if cursor + bs > len(order):
+            # A new epoch; a corpus smaller than one batch is sampled with repeats.
+            order = torch.randperm(len(blocks), generator=data_gen)
+            if len(order) < bs:
+                order = order.repeat(bs // len(order) + 1)
+            cursor = 0
+        idx = order[cursor : cursor + bs]
+        cursor += bs
+        batch = objective.batch(blocks[idx], mask_gen)
+        loss = model(**batch).loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at step {step + 1}")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        tokens += int(batch["input_ids"].numel())
+        if (step + 1) % max(1, int(cfg["log_every"])) == 0 or step + 1 == steps:
+            elapsed = time.perf_counter() - start
+            recent = losses[-int(cfg["log_every"]) :]
+            log(
+                f"[pretrain] step {step + 1}/{steps} loss {sum(recent) / len(recent):.4f} "
+                f"lr {scheduler.get_last_lr()[0]:.2e} {tokens / elapsed:,.0f} tok/s"
+            )
+    return losses, tokens, time.perf_counter() - start
 
 
 def save_checkpoint(
@@ -506,15 +609,12 @@ def save_checkpoint(
 ) -> Path:
     """Write model (safetensors), tokenizer and ``pretrain.json`` as one directory, atomically."""
     with atomic_path(out_dir, directory=True) as tmp:
-        # transformers 5 always writes safetensors; 4.x needs asking.
-        major = int(transformers.__version__.split(".")[0])
-        kwargs = {"safe_serialization": True} if major < 5 else {}
-        model.save_pretrained(tmp, **kwargs)
+        save_safetensors(model, tmp)
         tokenizer.save_pretrained(tmp)
-        if not any(tmp.glob("*.safetensors")):
-            raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
         # Timings and throughput go to the job's log, not into the checkpoint.
-        record = {**without_run_values(metrics), "versions": {"torch": torch.__version__,
-                                          "transformers": transformers.__version__}}
+        record = {
+            **without_run_values(metrics),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        }
         write_json(tmp / "pretrain.json", record)
     return Path(out_dir)

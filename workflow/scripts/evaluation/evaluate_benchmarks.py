@@ -8,8 +8,8 @@ from embtransfer.core.atomic import atomic_path, read_json, write_json
 from embtransfer.core.logs import job_logger
 from embtransfer.evaluation.catalog import CATALOG
 from embtransfer.evaluation.world_tasks import build_world_tasks
+from embtransfer.models.hf import encode_texts
 from embtransfer.models.loading import load_tokenizer
-from embtransfer.transfer.methods.mean import encode_texts
 from embtransfer.vocab.overlap import read_overlap
 
 sm = snakemake  # noqa: F821
@@ -24,7 +24,8 @@ for tokenizer_dir, overlap in zip(sm.input.tokenizers, sm.input.overlaps, strict
     shared = set(read_overlap(overlap)["target_id"].tolist())
     spellers.append((lambda texts, t=tokenizer: encode_texts(t, texts), shared))
 with atomic_path(sm.output[0], directory=True) as tmp:
-    manifest = build_world_tasks(world, sm.wildcards.lang, tmp, sm.params.seed,
-                                 sm.params.sizes, shots, spellers)
+    manifest = build_world_tasks(
+        world, sm.wildcards.lang, tmp, sm.params.seed, sm.params.sizes, shots, spellers
+    )
     write_json(tmp / "manifest.json", manifest)
 log.info("%s", manifest)

@@ -7,19 +7,21 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 
 from embtransfer.core.atomic import read_json, write_json
 from embtransfer.core.logs import job_logger
+from embtransfer.models.hf import encode_texts
 from embtransfer.models.loading import load_tokenizer
-from embtransfer.transfer.methods.mean import encode_texts
 from embtransfer.vocab.canonical import read_vocab
 from embtransfer.vocab.overlap import read_overlap
 from embtransfer.world.truth import token_truth, write_truth
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-tokenizer = load_tokenizer(sm.input.source_tokenizer,
-                           trust_remote_code=sm.params.trust_remote_code)
+tokenizer = load_tokenizer(sm.input.source_tokenizer, trust_remote_code=sm.params.trust_remote_code)
 table, counts = token_truth(
-    read_json(sm.input.world), sm.wildcards.lang, read_vocab(sm.input.target_vocab),
-    read_vocab(sm.input.source_vocab), lambda texts: encode_texts(tokenizer, texts),
+    read_json(sm.input.world),
+    sm.wildcards.lang,
+    read_vocab(sm.input.target_vocab),
+    read_vocab(sm.input.source_vocab),
+    lambda texts: encode_texts(tokenizer, texts),
     read_overlap(sm.input.overlap)["target_id"].to_numpy(),
 )
 counts.update(source=sm.wildcards.source, target=sm.wildcards.target)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from embtransfer.models.hf import encode_texts
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import (
     copy_shared,
@@ -40,9 +41,6 @@ from embtransfer.transfer.methods.common import (
 )
 from embtransfer.vocab.canonical import token_text
 
-#: Texts per ``encode_batch`` call.
-BATCH = 4096
-
 
 def token_texts(vocab: Any, ids: np.ndarray, word_start_space: bool = True) -> list[str]:
     """Decoded text of the given vocabulary rows (see the module docstring)."""
@@ -52,24 +50,6 @@ def token_texts(vocab: Any, ids: np.ndarray, word_start_space: bool = True) -> l
     if word_start_space:
         texts = [" " + t if s and t else t for t, s in zip(texts, start, strict=True)]
     return texts
-
-
-def _backend(tokenizer: Any) -> Any:
-    """The ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or itself)."""
-    return getattr(tokenizer, "backend_tokenizer", tokenizer)
-
-
-def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text, without added special tokens, in batches."""
-    backend = _backend(tokenizer)
-    out: list[list[int]] = []
-    for s in range(0, len(texts), BATCH):
-        batch = texts[s : s + BATCH]
-        if hasattr(backend, "encode_batch"):
-            out.extend(e.ids for e in backend.encode_batch(batch, add_special_tokens=False))
-        else:  # a slow transformers tokenizer
-            out.extend(backend(batch, add_special_tokens=False)["input_ids"])
-    return out
 
 
 @register("mean")
