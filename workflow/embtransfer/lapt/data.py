@@ -19,6 +19,7 @@ import torch
 from embtransfer.lapt.blocks import blocks_for
 from embtransfer.lapt.distributed import Ranks, main_first
 from embtransfer.lapt.settings import LaptSettings
+from embtransfer.models.hf import position_limit
 
 
 class CorpusTooSmallError(ValueError):
@@ -122,9 +123,7 @@ def corpus_blocks(
     ranks: Ranks,
 ) -> CorpusBlocks:
     """Memory-mapped blocks of every text, tokenised once (rank 0 builds, the others wait)."""
-    max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
-        model.config, "n_positions", None
-    )
+    max_pos = position_limit(model.config)
     if max_pos is not None and settings.max_length > max_pos:
         raise ValueError(f"max_length {settings.max_length} exceeds the model's {max_pos} "
                          "positions")  # fmt: skip

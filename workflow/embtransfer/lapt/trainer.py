@@ -72,6 +72,7 @@ from embtransfer.lapt.metrics import (
 from embtransfer.lapt.preemption import StopRequest
 from embtransfer.lapt.run import ModelTrainer, TrainingRun, log_start, set_up_run, wrap_loss
 from embtransfer.lapt.settings import LaptSettings
+from embtransfer.models.hf import save_safetensors
 
 
 class MicroBatchOOMError(MemoryError):
@@ -357,10 +358,8 @@ def _write_output(
     if not ranks.main:
         return
     with atomic_path(out_dir, directory=True) as tmp:
-        model.to(trainer.saved_dtype).save_pretrained(tmp)
+        save_safetensors(model.to(trainer.saved_dtype), tmp)
         trainer.tokenizer.save_pretrained(tmp)
-        if not any(tmp.glob("*.safetensors")):
-            raise RuntimeError(f"save_pretrained wrote no safetensors into {tmp}")
         # timings and this run's share stay in metrics.jsonl and the log: a resumed or
         # repeated run writes the same bytes
         write_json(tmp / "lapt.json", without_run_values(summary))
