@@ -67,12 +67,12 @@ report: "workflow/report/workflow.rst"
 rule all:
     default_target: True
     input:
-        all_coverage(),
-        all_neighbors(),
+        all_coverage(config),
+        all_neighbors(config),
         rules.zeroshot_table.output,
-        all_lapt(),
-        all_evaluation(),
-        all_intrinsic(),
+        all_lapt(config),
+        all_evaluation(config),
+        all_intrinsic(config),
         all_report(),
 
 
@@ -80,5 +80,5 @@ rule neighbors_only:
     # The upstream half without any model pretraining: corpora, tokenizers,
     # vocabularies, overlap, fastText, token vectors and neighbour tables.
     input:
-        all_coverage(),
-        all_neighbors(),
+        all_coverage(config),
+        all_neighbors(config),

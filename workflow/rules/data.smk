@@ -17,7 +17,7 @@ rule world:
 
 rule corpus:
     input:
-        unpack(corpus_inputs),
+        unpack(lambda w: corpus_inputs(config, w)),
     output:
         train=paths.CORPUS.fill(split="train"),
         valid=paths.CORPUS.fill(split="valid"),
@@ -26,7 +26,7 @@ rule corpus:
         world=config["world"],
         seed=config["seed"],
         code=script_hash("data/corpus.py"),
-    priority: source_chain_first
+    priority: lambda w: source_first(config, **w)
     conda:
         CONDA_ENV
     log:
@@ -37,17 +37,15 @@ rule corpus:
 
 rule mix_corpus:
     input:
-        main=lambda w: corpus_file(MODELS[w.model]["language"], "train"),
-        others=lambda w: [corpus_file(lang, "train") for lang in mixed_languages(w, mini=False)],
-        world=lambda w: [rules.world.output[0]] if mixed_languages(w, mini=True) else [],
+        unpack(lambda w: mix_inputs(config, w)),
     output:
         paths.MIX_CORPUS,
     params:
         shares=lambda w: MODELS[w.model]["mix"],
-        mini=lambda w: mixed_languages(w, mini=True),
+        mini=lambda w: mixed_languages(config, w.model, mini=True),
         seed=config["seed"],
         code=script_hash("data/mix_corpus.py"),
-    priority: source_chain_first
+    priority: lambda w: source_first(config, **w)
     conda:
         CONDA_ENV
     log:
@@ -70,7 +68,7 @@ rule fetch_fasttext_crawl:
     output:
         paths.FASTTEXT_CRAWL,
     wildcard_constraints:
-        code=wildcard_alternatives(CRAWL_CODES),
+        code=wildcard_alternatives(crawl_codes(config)),
     params:
         code=script_hash("data/download_fasttext.py"),
     conda:
@@ -104,9 +102,9 @@ rule fetch_wikipedia:
     output:
         paths.WIKIPEDIA_SENTENCES,
     wildcard_constraints:
-        lang=wildcard_alternatives(WIKIPEDIA_LANGS),
+        lang=wildcard_alternatives(wikipedia_languages(config)),
     params:
-        spec=lambda w: LANGS[w.lang]["corpus"],
+        spec=lambda w: config["languages"][w.lang]["corpus"],
         code=script_hash("data/download_wikipedia.py"),
     conda:
         CONDA_ENV
@@ -144,8 +142,8 @@ rule fetch_lm_eval_datasets:
     output:
         paths.lm_eval_index(config["evaluation"]["datasets_dir"]),
     params:
-        stock=LM_EVAL_STOCK,
-        shipped=LM_EVAL_SHIPPED,
+        stock=stock_task_names(config),
+        shipped=shipped_task_names(config),
         shipped_dir=str(SHIPPED_TASK_DIR),
         code=script_hash("data/download_lm_eval.py"),
     conda:
@@ -160,4 +158,4 @@ rule download_all:
     # Everything the config needs from the internet; run it on a login node.
     localrule: True
     input:
-        all_downloads(),
+        all_downloads(config),

@@ -7,7 +7,7 @@
 rule world_benchmarks:
     # The miniature world's benchmarks of one target language (local JSONL + task YAML).
     input:
-        unpack(world_benchmark_inputs),
+        unpack(lambda w: world_benchmark_inputs(config, w)),
     output:
         directory(paths.WORLD_BENCHMARKS),
     params:
@@ -23,83 +23,49 @@ rule world_benchmarks:
         "../scripts/evaluation/evaluate_benchmarks.py"
 
 
-if EVAL_TASKS and EVAL["jobs"] == "checkpoint":
-    # One job per checkpoint: the model and lm-eval load once for all its tasks.
+if EVAL_TASKS:
+    # One job per checkpoint (the model and lm-eval load once for all its tasks), or per
+    # (checkpoint, task) with evaluation.jobs: task (embtransfer/evaluation/inputs.py).
 
     rule evaluate:
         input:
-            unpack(eval_inputs),
+            unpack(lambda w: eval_inputs(config, w)),
         output:
-            [paths.EVAL.fill(task=task) for task in EVAL_TASKS],
+            evaluation_outputs(config, paths.EVAL),
         params:
-            specs=eval_specs,
+            specs=lambda w: eval_specs(config, w),
             meta=eval_meta,
-            options=EVAL_OPTIONS,
+            options=evaluation_options(config),
             seed=config["seed"],
             trust_remote_code=config["trust_remote_code"],
             code=EVAL_CODE,
         threads: EVAL["threads"]
         resources:
-            **EVAL_RESOURCES,
+            **evaluation_resources(config),
         conda:
             CONDA_ENV
         log:
-            f"{paths.LOGS}/eval/{CKPT}.log",
+            f"{paths.LOGS}/eval/{job_name(config, CHECKPOINT_JOB)}.log",
         benchmark:
-            f"{paths.BENCHMARKS}/evaluate/{CKPT}.tsv"
+            f"{paths.BENCHMARKS}/evaluate/{job_name(config, CHECKPOINT_JOB)}.tsv"
         script:
             "../scripts/evaluation/evaluate.py"
 
     use rule evaluate as evaluate_source with:
         output:
-            [paths.EVAL_SOURCE.fill(task=task) for task in EVAL_TASKS],
+            evaluation_outputs(config, paths.EVAL_SOURCE),
         log:
-            f"{paths.LOGS}/eval/{SRC}.log",
+            f"{paths.LOGS}/eval/{job_name(config, SOURCE_JOB)}.log",
         benchmark:
-            f"{paths.BENCHMARKS}/evaluate/{SRC}.tsv"
-
-elif EVAL_TASKS:
-    # One job per (checkpoint, task).
-
-    rule evaluate:
-        input:
-            unpack(eval_inputs),
-        output:
-            paths.EVAL,
-        params:
-            specs=eval_specs,
-            meta=eval_meta,
-            options=EVAL_OPTIONS,
-            seed=config["seed"],
-            trust_remote_code=config["trust_remote_code"],
-            code=EVAL_CODE,
-        threads: EVAL["threads"]
-        resources:
-            **EVAL_RESOURCES,
-        conda:
-            CONDA_ENV
-        log:
-            f"{paths.LOGS}/eval/{CKPT}/{{task}}.log",
-        benchmark:
-            f"{paths.BENCHMARKS}/evaluate/{CKPT}/{{task}}.tsv"
-        script:
-            "../scripts/evaluation/evaluate.py"
-
-    use rule evaluate as evaluate_source with:
-        output:
-            paths.EVAL_SOURCE,
-        log:
-            f"{paths.LOGS}/eval/{SRC}/{{task}}.log",
-        benchmark:
-            f"{paths.BENCHMARKS}/evaluate/{SRC}/{{task}}.tsv"
+            f"{paths.BENCHMARKS}/evaluate/{job_name(config, SOURCE_JOB)}.tsv"
 
 
 rule intrinsic_lapt:
     # Held-out loss, perplexity, bits per byte and fertility of a LAPT checkpoint (the
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:
-        model=lambda w: paths.LAPT_MODEL.fill(**w),
-        text=lambda w: corpus_file(w.lang, "valid"),
+        model=paths.LAPT_MODEL,
+        text=paths.CORPUS.fill(split="valid"),
     output:
         paths.INTRINSIC_LAPT,
     params:
@@ -117,11 +83,11 @@ rule intrinsic_lapt:
 
 rule tokenizer_stats:
     input:
-        unpack(tokenizer_stats_inputs),
+        unpack(lambda w: tokenizer_stats_inputs(config, w)),
     output:
         paths.TOKENIZER_STATS,
     params:
-        models=lambda w: tokenizer_stats_models(w.lang),
+        models=lambda w: tokenizer_stats_models(config, w.lang),
         specs=lambda w: spec_dicts(config, w.lang),
         limit=EVAL["limit"],
         max_lines=config["zeroshot"]["max_lines"],
@@ -137,19 +103,19 @@ rule tokenizer_stats:
 rule evaluation:
     # Everything this stage makes: `snakemake evaluation`.
     input:
-        all_evaluation(),
-        all_intrinsic(),
-        all_alignment(),
+        all_evaluation(config),
+        all_intrinsic(config),
+        all_alignment(config),
 
 
 rule alignment:
     # How well each method's new rows mean their tokens' translations (the world's truth).
     input:
-        unpack(alignment_inputs),
+        unpack(lambda w: alignment_inputs(config, w)),
     output:
         paths.ALIGNMENT,
     params:
-        methods=alignment_methods,
+        methods=lambda w: alignment_methods(config, w),
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("evaluation/alignment.py"),
     conda:

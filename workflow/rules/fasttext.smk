@@ -23,7 +23,7 @@ rule fasttext_word:
 rule fasttext_tokenize:
     input:
         corpus=paths.CORPUS.fill(split="train"),
-        tokenizer=lambda w: tokenizer_dir(w.model),
+        tokenizer=lambda w: tokenizer_dir(config, w.model),
     output:
         temp(paths.FASTTEXT_TOKEN_TEXT),
     params:
@@ -53,7 +53,7 @@ use rule fasttext_word as fasttext_token with:
 rule token_vectors:
     input:
         vocab=paths.VOCAB,
-        fasttext=fasttext_bin,
+        fasttext=lambda w: fasttext_bin(config, w),
     output:
         vectors=paths.TOKEN_VECTORS,
         missing=paths.TOKEN_VECTORS_MISSING,

@@ -6,13 +6,13 @@ rule lapt_blocks:
     # Tokenise once: packed blocks (uint32 .npy + .json sidecar) shared by every LAPT job
     # of this tokenizer and every resume.
     input:
-        model=blocks_tokenizer,
-        text=blocks_text,
+        model=lambda w: blocks_tokenizer(config, w),
+        text=lambda w: blocks_text(config, w),
     output:
         blocks=paths.LAPT_BLOCKS,
         meta=paths.LAPT_BLOCKS_META,
     wildcard_constraints:
-        text=LAPT_TEXTS,
+        text=block_texts(config),
     params:
         max_length=LAPT["max_length"],
         code=script_hash("lapt/lapt_blocks.py"),
@@ -26,14 +26,14 @@ rule lapt_blocks:
 
 rule lapt:
     input:
-        unpack(lapt_inputs),
+        unpack(lambda w: lapt_inputs(config, w)),
     output:
         model=directory(paths.LAPT_MODEL),
         metrics=paths.LAPT_METRICS,
     params:
-        lapt={k: v for k, v in LAPT.items() if k not in ("enabled", "select")},
+        lapt=training_settings(config),
         seed=config["seed"],
-        work=lambda w: paths.LAPT_WORK.fill(**w),
+        work=paths.LAPT_WORK,
         code=script_hash("lapt/lapt.py"),
     threads: config["threads"]
     resources:

@@ -4,15 +4,15 @@
 
 rule train_tokenizer:
     input:
-        text=lambda w: tokenizer_text(w.model),
+        text=lambda w: tokenizer_text(config, w.model),
     output:
         directory(paths.TOKENIZER),
     wildcard_constraints:
         model=wildcard_alternatives(MINI_MODELS),
     params:
-        spec=lambda w: tokenizer_spec(w.model),
+        spec=lambda w: tokenizer_spec(config, w.model),
         code=script_hash("models/train_tokenizer.py"),
-    priority: source_chain_first
+    priority: lambda w: source_first(config, **w)
     conda:
         CONDA_ENV
     log:
@@ -24,8 +24,8 @@ rule train_tokenizer:
 rule pretrain_model:
     input:
         tokenizer=paths.TOKENIZER,
-        train=lambda w: pretraining_text(w.model),
-        valid=lambda w: corpus_file(MODELS[w.model]["language"], "valid"),
+        train=lambda w: pretraining_text(config, w.model),
+        valid=lambda w: paths.CORPUS.fill(lang=MODELS[w.model]["language"], split="valid"),
     output:
         directory(paths.MODEL),
     wildcard_constraints:
@@ -35,7 +35,7 @@ rule pretrain_model:
         seed=config["seed"],
         code=script_hash("models/pretrain_model.py"),
     threads: config["threads"]
-    priority: source_chain_first
+    priority: lambda w: source_first(config, **w)
     resources:
         mem_mb=4000,
         runtime=30,

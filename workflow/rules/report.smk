@@ -6,12 +6,7 @@
 
 rule report:
     input:
-        evaluation=all_evaluation(),
-        lapt=all_lapt_metrics(),
-        coverage=all_coverage(),
-        zeroshot=zeroshot_paths(all_lapt_metrics()),
-        alignment=all_alignment(),
-        reference=config["report"]["reference"],
+        **report_inputs(config),
     output:
         **{name: report_output(name) for name in REPORT_OUTPUTS},
     params:

@@ -5,13 +5,13 @@
 rule salt_regression:
     input:
         # the source model is not read here: the transfer job applies the coefficients
-        neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors()),
-        target=lambda w: model_dir(w.target),
+        neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors(config)),
+        target=lambda w: model_dir(config, w.target),
     output:
         tensors=paths.REGRESSION,
         meta=paths.REGRESSION_META,
     params:
-        options=method_options("salt"),
+        options=method_options(config, "salt"),
         device=TRANSFER["device"],
         trust_remote_code=config["trust_remote_code"],
         allow_pickle=config["allow_pickle"],
@@ -33,21 +33,16 @@ rule salt_regression:
 
 rule aligned_vectors:
     input:
-        source_fasttext=lambda w: fasttext_word_bin(config["source_language"]),
-        target_fasttext=lambda w: fasttext_word_bin(w.lang),
+        source_fasttext=lambda w: fasttext_word_bin(config, config["source_language"]),
+        target_fasttext=lambda w: fasttext_word_bin(config, w.lang),
         source_vocab=paths.VOCAB.fill(model="{source}"),
         target_vocab=paths.VOCAB.fill(model="{target}"),
-        dictionary=lambda w: dictionary_input(w.lang),
-        # the tokenizers only for aligned.token_strings: decode
-        tokenizers=lambda w: (
-            [tokenizer_dir(w.source), tokenizer_dir(w.target)]
-            if config["aligned"]["token_strings"] == "decode"
-            else []
-        ),
+        dictionary=lambda w: dictionary_input(config, w.lang),
+        tokenizers=lambda w: aligned_tokenizers(config, w),
     output:
         paths.ALIGNED,
     params:
-        dictionary=lambda w: config["languages"][w.lang].get("dictionary", {"type": "world"}),
+        dictionary=lambda w: dictionary_spec(config, w.lang),
         source_language=config.get("source_language"),
         aligned=config["aligned"],
         trust_remote_code=config["trust_remote_code"],
@@ -63,20 +58,20 @@ rule aligned_vectors:
 rule transfer:
     # The checkpoint and its zero-shot scores in one job (see scripts/transfer/transfer.py).
     input:
-        unpack(transfer_inputs),
-        text=lambda w: corpus_file(w.lang, "valid"),
+        unpack(lambda w: transfer_inputs(config, w)),
+        text=paths.CORPUS.fill(split="valid"),
     output:
         model=directory(paths.TRANSFER_MODEL),
         zeroshot=paths.ZEROSHOT,
     params:
-        options=lambda w: method_options(w.method),
+        options=lambda w: method_options(config, w.method),
         mode=TRANSFER["vocab_mode"],
         seed=config["seed"],
         trust_remote_code=config["trust_remote_code"],
         allow_pickle=config["allow_pickle"],
         zeroshot=config["zeroshot"],
         device=TRANSFER["device"],
-        code=transfer_code,
+        code=lambda w: script_hash("transfer/transfer.py") + method_code(w.method),
     threads: config["threads"]
     resources:
         mem_mb=8000,
@@ -94,8 +89,8 @@ rule zeroshot_source:
     # The untouched source LLM with its own tokenizer on the same text: the
     # reference that bits per byte makes comparable across tokenizers.
     input:
-        model=lambda w: model_dir(w.source),
-        text=lambda w: corpus_file(w.lang, "valid"),
+        model=lambda w: model_dir(config, w.source),
+        text=paths.CORPUS.fill(split="valid"),
     output:
         paths.ZEROSHOT_SOURCE,
     params:
@@ -113,7 +108,7 @@ rule zeroshot_source:
 
 rule zeroshot_table:
     input:
-        all_zeroshot(),
+        all_zeroshot(config),
     output:
         csv=paths.ZEROSHOT_TABLE_CSV,
         md=paths.ZEROSHOT_TABLE_MD,

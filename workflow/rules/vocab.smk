@@ -3,7 +3,7 @@
 
 rule vocab:
     input:
-        tokenizer=lambda w: tokenizer_dir(w.model),
+        tokenizer=lambda w: tokenizer_dir(config, w.model),
     output:
         paths.VOCAB,
     params:
@@ -21,8 +21,8 @@ rule overlap:
     input:
         source=paths.VOCAB.fill(model="{source}"),
         target=paths.VOCAB.fill(model="{target}"),
-        target_tokenizer=lambda w: tokenizer_dir(w.target),
-        valid=lambda w: corpus_file(model_language(w.target), "valid"),
+        target_tokenizer=lambda w: tokenizer_dir(config, w.target),
+        valid=lambda w: overlap_text(config, w),
     output:
         pairs=paths.OVERLAP,
         coverage=paths.COVERAGE,
@@ -44,7 +44,7 @@ rule world_truth:
         world=rules.world.output[0],
         source_vocab=paths.VOCAB.fill(model="{source}"),
         target_vocab=paths.VOCAB.fill(model="{target}"),
-        source_tokenizer=lambda w: tokenizer_dir(w.source),
+        source_tokenizer=lambda w: tokenizer_dir(config, w.source),
         overlap=paths.OVERLAP.fill(source="{source}", target="{target}"),
     output:
         table=paths.WORLD_TRUTH,

@@ -1,0 +1,74 @@
+"""What the report rule (workflow/rules/report.smk) reads, and how each of its outputs is
+shown by `snakemake --report`: functions of the validated config, importable and tested
+without Snakemake (tests/test_rule_inputs.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embtransfer.core import paths
+from embtransfer.evaluation.inputs import all_alignment, all_evaluation
+from embtransfer.lapt.inputs import all_lapt_metrics
+from embtransfer.report.build import output_names, zeroshot_paths
+from embtransfer.vocab.inputs import all_coverage
+
+# The subcategory of each paper table in `snakemake --report`'s "Paper tables".
+TABLE_SUBCATEGORIES = {
+    1: "Table 1: knowledge",
+    2: "Table 2: reading comprehension",
+    3: "Table 3: cross-lingual",
+    4: "Table 4: target-PLM architectures",
+    5: "Table 5: eval loss during LAPT",
+    6: "Table 6: vocabulary overlap",
+    8: "Table 8: final training loss",
+}
+
+
+def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
+    """The report rule's inputs: the result files its tables read, and the paper's numbers."""
+    lapt_metrics = all_lapt_metrics(config)
+    return {
+        "evaluation": all_evaluation(config),
+        "lapt": lapt_metrics,
+        "coverage": all_coverage(config),
+        # the LAPT checkpoints' zero-shot records, for Table 5's bits per byte
+        "zeroshot": zeroshot_paths(lapt_metrics),
+        "alignment": all_alignment(config),
+        "reference": config["report"]["reference"],
+    }
+
+
+def all_report() -> list[str]:
+    return list(output_names(paths.REPORT_DIR).values())
+
+
+def report_entry(name: str) -> dict[str, Any]:
+    """How the report output ``name`` shows in `snakemake --report`: the keyword arguments
+    of Snakemake's report() (captions relative to workflow/rules/)."""
+    kind = "Markdown" if name.endswith("_md") else "CSV"
+    if name.startswith("table"):
+        number = int(name[len("table") : name.index("_")])
+        return {
+            "caption": f"../report/table{number}.rst",
+            "category": "Paper tables",
+            "subcategory": TABLE_SUBCATEGORIES[number],
+            "labels": {"table": str(number), "format": kind},
+        }
+    if name.startswith("alignment"):
+        return {
+            "caption": "../report/alignment.rst",
+            "category": "Alignment with the world's truth",
+            "labels": {"table": "alignment", "format": kind},
+        }
+    if name == "figure2":
+        return {
+            "caption": "../report/figure2.rst",
+            "category": "Paper figures",
+            "labels": {"figure": "2"},
+        }
+    return {
+        "caption": "../report/report_md.rst",
+        "category": "Paper tables",
+        "subcategory": "All tables (report.md)",
+        "labels": {"table": "all", "format": "Markdown"},
+    }

@@ -1,0 +1,92 @@
+"""What the transfer stage's rules (workflow/rules/transfer.smk) read: the inputs each
+method needs (by the catalog), its options, the code a method's jobs hash, and the
+zero-shot files the run asks for. Functions of the validated config, importable and tested
+without Snakemake (tests/test_rule_inputs.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from embtransfer.core import codehash, paths
+from embtransfer.core.grid import target_pairs, transfer_runs
+from embtransfer.data.dictionaries import freedict_data
+from embtransfer.models.inputs import model_dir, tokenizer_dir
+from embtransfer.transfer.catalog import METHODS, method_needs, resolve_options
+
+# A language without a `dictionary` entry takes the miniature world's.
+WORLD_DICTIONARY = {"type": "world"}
+
+
+def method_options(config: dict[str, Any], method: str) -> dict[str, Any]:
+    """The options the config gives ``method`` (`transfer.options`), unresolved."""
+    return config["transfer"]["options"].get(method, {})
+
+
+def salt_vectors(config: dict[str, Any]) -> str:
+    """The vector space (word or token) of the neighbour tables SALT's regression reads."""
+    return resolve_options("salt", method_options(config, "salt"))["vectors"]
+
+
+def method_code(method: str) -> str:
+    # Only the module of this method (beside the script's hash): editing SALT reruns
+    # SALT's jobs.
+    return codehash.code_hash(f"embtransfer.transfer.methods.{METHODS[method]['module']}")
+
+
+def dictionary_spec(config: dict[str, Any], lang: str) -> dict[str, Any]:
+    """The bilingual dictionary entry of ``lang`` (the world's when it names none)."""
+    return config["languages"][lang].get("dictionary", WORLD_DICTIONARY)
+
+
+def dictionary_input(config: dict[str, Any], lang: str) -> str | list[str]:
+    """The file(s) the aligned_vectors rule reads ``lang``'s dictionary from."""
+    spec = dictionary_spec(config, lang)
+    if spec["type"] == "world":
+        return paths.WORLD
+    if spec["type"] == "freedict":  # the index and the entries it points into
+        return [spec["path"], str(freedict_data(spec["path"]))]
+    return spec["path"]
+
+
+def aligned_tokenizers(config: dict[str, Any], wildcards: Mapping[str, str]) -> list[str]:
+    """The tokenizers aligned_vectors reads: only for `aligned.token_strings: decode`."""
+    if config["aligned"]["token_strings"] != "decode":
+        return []
+    return [tokenizer_dir(config, wildcards["source"]), tokenizer_dir(config, wildcards["target"])]
+
+
+def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict[str, str]:
+    """The transfer rule's inputs: what every method reads, then what the catalog says
+    this method needs (method_needs), by input name."""
+    w = wildcards
+    inputs = {
+        "source": model_dir(config, w["source"]),
+        "target_tokenizer": tokenizer_dir(config, w["target"]),
+        "source_vocab": paths.VOCAB.fill(model=w["source"]),
+        "target_vocab": paths.VOCAB.fill(model=w["target"]),
+        "overlap": paths.OVERLAP.fill(**w),
+    }
+    by_need = {
+        "neighbors_word": paths.NEIGHBORS.fill(**w, vectors="word"),
+        "neighbors_token": paths.NEIGHBORS.fill(**w, vectors="token"),
+        "plm": model_dir(config, w["target"]),
+        "projected": paths.REGRESSION.fill(**w),
+        "aligned": paths.ALIGNED.fill(**w),
+        "source_tokenizer": tokenizer_dir(config, w["source"]),
+        "truth": paths.WORLD_TRUTH.fill(**w),
+    }
+    needs = method_needs(w["method"], method_options(config, w["method"]))
+    for need in sorted(needs):
+        inputs[need] = by_need[need]
+    return inputs
+
+
+def all_zeroshot(config: dict[str, Any]) -> list[str]:
+    """Every transferred checkpoint's zero-shot scores, then each source LLM's (once per
+    language)."""
+    files = [paths.ZEROSHOT.fill(**r._asdict()) for r in transfer_runs(config)]
+    sources = {
+        paths.ZEROSHOT_SOURCE.fill(lang=lang, source=s) for lang, s, _ in target_pairs(config)
+    }
+    return files + sorted(sources)

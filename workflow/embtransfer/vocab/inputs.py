@@ -1,0 +1,22 @@
+"""What the vocab stage's rules (workflow/rules/vocab.smk) read and the coverage files the
+run asks for: functions of the validated config, importable and tested without Snakemake
+(tests/test_rule_inputs.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from embtransfer.core import paths
+from embtransfer.core.grid import target_pairs
+from embtransfer.models.inputs import model_language
+
+
+def overlap_text(config: dict[str, Any], wildcards: Mapping[str, str]) -> str:
+    """The held-out text the overlap's coverage is measured on: the target PLM's language."""
+    return paths.CORPUS.fill(lang=model_language(config, wildcards["target"]), split="valid")
+
+
+def all_coverage(config: dict[str, Any]) -> list[str]:
+    """The coverage file of every (source, target) pair of the grid, once each."""
+    return sorted({paths.COVERAGE.fill(source=s, target=t) for _, s, t in target_pairs(config)})
