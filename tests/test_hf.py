@@ -95,11 +95,12 @@ def test_save_safetensors_asks_transformers_4_and_checks_the_files(tmp_path, mon
     hf.save_safetensors(model, tmp_path / "real")
     assert (tmp_path / "real" / "model.safetensors").exists()
 
-    monkeypatch.setattr(tf, "__version__", "4.57.1")
+    # the module hf reads (another test may have left a different one in sys.modules)
+    monkeypatch.setattr(hf, "transformers", SimpleNamespace(__version__="4.57.1"))
     fake = _Model(writes=True)
     hf.save_safetensors(fake, tmp_path)
     assert fake.kwargs == {"safe_serialization": True}
-    monkeypatch.setattr(tf, "__version__", "5.0.0")
+    monkeypatch.setattr(hf, "transformers", SimpleNamespace(__version__="5.0.0"))
     hf.save_safetensors(fake, tmp_path)
     assert fake.kwargs == {}
     with pytest.raises(RuntimeError, match="wrote no safetensors into"):
