@@ -4,7 +4,7 @@ given its options (value types and defaults) and its inputs.
 Everything else is derived from here: the config schema's method names
 (:func:`embtransfer.config.validation.load_schema`), the option checks and defaults
 (:func:`resolve_options`, used when the config is read and when a method runs), and
-the transfer rule's inputs (:func:`method_needs`, read by ``rules/common.smk``). The
+the transfer rule's inputs (:func:`method_needs`, read by ``transfer/inputs.py``). The
 method modules under ``embtransfer.transfer.methods`` hold only the functions; the registry
 there maps a name to its function. This module imports neither torch nor the methods,
 so ``snakemake -n`` stays fast. A unit test checks that the catalog and the registry
