@@ -118,33 +118,28 @@ def build_model(
     return model
 
 
+def _llama_style(arch: dict[str, Any]) -> dict[str, Any]:
+    """The config fields Llama and Gemma name alike."""
+    return {
+        "hidden_size": arch["hidden_size"],
+        "intermediate_size": arch["intermediate_size"],
+        "num_hidden_layers": arch["num_layers"],
+        "num_attention_heads": arch["num_heads"],
+        "num_key_value_heads": arch["num_kv_heads"],
+        "max_position_embeddings": arch["max_position_embeddings"],
+        "attention_dropout": arch["dropout"],
+    }
+
+
 def _llama(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    config = transformers.LlamaConfig(
-        hidden_size=arch["hidden_size"],
-        intermediate_size=arch["intermediate_size"],
-        num_hidden_layers=arch["num_layers"],
-        num_attention_heads=arch["num_heads"],
-        num_key_value_heads=arch["num_kv_heads"],
-        max_position_embeddings=arch["max_position_embeddings"],
-        attention_dropout=arch["dropout"],
-        **common,
-    )
+    config = transformers.LlamaConfig(**_llama_style(arch), **common)
     return transformers.LlamaForCausalLM(config)
 
 
 def _gemma(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
     # Gemma's default head_dim is 256 whatever the width; a tiny model needs h/heads.
-    config = transformers.GemmaConfig(
-        hidden_size=arch["hidden_size"],
-        intermediate_size=arch["intermediate_size"],
-        num_hidden_layers=arch["num_layers"],
-        num_attention_heads=arch["num_heads"],
-        num_key_value_heads=arch["num_kv_heads"],
-        head_dim=arch["hidden_size"] // arch["num_heads"],
-        max_position_embeddings=arch["max_position_embeddings"],
-        attention_dropout=arch["dropout"],
-        **common,
-    )
+    head_dim = arch["hidden_size"] // arch["num_heads"]
+    config = transformers.GemmaConfig(**_llama_style(arch), head_dim=head_dim, **common)
     return transformers.GemmaForCausalLM(config)
 
 
