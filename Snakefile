@@ -74,6 +74,8 @@ rule all:
         all_evaluation(config),
         all_intrinsic(config),
         all_report(),
+        # the world's pairs measured as the real ones (docs/calibration.md)
+        rules.shared_kinds.output if world_pairs(config) else [],
 
 
 rule neighbors_only:

@@ -209,16 +209,22 @@ def train(family: str, text: list[str], size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, **roles)
 
 
+def split_corpus(lang: str) -> tuple[list[str], list[str]]:
+    """(training lines, held-out lines) of the real-data corpus of ``lang``: its first 2 %,
+    at least 200 lines, are held out (the zero-shot and LAPT validation lines)."""
+    lines = corpus(lang).read_text(encoding="utf-8").splitlines()
+    held_out = max(200, len(lines) // 50)
+    return lines[held_out:], lines[:held_out]
+
+
 def stage_targets(work: Path, args: argparse.Namespace) -> str:
     out = []
     for lang in LANGS:
-        lines = corpus(lang).read_text(encoding="utf-8").splitlines()
-        held_out = max(200, len(lines) // 50)  # the zero-shot and LAPT validation lines
-        (work / f"{lang}.txt").write_text("\n".join(lines[held_out:]) + "\n", encoding="utf-8")
-        (work / f"{lang}_valid.txt").write_text("\n".join(lines[:held_out]) + "\n",
-                                                encoding="utf-8")
+        text, valid = split_corpus(lang)
+        (work / f"{lang}.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+        (work / f"{lang}_valid.txt").write_text("\n".join(valid) + "\n", encoding="utf-8")
         for family in FAMILIES:
-            tok = train(family, lines[held_out:], VOCAB_SIZE[family])
+            tok = train(family, text, VOCAB_SIZE[family])
             tok.save_pretrained(work / f"{lang}_{family}")
             out.append(f"{lang}/{family} {len(tok)}")
     return "tokens: " + ", ".join(out)

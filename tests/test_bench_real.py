@@ -8,11 +8,16 @@ from embtransfer.transfer.catalog import METHODS
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_real.py"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_real", SCRIPT)
+def benchmark(name: str):
+    """``benchmarks/<name>.py`` loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench():
+    return benchmark("bench_real")
 
 
 def test_bench_real_runs_every_method_without_world_inputs():

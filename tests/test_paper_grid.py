@@ -115,6 +115,8 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "world_truth": len({r[:3] for r in transfer_runs(config) if world_pair(config, r)}),
         "alignment": len({r[:3] for r in transfer_runs(config) if world_pair(config, r)})
         + len({r[:3] for r in runs if world_pair(config, r)}),
+        # one table of every world pair's shared-token kinds (docs/calibration.md)
+        "shared_kinds": 1 if any(world_pair(config, p) for p in pairs) else 0,
         "zeroshot_source": len(targets) * len(sources),
         "zeroshot_table": 1,
         "lapt": len(runs),

@@ -105,6 +105,9 @@ TOKENIZER = Template("resources/tokenizers/{model}")
 VOCAB = Template("results/vocab/{model}.parquet")
 OVERLAP = Template("results/overlap/{source}/{target}.parquet")
 COVERAGE = Template("results/overlap/{source}/{target}.coverage.json")
+#: The miniature world's pairs measured as the real ones (embtransfer.vocab.kinds,
+#: docs/calibration.md): coverage and the kinds of shared tokens, a row per pair.
+SHARED_KINDS = Template("results/overlap/shared_kinds.csv")
 #: The miniature world's ground truth: each target token's translation as source ids
 #: (embtransfer.world.truth), and its counts.
 WORLD_TRUTH = Template("results/truth/{lang}/{source}/{target}.parquet")

@@ -1,0 +1,179 @@
+"""The real figures of shared tokens, measured as the world's are (issue 35, docs/calibration.md).
+
+Sources: the real Gemma 3, Llama 2, Llama 3 and Qwen 3 tokenizers (``make fixtures``).
+Targets: per language (de, ar, vi) a byte-level BPE, a WordPiece and a Unigram tokenizer
+trained as ``benchmarks/bench_real.py`` trains them, on the ``make real-data`` corpus less
+its held-out lines (:func:`bench_real.split_corpus`). Per (source, target): the workflow's
+vocab tables (:func:`embtransfer.vocab.canonical.vocab_table`), its overlap
+(:func:`embtransfer.vocab.overlap.compute_overlap`, fuzzy as the default config matches),
+the running-text counts of the held-out lines (:func:`embtransfer.vocab.overlap.count_tokens`)
+and :func:`embtransfer.vocab.kinds.shared_token_figures` with the language's ``wordfreq``
+lexicon. Writes the table the repository commits
+(``resources/calibration/real_shared_tokens.csv``); ``--compare`` prints the real ranges
+beside the world's figures (the ``shared_kinds`` rule's table) as docs/calibration.md shows
+them.
+
+    nice python benchmarks/real_shared_tokens.py [--out CSV] [--work DIR]
+    python benchmarks/real_shared_tokens.py --compare results/overlap/shared_kinds.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "tokenizers"))
+import bench_real  # noqa: E402
+import fetch  # noqa: E402
+
+from embtransfer.vocab.kinds import COLUMNS  # noqa: E402
+
+SOURCES = ("gemma3", "llama2", "llama3", "qwen3")
+#: the multilingual sources, like the paper's: the range the world is held to
+MULTILINGUAL = ("gemma3", "qwen3")
+ENGLISH_CENTRIC = ("llama2",)
+TABLE = REPO / "resources" / "calibration" / "real_shared_tokens.csv"
+#: the world's target languages and the real language of their script family
+WORLD_LANGUAGES = {"ar_mini": "ar", "vi_mini": "vi"}
+#: the figures docs/calibration.md compares
+SHOWN = (
+    "vocab_coverage_pct",
+    "text_coverage_pct",
+    "word_pct",
+    "piece_pct",
+    "name_pct",
+    "digits_pct",
+    "punct_pct",
+    "byte_pct",
+    "text_word_pct",
+)
+
+
+def target_tokenizer(work: Path, lang: str, family: str, text: list[str]):
+    """The target tokenizer of (lang, family): trained once, kept in ``work``."""
+    from embtransfer.models.loading import load_tokenizer
+
+    folder = work / f"{lang}_{family}"
+    if not (folder / "tokenizer.json").exists():
+        bench_real.train(family, text, bench_real.VOCAB_SIZE[family]).save_pretrained(folder)
+    return load_tokenizer(folder)
+
+
+def measure(work: Path) -> pd.DataFrame:
+    """Every (source, target) pair's figures, one row each (:data:`COLUMNS`)."""
+    from embtransfer.models.loading import load_tokenizer
+    from embtransfer.vocab.canonical import vocab_table
+    from embtransfer.vocab.kinds import shared_token_figures, wordfreq_lexicon
+    from embtransfer.vocab.overlap import compute_overlap, count_tokens
+
+    sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in SOURCES}
+    rows = []
+    for lang in bench_real.LANGS:
+        text, valid = bench_real.split_corpus(lang)
+        valid_file = work / f"{lang}_valid.txt"
+        valid_file.write_text("\n".join(valid) + "\n", encoding="utf-8")
+        lexicon = wordfreq_lexicon(lang)
+        for family in bench_real.FAMILIES:
+            start = time.perf_counter()
+            tokenizer = target_tokenizer(work, lang, family, text)
+            target = vocab_table(tokenizer)
+            counts = count_tokens(tokenizer, valid_file)
+            for name, source in sources.items():
+                pairs = compute_overlap(source, target, "fuzzy")
+                figures = shared_token_figures(target, pairs, counts, lexicon)
+                rows.append(
+                    {
+                        "lang": lang,
+                        "source": name,
+                        "target": f"{lang}_{family}",
+                        "scheme": target.attrs["scheme"],
+                        **figures,
+                    }
+                )
+            print(f"{lang}_{family}: {time.perf_counter() - start:.0f} s", flush=True)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _range(frame: pd.DataFrame, figure: str) -> str:
+    low, high = frame[figure].min(), frame[figure].max()
+    return f"{low:.1f}" if low == high else f"{low:.1f}-{high:.1f}"
+
+
+def _inside(value: float, frame: pd.DataFrame, figure: str) -> str:
+    """The world's value, marked † outside the multilingual sources' range."""
+    inside = frame[figure].min() <= value <= frame[figure].max()
+    return f"{value:.1f}" if inside else f"{value:.1f} †"
+
+
+def real_ranges(real: pd.DataFrame) -> str:
+    """Markdown: each shown figure's range per language over the three target families, for
+    the multilingual sources and for each English-centric one."""
+    groups = [(lang, MULTILINGUAL) for lang in bench_real.LANGS]
+    groups += [(lang, (name,)) for lang in bench_real.LANGS for name in ENGLISH_CENTRIC]
+    frames = [real[(real["lang"] == lang) & real["source"].isin(names)] for lang, names in groups]
+    heads = [f"{lang} {', '.join(names)}" for lang, names in groups]
+    lines = ["| figure | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    for figure in SHOWN:
+        lines.append(f"| {figure} | " + " | ".join(_range(f, figure) for f in frames) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def compare(real: pd.DataFrame, world: pd.DataFrame) -> str:
+    """Markdown: per world language, each shown figure's real range for the multilingual
+    sources and for Llama 2 (every family), and the world's value per target (source
+    ``world.source``), marked † outside the multilingual range."""
+    parts = []
+    for world_lang, lang in WORLD_LANGUAGES.items():
+        mine = world[world["lang"] == world_lang]
+        if mine.empty:
+            continue
+        multi = real[(real["lang"] == lang) & real["source"].isin(MULTILINGUAL)]
+        english = real[(real["lang"] == lang) & real["source"].isin(ENGLISH_CENTRIC)]
+        names = [f"{t} ({s})" for s, t in zip(mine["source"], mine["target"], strict=True)]
+        parts += [
+            f"{world_lang} beside {lang}",
+            "",
+            "| figure | Gemma 3, Qwen 3 | Llama 2 | " + " | ".join(names) + " |",
+            "|---|---|---|" + "---|" * len(names),
+        ]
+        for figure in SHOWN:
+            cells = [_inside(v, multi, figure) for v in mine[figure]]
+            parts.append(
+                f"| {figure} | {_range(multi, figure)} | {_range(english, figure)} | "
+                + " | ".join(cells)
+                + " |"
+            )
+        parts.append("")
+    return "\n".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=TABLE, help=f"default {TABLE}")
+    parser.add_argument("--work", type=Path, help="keep the trained target tokenizers here")
+    parser.add_argument(
+        "--compare", type=Path, help="print the real ranges beside this world table instead"
+    )
+    args = parser.parse_args()
+    if args.compare:
+        real = pd.read_csv(args.out)
+        print(real_ranges(real) + "\n" + compare(real, pd.read_csv(args.compare)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        table = measure(work)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out, index=False)
+    print(f"wrote {args.out} ({len(table)} pairs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""The shared-token classifier (embtransfer.vocab.kinds) on hand-made tokens of Latin,
+Arabic and Vietnamese script, its figures on a hand-checked pair, and the world's lexicon."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_bench_real import benchmark
+
+from embtransfer.vocab.kinds import (
+    COLUMNS,
+    FIGURES,
+    KINDS,
+    Lexicon,
+    script_of,
+    shared_kinds,
+    shared_token_figures,
+    token_kind,
+)
+from embtransfer.world.languages import build_world
+from embtransfer.world.lexicon import world_lexicon
+
+GERMAN = Lexicon(
+    frozenset({"der", "haus", "datei", "berlin"}), "LATIN", foreign=frozenset({"file", "the"})
+)
+ARABIC = Lexicon(
+    frozenset({"كتاب", "الكتاب", "في"}),
+    "ARABIC",
+    names=frozenset({"محمد"}),
+    foreign=frozenset({"book"}),
+)
+VIETNAMESE = Lexicon(
+    frozenset({"của", "người", "việt", "con"}),
+    "LATIN",
+    names=frozenset({"hanoi"}),
+    foreign=frozenset({"the", "do"}),
+)
+
+
+def kind(text: str | bytes, start: bool, lexicon: Lexicon, **kw) -> str:
+    raw = text if isinstance(text, bytes) else text.encode("utf-8")
+    return token_kind(raw, start, lexicon, **kw)
+
+
+@pytest.mark.parametrize(("text", "start", "expected"), [
+    ("Haus", True, "word"),        # a capital hides no word
+    ("haus.", True, "word"),       # edge punctuation (T5's Unigram keeps it on the word)
+    ("haus", False, "piece"),      # the same letters continuing a word
+    ("ung", False, "piece"),
+    ("Verw", True, "piece"),       # a word-initial piece
+    ("file", True, "name"),        # a word of the source's language, not of German
+    ("file", False, "piece"),      # ... only where it stands as a word
+    ("Müller", True, "piece"),     # a capital makes no name either
+    ("москва", False, "name"),     # another script, wherever it stands
+    ("2024", True, "digits"),
+    ("3,5", False, "digits"),
+    (".", False, "punct"),
+    ("  ", False, "punct"),
+    ("→", True, "punct"),
+    (b"\xc3", False, "byte"),      # half of "ä"
+    ("A", False, "byte"),          # a byte token of the vocabulary (<0x41>)
+])  # fmt: skip
+def test_latin_tokens(text, start, expected):
+    byte = expected == "byte" and text == "A"
+    assert kind(text, start, GERMAN, byte=byte) == expected
+
+
+@pytest.mark.parametrize(("text", "start", "expected"), [
+    ("الكتاب", True, "word"),
+    ("كتاب", False, "piece"),      # after a glued prefix: a piece of the word
+    ("ال", True, "piece"),         # the article, a prefix
+    ("محمد", True, "name"),        # a name, known from the lexicon: Arabic has no capitals
+    ("محمد", False, "piece"),
+    ("book", True, "name"),        # Latin letters in Arabic
+    ("ing", False, "name"),        # ... even inside a word
+    ("٢٠٢٤", True, "digits"),      # Arabic-Indic digits
+    ("،", False, "punct"),         # the Arabic comma
+    ("كتاب".encode()[:3], False, "byte"),  # a letter and a half
+])  # fmt: skip
+def test_arabic_tokens(text, start, expected):
+    assert kind(text, start, ARABIC) == expected
+
+
+@pytest.mark.parametrize(("text", "start", "expected"), [
+    ("của", True, "word"),
+    (unicodedata.normalize("NFD", "người"), True, "word"),  # decomposed marks: NFC first
+    ("Việt", True, "word"),
+    ("ngư", False, "piece"),       # ư is a Latin letter: no foreign script
+    ("Hanoi", True, "name"),       # a name of the lexicon
+    ("the", True, "name"),         # an English word
+    ("con", True, "word"),         # a word of both: the language's own first
+    ("đ", False, "piece"),
+    ("12", False, "digits"),
+    ("ệ".encode()[:2], False, "byte"),
+])  # fmt: skip
+def test_vietnamese_tokens(text, start, expected):
+    assert kind(text, start, VIETNAMESE) == expected
+
+
+def test_script_of_counts_letters_only():
+    assert script_of(["của", "người", "đi", "٣"]) == "LATIN"
+    assert script_of(["كتاب", "في", "x"]) == "ARABIC"
+    with pytest.raises(ValueError, match="no script"):
+        script_of(["12", "."])
+
+
+def vocab(rows: list[tuple[bytes, bool, str]]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "id": np.arange(len(rows), dtype=np.int64),
+        "bytes": [r[0] for r in rows], "start": [r[1] for r in rows],
+        "kind": [r[2] for r in rows],
+    })  # fmt: skip
+
+
+def test_figures_on_a_hand_checked_pair():
+    target = vocab([
+        (b"", False, "special"),           # 0: paired by role, no kind
+        (b"haus", True, "normal"),  # 1: word
+        (b"ung", False, "normal"),  # 2: piece
+        (b"7", False, "normal"),           # 3: digits
+        (b".", False, "normal"),           # 4: punct
+        (b"\xc3", False, "byte"),          # 5: byte
+        (b"der", True, "normal"),  # 6: not shared
+        (b"file", True, "normal"),  # 7: name
+    ])  # fmt: skip
+    overlap = pd.DataFrame(
+        {
+            "target_id": [0, 1, 2, 3, 4, 5, 7],
+            "source_id": [0, 1, 2, 3, 4, 5, 6],
+            "how": ["special"] + ["exact"] * 6,
+        }
+    )
+    counts = np.array([0, 10, 5, 0, 5, 0, 20, 0])
+    kinds = shared_kinds(target, overlap, GERMAN)
+    assert kinds.to_dict() == {1: "word", 2: "piece", 3: "digits", 4: "punct", 5: "byte", 7: "name"}
+    fig = shared_token_figures(target, overlap, counts, GERMAN)
+    assert list(fig) == list(FIGURES)
+    assert fig["shared"] == 7 and fig["target_vocab_size"] == 8
+    assert fig["vocab_coverage_pct"] == 87.5
+    assert fig["text_coverage_pct"] == 50.0  # 20 of 40 tokens; "der" spells the rest
+    assert fig["text_word_pct"] == 25.0
+    assert fig["shared_text_tokens"] == 6
+    assert [fig[f"{k}_pct"] for k in KINDS] == [16.67] * 6
+
+
+@pytest.fixture(scope="module")
+def world():
+    return build_world(None, 1234)
+
+
+def test_world_lexicon_knows_words_inflections_names_and_the_source(world):
+    for lang, script in (("ar_mini", "ARABIC"), ("vi_mini", "LATIN")):
+        lex = world_lexicon(world, lang)
+        target = world["languages"][lang]
+        assert lex.script == script
+        native = [w for c, w in target["lexicon"].items() if c not in target["loanwords"]]
+        assert token_kind(native[0].encode(), True, lex) == "word"
+        name = next(iter(target["names"].values()))
+        assert token_kind(name.encode(), True, lex) == "name"
+        source_word = next(iter(world["languages"]["en_mini"]["lexicon"].values()))
+        assert token_kind(source_word.encode(), True, lex) == "name"
+        assert not lex.words & lex.foreign
+    # an inflected form and a free grammatical word (vi_mini's plural particle) are words; a
+    # loanword kept in the source's spelling is the source's
+    ar = world["languages"]["ar_mini"]
+    lemma = next(w for c, w in ar["lexicon"].items() if c not in ar["loanwords"])
+    plural = lemma + ar["morphology"]["plural"]["suffix"]
+    assert token_kind(plural.encode(), True, world_lexicon(world, "ar_mini")) == "word"
+    particle = world["languages"]["vi_mini"]["morphology"]["plural"]["particle"]
+    assert token_kind(particle.encode(), True, world_lexicon(world, "vi_mini")) == "word"
+    kept = next(c for c, how in ar["loanwords"].items() if how == "kept")
+    assert token_kind(ar["lexicon"][kept].encode(), True, world_lexicon(world, "ar_mini")) == "name"
+
+
+def _real_script():
+    return benchmark("real_shared_tokens")
+
+
+def test_committed_real_table_has_every_pair_and_the_code_s_columns():
+    # made by benchmarks/real_shared_tokens.py; regenerate it when FIGURES change
+    script = _real_script()
+    table = pd.read_csv(script.TABLE)
+    assert tuple(table.columns) == COLUMNS
+    assert len(table) == len(script.SOURCES) * 9
+    assert set(table["source"]) == set(script.SOURCES)
+    assert set(table["lang"]) == set(script.WORLD_LANGUAGES.values()) | {"de"}
+    shares = table[[f"{k}_pct" for k in KINDS]].sum(axis=1)
+    assert np.allclose(shares, 100.0, atol=0.05)
+    assert (table["text_word_pct"] <= table["text_coverage_pct"]).all()
+
+
+def test_compare_marks_world_figures_outside_the_multilingual_range():
+    script = _real_script()
+    real = pd.DataFrame(
+        [
+            {
+                "lang": "ar",
+                "source": s,
+                "target": "ar_x",
+                "scheme": "wordpiece",
+                **dict.fromkeys(FIGURES, v),
+            }
+            for s, v in (("gemma3", 10.0), ("qwen3", 20.0), ("llama2", 1.0))
+        ]
+    )
+    world = pd.DataFrame(
+        [
+            {
+                "lang": "ar_mini",
+                "source": "src",
+                "target": t,
+                "scheme": "wordpiece",
+                **dict.fromkeys(FIGURES, v),
+            }
+            for t, v in (("in", 15.0), ("out", 1.0))
+        ]
+    )
+    text = script.compare(real, world)
+    assert "| word_pct | 10.0-20.0 | 1.0 | 15.0 | 1.0 † |" in text
+    assert "vi_mini" not in text  # no world rows, no section

@@ -1,0 +1,50 @@
+"""The miniature world's pairs measured as the real ones are: coverage and the kinds of the
+shared tokens (embtransfer.vocab.kinds), a row per (language, source, target)."""
+
+from embtransfer.core.jobserver import delegate
+
+delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
+
+import pandas as pd
+
+from embtransfer.core.atomic import atomic_path, read_json
+from embtransfer.core.logs import job_logger
+from embtransfer.models.loading import load_tokenizer
+from embtransfer.vocab.canonical import read_vocab
+from embtransfer.vocab.kinds import COLUMNS, shared_token_figures
+from embtransfer.vocab.overlap import count_tokens, read_overlap
+from embtransfer.world.lexicon import world_lexicon
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+world = read_json(sm.input.world)
+rows = []
+inputs = zip(
+    sm.params.pairs,
+    sm.input.vocab,
+    sm.input.overlap,
+    sm.input.tokenizer,
+    sm.input.valid,
+    strict=True,
+)
+for (lang, source, target), vocab_path, overlap_path, tokenizer_path, valid in inputs:
+    vocab = read_vocab(vocab_path)
+    tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=sm.params.trust_remote_code)
+    figures = shared_token_figures(
+        vocab,
+        read_overlap(overlap_path),
+        count_tokens(tokenizer, valid),
+        world_lexicon(world, lang),
+    )
+    rows.append(
+        {
+            "lang": lang,
+            "source": source,
+            "target": target,
+            "scheme": vocab.attrs["scheme"],
+            **figures,
+        }
+    )
+    log.info("%s -> %s: %s", source, target, figures)
+with atomic_path(sm.output[0]) as tmp:
+    pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(tmp, index=False)
