@@ -75,7 +75,7 @@ rule all:
         all_intrinsic(config),
         all_report(),
         # the world's pairs measured as the real ones (docs/calibration.md)
-        rules.shared_kinds.output if world_pairs(config) else [],
+        all_shared_kinds(config),
 
 
 rule neighbors_only:

@@ -22,7 +22,12 @@ from embtransfer.models import inputs as models
 from embtransfer.neighbors.inputs import all_neighbors
 from embtransfer.report import inputs as report
 from embtransfer.transfer import inputs as transfer
-from embtransfer.vocab.inputs import all_coverage, overlap_text
+from embtransfer.vocab.inputs import (
+    all_coverage,
+    all_shared_kinds,
+    overlap_text,
+    shared_kinds_inputs,
+)
 
 MUSE = "resources/dictionaries/muse/en-de.txt"
 TOKENIZER = {"algorithm": "bytelevel_bpe", "vocab_size": 800}
@@ -203,6 +208,20 @@ def test_overlap_text_is_the_target_language_valid_split(config):
     assert overlap_text(config, {"source": "src", "target": "hub_de"}) == (
         "results/corpus/de/valid.txt"
     )
+
+
+def test_shared_kinds_read_the_world_pairs_only(config):
+    from embtransfer.core.grid import world_pairs
+
+    pairs = world_pairs(config)
+    inputs = shared_kinds_inputs(config)
+    assert {len(v) for v in inputs.values()} == {len(pairs)}
+    assert inputs["overlap"] == [f"results/overlap/{s}/{t}.parquet" for _, s, t in pairs]
+    assert inputs["valid"] == [f"results/corpus/{lang}/valid.txt" for lang, _, _ in pairs]
+    assert all_shared_kinds(config) == (["results/overlap/shared_kinds.csv"] if pairs else [])
+    for model in config["models"].values():
+        model["type"] = "hub"  # no miniature pair left: nothing to measure
+    assert shared_kinds_inputs(config)["vocab"] == [] and all_shared_kinds(config) == []
 
 
 def test_coverage_and_neighbor_targets(config):

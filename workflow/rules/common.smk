@@ -4,7 +4,7 @@
 # logic live in the stages' packages (embtransfer/<stage>/inputs.py, tested without Snakemake
 # in tests/test_rule_inputs.py), as functions of the config the rules pass them.
 from embtransfer.core import paths
-from embtransfer.core.grid import source_first
+from embtransfer.core.grid import source_first, world_pairs
 from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
 from embtransfer.data.inputs import (
@@ -72,7 +72,12 @@ from embtransfer.transfer.inputs import (
     salt_vectors,
     transfer_inputs,
 )
-from embtransfer.vocab.inputs import all_coverage, overlap_text
+from embtransfer.vocab.inputs import (
+    all_coverage,
+    all_shared_kinds,
+    overlap_text,
+    shared_kinds_inputs,
+)
 
 
 def script_hash(name):

@@ -64,11 +64,8 @@ rule shared_kinds:
     # The world's pairs measured as the real ones are (benchmarks/real_shared_tokens.py):
     # coverage and the kinds of shared tokens, beside the real table in docs/calibration.md.
     input:
+        unpack(lambda w: shared_kinds_inputs(config)),
         world=rules.world.output[0],
-        vocab=[paths.VOCAB.fill(model=t) for _, _, t in world_pairs(config)],
-        overlap=[paths.OVERLAP.fill(source=s, target=t) for _, s, t in world_pairs(config)],
-        tokenizer=[tokenizer_dir(t) for _, _, t in world_pairs(config)],
-        valid=[corpus_file(lang, "valid") for lang, _, _ in world_pairs(config)],
     output:
         paths.SHARED_KINDS,
     params:
