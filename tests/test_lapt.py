@@ -17,9 +17,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from embtransfer.core.schedule import cosine_with_warmup
 from embtransfer.lapt.checkpointing import CheckpointError
 from embtransfer.lapt.data import CorpusTooSmallError, epoch_order, replay_count
-from embtransfer.lapt.plan import lr_factor
 from embtransfer.lapt.settings import LaptSettings, Replay
 from embtransfer.lapt.trainer import MicroBatchOOMError, train_lapt
 from embtransfer.world.pretrain import build_model
@@ -276,8 +276,9 @@ def test_eval_points_and_lr_schedule(world, straight):
             else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (total - warmup)))
         )
         assert r["lr"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
-    assert lr_factor(0, 2, 10) == 0.0 and lr_factor(1, 2, 10) == 0.5
-    assert lr_factor(2, 2, 10) == 1.0 and lr_factor(10, 2, 10) == pytest.approx(0.0)
+    assert cosine_with_warmup(0, 2, 10) == 0.0 and cosine_with_warmup(1, 2, 10) == 0.5
+    assert cosine_with_warmup(2, 2, 10) == 1.0
+    assert cosine_with_warmup(10, 2, 10) == pytest.approx(0.0)
     final = traj[-1]
     assert final["final"] and final["step"] == 10 and math.isfinite(final["final_train_loss"])
     raw = json.loads((Path(f"{straight}.work") / "metrics.jsonl").read_text().splitlines()[-1])

@@ -1,8 +1,8 @@
 """LAPT's plan: how many optimizer steps, their learning rate, and where evaluations fall.
 
 :func:`make_plan` fixes the run's shape from the settings and the number of blocks
-before the first step; a resumed run computes the same. :func:`lr_factor` is the
-learning-rate schedule over those steps.
+before the first step; a resumed run computes the same. The learning rate over those
+steps is the project's one schedule, :mod:`embtransfer.core.schedule`.
 """
 
 from __future__ import annotations
@@ -16,18 +16,6 @@ from embtransfer.lapt.settings import LaptSettings
 
 def warmup_steps(total: int, warmup_ratio: float) -> int:
     return math.ceil(total * warmup_ratio)  # as the Hugging Face Trainer rounds it
-
-
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """LR multiplier of the optimizer step with 0-based index ``step``.
-
-    get_cosine_schedule_with_warmup's formula: linear from 0 over ``warmup`` steps,
-    then half a cosine reaching 0 at ``total``.
-    """
-    if step < warmup:
-        return step / max(1, warmup)
-    progress = (step - warmup) / max(1, total - warmup)
-    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 @dataclass(frozen=True)

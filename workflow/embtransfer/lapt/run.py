@@ -21,13 +21,14 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoConfig, AutoTokenizer
 
+from embtransfer.core.schedule import cosine_with_warmup
 from embtransfer.lapt import lora as lora_mod
 from embtransfer.lapt.checkpointing import run_identity
 from embtransfer.lapt.data import CorpusBlocks, corpus_blocks
 from embtransfer.lapt.distributed import Ranks
 from embtransfer.lapt.loss import MicroBatchLoss
 from embtransfer.lapt.metrics import MetricsLog
-from embtransfer.lapt.plan import RunPlan, lr_factor, make_plan
+from embtransfer.lapt.plan import RunPlan, make_plan
 from embtransfer.lapt.resume import ResumeCheckpoint
 from embtransfer.lapt.settings import LaptSettings
 
@@ -144,7 +145,7 @@ def set_up_run(
         weight_decay=float(settings.weight_decay),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: lr_factor(i, plan.warmup_steps, plan.total_steps)
+        optimizer, lambda i: cosine_with_warmup(i, plan.warmup_steps, plan.total_steps)
     )
     trainer = ModelTrainer(
         model=model,

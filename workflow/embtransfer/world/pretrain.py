@@ -13,7 +13,6 @@ trains the same model.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from embtransfer.core.atomic import atomic_path, write_json
 from embtransfer.core.logs import without_run_values
+from embtransfer.core.schedule import cosine_with_warmup
 from embtransfer.models.hf import position_limit, save_safetensors
 
 DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")
@@ -417,16 +417,6 @@ class _Objective:
 # ---------------------------------------------------------------- training
 
 
-def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return f
-
-
 @torch.no_grad()
 def _evaluate(
     model: PreTrainedModel,
@@ -556,7 +546,7 @@ def _train(
     steps, bs = int(cfg["steps"]), int(cfg["batch_size"])
     optimizer = _optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _lr_lambda(int(cfg["warmup_steps"]), steps)
+        optimizer, lambda i: cosine_with_warmup(i, int(cfg["warmup_steps"]), steps)
     )
     data_gen = torch.Generator().manual_seed(seed)
     mask_gen = torch.Generator().manual_seed(seed + 7)
