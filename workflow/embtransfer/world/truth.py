@@ -181,6 +181,54 @@ def source_form(world: dict[str, Any], meaning: str) -> tuple[str, bool]:
     return value, False  # a bound affix
 
 
+def _readings(
+    read: _Interpreter, target_vocab: pd.DataFrame, shared: set[int], split: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """A row (all columns but ``source_ids``) per target token with one reading."""
+    rows: list[dict[str, Any]] = []
+    vocab = zip(target_vocab["id"], target_vocab["bytes"], target_vocab["start"],
+                target_vocab["kind"], strict=True)  # fmt: skip
+    for tid, raw, start, kind in vocab:
+        if kind != "normal" or raw is None:
+            continue
+        text = token_text(bytes(raw))
+        if not text or text.encode("utf-8") != bytes(raw):
+            continue  # a piece holding part of a character
+        reading = read(text, bool(start))
+        if reading is None:
+            continue
+        rows.append({"target_id": int(tid), "text": text, "kind": reading[0],
+                     "meaning": reading[1], "shared": int(tid) in shared,
+                     "split": meaning_split(reading[1], split)})  # fmt: skip
+    return rows
+
+
+def _tally(values: pd.Series, order: tuple[str, ...]) -> dict[str, int]:
+    """Counts of ``values`` in the order of ``order``."""
+    return {
+        k: int(n) for k, n in sorted(Counter(values).items(), key=lambda kv: order.index(kv[0]))
+    }
+
+
+def _counts(lang: str, table: pd.DataFrame, n_target: int, n_shared: int) -> dict[str, Any]:
+    nonshared = n_target - n_shared
+    unshared_rows = table.loc[~table["shared"]] if len(table) else table
+    return {
+        "lang": lang,
+        "target_tokens": n_target,
+        "shared": n_shared,
+        "nonshared": nonshared,
+        "nonshared_with_truth": int(len(unshared_rows)),
+        "nonshared_without_truth": nonshared - int(len(unshared_rows)),
+        "with_truth": int(len(table)),
+        "by_kind": _tally(unshared_rows["kind"], KINDS),
+        "by_split": _tally(unshared_rows["split"], SPLITS),
+        "source_tokens_per_translation": (
+            float(table["source_ids"].map(len).mean()) if len(table) else None
+        ),
+    }
+
+
 def token_truth(
     world: dict[str, Any],
     lang: str,
@@ -204,35 +252,9 @@ def token_truth(
             f"{lang!r} is not a target language of the miniature world "
             f"(targets: {', '.join(world['target_languages'])})"
         )
-    read = _Interpreter(world, lang)
     special = set(source_vocab.loc[source_vocab["kind"] == "special", "id"].astype(int))
     shared = set(np.asarray(shared_target_ids, np.int64).tolist())
-    rows: list[dict[str, Any]] = []
-    for tid, raw, start, kind in zip(
-        target_vocab["id"],
-        target_vocab["bytes"],
-        target_vocab["start"],
-        target_vocab["kind"],
-        strict=True,
-    ):
-        if kind != "normal" or raw is None:
-            continue
-        text = token_text(bytes(raw))
-        if not text or text.encode("utf-8") != bytes(raw):
-            continue  # a piece holding part of a character
-        reading = read(text, bool(start))
-        if reading is None:
-            continue
-        rows.append(
-            {
-                "target_id": int(tid),
-                "text": text,
-                "kind": reading[0],
-                "meaning": reading[1],
-                "shared": int(tid) in shared,
-                "split": meaning_split(reading[1], split),
-            }
-        )
+    rows = _readings(_Interpreter(world, lang), target_vocab, shared, split)
     forms = [source_form(world, r["meaning"]) for r in rows]
     encoded = encode([(" " + f) if as_word else f for f, as_word in forms])
     for row, ids in zip(rows, encoded, strict=True):
@@ -240,35 +262,7 @@ def token_truth(
     rows = [r for r in rows if r["source_ids"]]
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table = table.astype({"target_id": "int64", "shared": bool})
-    nonshared = len(target_vocab) - len(shared)
-    truth_nonshared = int((~table["shared"]).sum()) if len(table) else 0
-    counts = {
-        "lang": lang,
-        "target_tokens": int(len(target_vocab)),
-        "shared": len(shared),
-        "nonshared": nonshared,
-        "nonshared_with_truth": truth_nonshared,
-        "nonshared_without_truth": nonshared - truth_nonshared,
-        "with_truth": int(len(table)),
-        "by_kind": {
-            k: int(n)
-            for k, n in sorted(
-                Counter(table.loc[~table["shared"], "kind"]).items(),
-                key=lambda kv: KINDS.index(kv[0]),
-            )
-        },
-        "by_split": {
-            k: int(n)
-            for k, n in sorted(
-                Counter(table.loc[~table["shared"], "split"]).items(),
-                key=lambda kv: SPLITS.index(kv[0]),
-            )
-        },
-        "source_tokens_per_translation": (
-            float(table["source_ids"].map(len).mean()) if len(table) else None
-        ),
-    }
-    return table, counts
+    return table, _counts(lang, table, int(len(target_vocab)), len(shared))
 
 
 def write_truth(path: Any, table: pd.DataFrame, counts: dict[str, Any]) -> None:
