@@ -15,11 +15,12 @@ from embtransfer.config.validation import ConfigError, validate_config
 from embtransfer.evaluation.alignment import score_checkpoints, summary, token_scores
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
-from embtransfer.report.alignment import alignment_frame
+from embtransfer.report.alignment import alignment_frame, alignment_markdown
 from embtransfer.report.paired import binomial_two_sided, mcnemar, paired_bootstrap
 from embtransfer.transfer.catalog import DEFAULT_METHODS, METHODS
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 from embtransfer.world.languages import build_world, value_pool
+from embtransfer.world.split import concept_split
 from embtransfer.world.truth import source_form, token_truth
 
 SEED = 1234
@@ -61,8 +62,9 @@ def test_every_lexicon_word_maps_to_its_concepts_source_word(world, lang):
     concepts = [c for c in target["lexicon"]]
     texts = [target["lexicon"][c] for c in concepts] + ["qqzq", "\u0628"]
     encode = FakeSource()
+    split = concept_split(world, SEED, 0.5)
     table, counts = token_truth(world, lang, vocab(texts), vocab(["<s>"], kinds=["special"]),
-                                encode, np.array([], np.int64))
+                                encode, np.array([], np.int64), split=split)
     by_id = table.set_index("target_id")
     # brute force: a lemma maps to its concept unless another reading of the text exists
     forms = {}
@@ -78,11 +80,14 @@ def test_every_lexicon_word_maps_to_its_concepts_source_word(world, lang):
             assert value == c
             expected = " " + source["lexicon"][c]
             assert [encode.ids[expected]] == list(row["source_ids"])
+            assert row["split"] == split[c]  # a concept's row carries its concept's split
             checked += 1
     assert checked >= 0.8 * len(concepts)
     assert len(texts) - 2 not in by_id.index and len(texts) - 1 not in by_id.index
     assert counts["nonshared"] == len(texts) and counts["with_truth"] == len(table)
     assert counts["nonshared_with_truth"] + counts["nonshared_without_truth"] == len(texts)
+    assert sum(counts["by_split"].values()) == counts["nonshared_with_truth"]
+    assert 0.3 < counts["by_split"]["held_out"] / counts["nonshared_with_truth"] < 0.7
 
 
 def test_names_stems_and_affixes_have_their_source_forms(world):
@@ -95,12 +100,16 @@ def test_names_stems_and_affixes_have_their_source_forms(world):
     texts = [target["names"][name_id], target["lexicon"][stem_concept], definite]
     starts = [True, False, False]
     encode = FakeSource()
+    split = concept_split(world, SEED, 0.5)
     table, _ = token_truth(world, lang, vocab(texts, starts), vocab(["x"]), encode,
-                           np.array([1], np.int64))
+                           np.array([1], np.int64), split=split)
     rows = table.set_index("target_id")
     assert rows.loc[0, "kind"] == "name" and rows.loc[0, "meaning"] == f"name:{name_id}"
     assert list(rows.loc[0, "source_ids"]) == [encode.ids[" " + source["names"][name_id]]]
     assert rows.loc[1, "kind"] == "stem" and rows.loc[1, "meaning"] == f"concept:{stem_concept}"
+    # a name and an affix are no concept: split none; the stem follows its concept
+    assert rows.loc[0, "split"] == "none" and rows.loc[2, "split"] == "none"
+    assert rows.loc[1, "split"] == split[stem_concept]
     assert bool(rows.loc[1, "shared"]) and not bool(rows.loc[0, "shared"])
     # the source (suffixing) marks definiteness with a word: the prefix translates to it
     assert rows.loc[2, "kind"] == "affix"
@@ -110,7 +119,8 @@ def test_names_stems_and_affixes_have_their_source_forms(world):
 
 def test_truth_refuses_the_source_language(world):
     with pytest.raises(ValueError, match="not a target language"):
-        token_truth(world, "en_mini", vocab(["a"]), vocab(["a"]), FakeSource(), np.array([]))
+        token_truth(world, "en_mini", vocab(["a"]), vocab(["a"]), FakeSource(), np.array([]),
+                    split={})
 
 
 # --- the oracle method -----------------------------------------------------------------------
@@ -161,8 +171,15 @@ def test_world_oracle_joins_the_worlds_default_methods_and_is_refused_outside_it
 # --- the alignment metric --------------------------------------------------------------------
 
 
+def slow_cosine(a, b):
+    return float(sum(x * y for x, y in zip(a, b, strict=True))) / (
+        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
 def slow_scores(rows, source, text_ids, target_ids, translations):
     out = []
+    # the source's mean text row, summed one row at a time
+    centre = [sum(source[s][j] for s in text_ids) / len(text_ids) for j in range(source.shape[1])]
     for t, ids in zip(target_ids, translations, strict=True):
         sims = []
         for s in text_ids:
@@ -170,8 +187,11 @@ def slow_scores(rows, source, text_ids, target_ids, translations):
             sims.append(float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b)))
         order = [text_ids[i] for i in sorted(range(len(sims)), key=lambda i: -sims[i])]
         oracle = source[ids].mean(0)
+        centred = slow_cosine([x - c for x, c in zip(rows[t], centre, strict=True)],
+                              [x - c for x, c in zip(oracle, centre, strict=True)])
         out.append((int(order[0] in ids), int(any(o in ids for o in order[:10])),
-                    float(oracle @ rows[t]) / (np.linalg.norm(oracle) * np.linalg.norm(rows[t]))))
+                    float(oracle @ rows[t]) / (np.linalg.norm(oracle) * np.linalg.norm(rows[t])),
+                    centred))
     return out
 
 
@@ -188,7 +208,29 @@ def test_token_scores_equal_a_brute_force_on_random_inputs():
     assert got["hit_1"].tolist() == [w[0] for w in want]
     assert got["hit_10"].tolist() == [w[1] for w in want]
     np.testing.assert_allclose(got["cos_oracle"], [w[2] for w in want], rtol=1e-9)
+    np.testing.assert_allclose(got["cos_centred"], [w[3] for w in want], rtol=1e-9)
     assert got["hit_1"].sum() >= 8
+    assert not np.allclose(got["cos_centred"], got["cos_oracle"])  # the centring did something
+
+
+def test_centred_cosine_gives_the_mean_row_nothing_and_the_oracle_row_one():
+    # Source rows with a common direction, as trained embeddings have: the raw cosine pays
+    # the mean row for it, the centred cosine does not.
+    rng = np.random.default_rng(7)
+    n, h = 300, 16
+    source = (rng.standard_normal((n, h)) + 3.0).astype(np.float32)
+    text_ids = np.arange(n)
+    target_ids = np.arange(3 * 100)
+    translations = [np.array([i % 100]) for i in target_ids]  # block k, token j -> source j
+    mean_row = source.astype(np.float64).mean(0).astype(np.float32)  # as Mean writes it
+    rows = np.concatenate([np.tile(mean_row, (100, 1)), source[:100],
+                           rng.standard_normal((100, h)).astype(np.float32) + 3.0])
+    scores = token_scores(rows, source, text_ids, target_ids, translations)
+    at_mean, oracle, noise = (scores.iloc[i * 100:(i + 1) * 100] for i in range(3))
+    assert at_mean["cos_oracle"].mean() > 0.8  # the raw cosine's reward for the centroid
+    assert (at_mean["cos_centred"] == 0.0).all()  # float32 rounding of the mean is the mean
+    np.testing.assert_allclose(oracle["cos_centred"], 1.0, rtol=1e-6)
+    assert abs(noise["cos_centred"].mean()) < 0.05 < noise["cos_oracle"].mean()
 
 
 def test_identity_map_scores_one_and_a_shuffled_map_scores_chance():
@@ -217,7 +259,7 @@ def test_score_checkpoints_uses_each_side_and_only_nonshared_tokens():
     truth = pd.DataFrame({"target_id": [0, 1, 2], "source_ids": [np.array([3]), np.array([4]),
                                                                   np.array([5])],
                           "shared": [False, False, True], "kind": "word", "text": "",
-                          "meaning": ""})
+                          "meaning": "", "split": ["held_out", "none", "dictionary"]})
     ckpt_rows_in = np.zeros((3, 4))
     ckpt_rows_in[[0, 1]] = src_in[[3, 4]]
     ckpt_rows_out = np.zeros((3, 4))
@@ -225,6 +267,8 @@ def test_score_checkpoints_uses_each_side_and_only_nonshared_tokens():
     ckpt = Embeddings(input=ckpt_rows_in, output=ckpt_rows_out, tied=False, model_type="llama")
     scores = score_checkpoints(source, vocab([f"s{i}" for i in range(20)]), truth, {"m": ckpt})
     assert set(scores["target_id"]) == {0, 1}
+    assert dict(zip(scores["target_id"], scores["split"], strict=True)) == {0: "held_out",
+                                                                            1: "none"}
     by_side = scores.groupby("side")["hit_1"].sum().to_dict()
     assert by_side == {"input": 2, "output": 0}
 
@@ -242,18 +286,46 @@ def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
         rows.append(pd.DataFrame({"stage": "transfer", "lang": "x", "source": "s",
                                   "target": "t", "side": "input", "method": method,
                                   "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
-                                  "cos_oracle": hits * 0.5 + rng.random(n) * 0.1}))
+                                  "split": "held_out",
+                                  "cos_oracle": hits * 0.5 + rng.random(n) * 0.1,
+                                  "cos_centred": hits * 0.3 + rng.random(n) * 0.1}))
     solo = rows[1].assign(target="t2")
-    flat = alignment_frame(pd.concat([*rows, solo]), seed=0)
+    # the same methods on the dictionary concepts, where b is best: ranked apart
+    fitted = [r.assign(split="dictionary", hit_1=1 - r["hit_1"]) for r in rows[1:]]
+    flat = alignment_frame(pd.concat([*fitted, *rows, solo]), seed=0)
+    assert (flat["split"].iloc[:5] == "held_out").all()  # the headline first
+    on_dictionary = flat[flat["split"] == "dictionary"].set_index("method")
+    assert on_dictionary.loc["b", "rank"] == 1
+    flat = flat[flat["split"] == "held_out"]
     frame = flat.set_index(["target", "method"])
     assert math.isnan(frame.loc[("t", "world_oracle"), "rank"])
     assert frame.loc[("t", "a"), "rank"] == 1 and frame.loc[("t", "b"), "rank"] == 3
     assert frame.loc[("t", "b"), "p_at_1_vs_best_p"] < 1e-6  # clears
     assert frame.loc[("t", "c"), "p_at_1_vs_best_p"] > 0.05  # 3 tokens differ: does not
     assert math.isnan(frame.loc[("t2", "a"), "rank"])  # alone in its setting: not ranked
-    assert list(flat.columns[:12]) == [
-        "lang", "source", "target", "method", "stage", "side", "tokens", "p_at_1",
-        "p_at_1_se", "p_at_10", "cos_oracle", "cos_oracle_se"]
+    assert frame.loc[("t", "b"), "cos_centred_vs_best_p"] < 1e-3
+    assert list(flat.columns[:15]) == [
+        "lang", "source", "target", "method", "stage", "side", "split", "tokens", "p_at_1",
+        "p_at_1_se", "p_at_10", "cos_oracle", "cos_oracle_se", "cos_centred", "cos_centred_se"]
+
+
+def test_ties_in_p_at_1_go_to_the_centred_cosine_and_markdown_leads_with_held_out():
+    n = 50
+    rng = np.random.default_rng(4)
+    base = {"stage": "transfer", "lang": "x", "source": "s", "target": "t", "side": "input",
+            "target_id": np.arange(n), "hit_1": 0, "hit_10": 0}
+    # "mean" sits at the centroid: a high raw cosine, a centred one of 0
+    lines = [pd.DataFrame(base | {"method": "mean", "split": split, "cos_oracle": 0.3,
+                                  "cos_centred": 0.0}) for split in ("none", "held_out")]
+    lines += [pd.DataFrame(base | {"method": "near", "split": split,
+                                   "cos_oracle": 0.1 + rng.random(n) * 0.01,
+                                   "cos_centred": 0.2 + rng.random(n) * 0.01})
+              for split in ("none", "held_out")]
+    frame = alignment_frame(pd.concat(lines), seed=0)
+    assert frame.set_index(["split", "method"]).loc[("held_out", "near"), "rank"] == 1
+    text = alignment_markdown(frame)
+    assert text.index("## Held-out concepts") < text.index("## No concept")
+    assert "centred cos" in text
 
 
 # --- paired tests ----------------------------------------------------------------------------

@@ -43,6 +43,9 @@ rule aligned_vectors:
         paths.ALIGNED,
     params:
         dictionary=lambda w: dictionary_spec(config, w.lang),
+        # a world dictionary: its held-out concepts are left out (world/split.py)
+        held_out=config["dictionary_held_out"],
+        seed=config["seed"],
         source_language=config.get("source_language"),
         aligned=config["aligned"],
         trust_remote_code=config["trust_remote_code"],

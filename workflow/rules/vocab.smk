@@ -50,6 +50,8 @@ rule world_truth:
         table=paths.WORLD_TRUTH,
         counts=paths.WORLD_TRUTH_COUNTS,
     params:
+        held_out=config["dictionary_held_out"],  # each row's split (world/split.py)
+        seed=config["seed"],
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("vocab/truth.py"),
     conda:

@@ -9,6 +9,14 @@ one embedding side of a checkpoint:
   text rows): a random row scores ~0.
 * **cosine to the oracle row**: the cosine between the token's row and the mean of its
   translation's source rows (the row ``world_oracle`` gives it).
+* **centred cosine to the oracle row**: the same after subtracting the source's mean text
+  row (of the same side) from both rows. Source rows share a common direction, so the raw
+  cosine pays a row for sitting at the centroid (Mean's rows score about 0.2); centred, a
+  row at the mean scores 0 (a centred row within float32 rounding of zero counts as zero)
+  and a random row about 0.
+
+Each token keeps its truth row's ``split`` (:mod:`embtransfer.world.split`): ``held_out``
+concepts, the ``dictionary`` concepts WECHSEL and OFA were aligned on, or ``none``.
 
 Per-token values are kept (:func:`token_scores`), so two methods are compared token by token
 (:mod:`embtransfer.report.paired`).
@@ -26,6 +34,9 @@ import pandas as pd
 DEPTHS = (1, 10)
 #: Rows of the similarity matrix computed at once.
 CHUNK = 2048
+#: A centred row shorter than this share of its uncentred length is the mean row itself
+#: (float32 rounding apart): its centred cosine is 0, not the cosine of rounding noise.
+CENTRED_ZERO = 1e-5
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:
@@ -33,9 +44,33 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.where(norms > 0, norms, 1.0)
 
 
-def token_scores(rows: np.ndarray, source: np.ndarray, text_ids: np.ndarray,
-                 target_ids: np.ndarray, translations: list[np.ndarray]) -> pd.DataFrame:
-    """Per token: ``target_id``, ``hit_1``, ``hit_10`` (0/1) and ``cos_oracle``.
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of two (n, h) float64 matrices; 0 where either row is zero."""
+    denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.einsum("ij,ij->i", a, b)
+    return np.where(denom > 0, dots / np.where(denom > 0, denom, 1.0), 0.0)
+
+
+def oracle_cosines(
+    queries: np.ndarray, oracles: np.ndarray, centre: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Raw and centred cosine of each query row to its oracle row (both (n, h) float64);
+    ``centre`` is the source's mean text row, subtracted from both for the centred one."""
+    centred = queries - centre
+    at_mean = np.linalg.norm(centred, axis=1) <= CENTRED_ZERO * np.linalg.norm(queries, axis=1)
+    centred[at_mean] = 0.0
+    return _cosines(queries, oracles), _cosines(centred, oracles - centre)
+
+
+def token_scores(
+    rows: np.ndarray,
+    source: np.ndarray,
+    text_ids: np.ndarray,
+    target_ids: np.ndarray,
+    translations: list[np.ndarray],
+) -> pd.DataFrame:
+    """Per token: ``target_id``, ``hit_1``, ``hit_10`` (0/1), ``cos_oracle`` and
+    ``cos_centred`` (:func:`oracle_cosines`, centred on the mean of ``source[text_ids]``).
 
     ``rows``: the checkpoint's (V_t, h) matrix of one side; ``source``: the source model's
     (V_s, h) matrix of the same side; ``text_ids``: the source ids that are text tokens (the
@@ -45,8 +80,10 @@ def token_scores(rows: np.ndarray, source: np.ndarray, text_ids: np.ndarray,
     text_ids = np.asarray(text_ids, np.int64)
     target_ids = np.asarray(target_ids, np.int64)
     if rows.shape[1] != source.shape[1]:
-        raise ValueError(f"the checkpoint's rows have width {rows.shape[1]}, the source's "
-                         f"{source.shape[1]}: not a transfer of this source")
+        raise ValueError(
+            f"the checkpoint's rows have width {rows.shape[1]}, the source's "
+            f"{source.shape[1]}: not a transfer of this source"
+        )
     position = np.full(source.shape[0], -1, np.int64)
     position[text_ids] = np.arange(text_ids.size)
     candidates = _unit(source[text_ids].astype(np.float64))
@@ -59,39 +96,58 @@ def token_scores(rows: np.ndarray, source: np.ndarray, text_ids: np.ndarray,
         order = np.argsort(-np.take_along_axis(sims, part, axis=1), axis=1, kind="stable")
         top[s : s + CHUNK] = np.take_along_axis(part, order, axis=1)
     hits = {k: np.zeros(target_ids.size, np.int8) for k in DEPTHS}
-    cos = np.zeros(target_ids.size)
+    oracles = np.zeros((target_ids.size, source.shape[1]))
     for i, ids in enumerate(translations):
         ids = np.asarray(ids, np.int64)
         where = position[ids]
         if (where < 0).any():
-            raise ValueError(f"target token {target_ids[i]}: its translation names source ids "
-                             f"{ids[where < 0].tolist()} that are not text tokens")
+            raise ValueError(
+                f"target token {target_ids[i]}: its translation names source ids "
+                f"{ids[where < 0].tolist()} that are not text tokens"
+            )
         for k in DEPTHS:
             hits[k][i] = np.isin(top[i, :k], where).any()
-        oracle = source[ids].astype(np.float64).mean(axis=0)
-        denom = np.linalg.norm(oracle) * np.linalg.norm(rows[target_ids[i]])
-        cos[i] = float(oracle @ rows[target_ids[i]]) / denom if denom > 0 else 0.0
-    return pd.DataFrame({"target_id": target_ids, **{f"hit_{k}": hits[k] for k in DEPTHS},
-                         "cos_oracle": cos})
+        oracles[i] = source[ids].astype(np.float64).mean(axis=0)
+    centre = source[text_ids].astype(np.float64).mean(axis=0)
+    cos, centred = oracle_cosines(rows[target_ids].astype(np.float64), oracles, centre)
+    return pd.DataFrame(
+        {
+            "target_id": target_ids,
+            **{f"hit_{k}": hits[k] for k in DEPTHS},
+            "cos_oracle": cos,
+            "cos_centred": centred,
+        }
+    )
+
+
+#: The cosines a summary averages (each with its standard error).
+COSINES = ("cos_oracle", "cos_centred")
 
 
 def summary(scores: pd.DataFrame) -> dict[str, Any]:
-    """P@1 and P@10 (percent) with the binomial standard error of P@1, and the mean cosine to
-    the oracle row with its standard error, over ``scores``' tokens."""
+    """P@1 and P@10 (percent) with the binomial standard error of P@1, and the mean raw and
+    centred cosines to the oracle row with their standard errors, over ``scores``' tokens."""
     n = len(scores)
     if n == 0:
-        return {"tokens": 0, "p_at_1": None, "p_at_1_se": None, "p_at_10": None,
-                "cos_oracle": None, "cos_oracle_se": None}
+        return {
+            "tokens": 0,
+            "p_at_1": None,
+            "p_at_1_se": None,
+            "p_at_10": None,
+            **{k: None for c in COSINES for k in (c, f"{c}_se")},
+        }
     p1 = float(scores["hit_1"].mean())
-    cos = scores["cos_oracle"].to_numpy(np.float64)
-    return {
+    out: dict[str, Any] = {
         "tokens": n,
         "p_at_1": 100 * p1,
         "p_at_1_se": 100 * math.sqrt(p1 * (1 - p1) / n),
         "p_at_10": 100 * float(scores["hit_10"].mean()),
-        "cos_oracle": float(cos.mean()),
-        "cos_oracle_se": float(cos.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
     }
+    for column in COSINES:
+        cos = scores[column].to_numpy(np.float64)
+        out[column] = float(cos.mean())
+        out[f"{column}_se"] = float(cos.std(ddof=1) / math.sqrt(n)) if n > 1 else None
+    return out
 
 
 def text_ids(source_vocab: pd.DataFrame, rows: int) -> np.ndarray:
@@ -100,10 +156,11 @@ def text_ids(source_vocab: pd.DataFrame, rows: int) -> np.ndarray:
     return np.unique(ids[(ids >= 0) & (ids < rows)])
 
 
-def score_checkpoints(source: Any, source_vocab: pd.DataFrame, truth: pd.DataFrame,
-                      checkpoints: dict[str, Any]) -> pd.DataFrame:
+def score_checkpoints(
+    source: Any, source_vocab: pd.DataFrame, truth: pd.DataFrame, checkpoints: dict[str, Any]
+) -> pd.DataFrame:
     """Per (method, side, token): the scores of :func:`token_scores` over the non-shared
-    tokens of ``truth``. ``source`` and each checkpoint are
+    tokens of ``truth``, with each token's ``split``. ``source`` and each checkpoint are
     :class:`embtransfer.models.loading.Embeddings` (``input``, ``output`` None when tied);
     an untied source's output side is scored against its output rows."""
     todo = truth[~truth["shared"].to_numpy(bool)]
@@ -119,12 +176,16 @@ def score_checkpoints(source: Any, source_vocab: pd.DataFrame, truth: pd.DataFra
             if rows is None:
                 raise ValueError(f"{method}: the checkpoint is tied but the source is not")
             if target_ids.size and target_ids.max() >= rows.shape[0]:
-                raise ValueError(f"{method}: the checkpoint has {rows.shape[0]} rows, the truth "
-                                 f"names target id {target_ids.max()}: another tokenizer's truth")
-            scores = token_scores(rows, matrix, text_ids(source_vocab, matrix.shape[0]),
-                                  target_ids, translations)
+                raise ValueError(
+                    f"{method}: the checkpoint has {rows.shape[0]} rows, the truth "
+                    f"names target id {target_ids.max()}: another tokenizer's truth"
+                )
+            scores = token_scores(
+                rows, matrix, text_ids(source_vocab, matrix.shape[0]), target_ids, translations
+            )
+            scores.insert(1, "split", todo["split"].to_numpy(object))
             scores.insert(0, "side", side)
             scores.insert(0, "method", method)
             parts.append(scores)
-    columns = ["method", "side", "target_id", *(f"hit_{k}" for k in DEPTHS), "cos_oracle"]
+    columns = ["method", "side", "target_id", "split", *(f"hit_{k}" for k in DEPTHS), *COSINES]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)

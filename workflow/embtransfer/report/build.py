@@ -173,7 +173,8 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     if len(alignment):
         parts += ["", "## Alignment of the new rows (the miniature world's truth)", "",
                   f"Per method and setting in [alignment.md]({Path(outputs['alignment_md']).name})"
-                  f" ({len(alignment)} lines)."]
+                  f" ({len(alignment)} lines), the held-out concepts (no method was aligned "
+                  "on them) first."]
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     lacking = missing_curves(curves, grid, targets)
     if lacking:

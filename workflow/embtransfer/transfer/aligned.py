@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from embtransfer.core.atomic import atomic_path
@@ -467,3 +468,13 @@ def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
         raise ValueError(f"{path} is not an aligned-vectors file: lacks {missing}")
     aligned = AlignedVectors(**{k: arrays[k] for k in _KEYS})
     return aligned, arrays["W"]
+
+
+def read_aligned_stats(path: str | os.PathLike) -> dict[str, Any]:
+    """The statistics :func:`write_aligned` kept in an aligned-vectors file's metadata (with a
+    world dictionary, ``dictionary_split``: the concepts and pairs the map was fitted on)."""
+    with safe_open(str(path), framework="numpy") as fh:
+        metadata = fh.metadata() or {}
+    if "stats" not in metadata:
+        raise ValueError(f"{path} is not an aligned-vectors file: no statistics in its metadata")
+    return json.loads(metadata["stats"])

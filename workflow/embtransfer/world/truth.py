@@ -17,7 +17,9 @@ So for a target token the world knows its translation in the source language, an
               affix marks categories the source marks differently
 ``particle``  a free grammatical word (an article, a plural or tense particle) -> likewise
 
-A text that could mean two different things is left out. Everything else (pieces of words,
+Each row carries its concept's ``split`` (:mod:`embtransfer.world.split`): ``held_out`` or
+``dictionary`` (the concepts WECHSEL and OFA align on), ``none`` for a name, affix or
+particle. A text that could mean two different things is left out. Everything else (pieces of words,
 digits, punctuation, bytes, special tokens) has no truth. The translation is the source
 tokenizer's ids of the source form, written as the source writes a word (after a space);
 a bound source affix is tokenised on its own. Matching is on NFC, case-folded text, so a
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -37,13 +40,13 @@ from embtransfer.core.atomic import read_parquet_metadata, write_parquet
 from embtransfer.vocab.canonical import token_text
 from embtransfer.world.corpus import _affixed
 from embtransfer.world.languages import _affix_cells
+from embtransfer.world.split import SPLITS, meaning_split
 
 #: Interpretation kinds, in the order the counts list them.
 KINDS = ("word", "stem", "name", "affix", "particle")
 #: Grammatical categories a morphology marks, with the cell that marks each.
-CATEGORIES = ("plural", "definite", "indefinite", "present_sg", "present_pl", "past_sg",
-              "past_pl")
-COLUMNS = ("target_id", "text", "kind", "meaning", "source_ids", "shared")
+CATEGORIES = ("plural", "definite", "indefinite", "present_sg", "present_pl", "past_sg", "past_pl")
+COLUMNS = ("target_id", "text", "kind", "meaning", "source_ids", "shared", "split")
 
 
 def _key(text: str) -> str:
@@ -52,8 +55,12 @@ def _key(text: str) -> str:
 
 def _cells(morph: dict[str, Any]) -> dict[str, dict[str, str]]:
     verb = morph["verb"]
-    return {"plural": morph["plural"], "definite": morph["definite"],
-            "indefinite": morph["indefinite"], **{k: verb[k] for k in CATEGORIES[3:]}}
+    return {
+        "plural": morph["plural"],
+        "definite": morph["definite"],
+        "indefinite": morph["indefinite"],
+        **{k: verb[k] for k in CATEGORIES[3:]},
+    }
 
 
 def _word_forms(lang: dict[str, Any]) -> dict[str, set[str]]:
@@ -61,23 +68,27 @@ def _word_forms(lang: dict[str, Any]) -> dict[str, set[str]]:
     concepts it can be."""
     morph = lang["morphology"]
     cells = _affix_cells(morph)
-    case_suffixes = ([{"suffix": lang["lexicon"][c]} for c in lang["lexicon"]
-                      if c.startswith("fn_") and morph["adposition"] == "suffix"
-                      and c in ("fn_in", "fn_to", "fn_at", "fn_with")])
+    case_suffixes = [
+        {"suffix": lang["lexicon"][c]}
+        for c in lang["lexicon"]
+        if c.startswith("fn_")
+        and morph["adposition"] == "suffix"
+        and c in ("fn_in", "fn_to", "fn_at", "fn_with")
+    ]
     forms: dict[str, set[str]] = {}
     for concept, lemma in lang["lexicon"].items():
         if morph["adposition"] == "suffix" and concept in ("fn_in", "fn_to", "fn_at", "fn_with"):
             continue  # a case suffix, not a word
         surfaces = {lemma} | {_affixed(lemma, c, lang["script"]) for c in cells}
-        surfaces |= {_affixed(s, c, lang["script"]) for s in list(surfaces)
-                     for c in case_suffixes}
+        surfaces |= {_affixed(s, c, lang["script"]) for s in list(surfaces) for c in case_suffixes}
         for surface in surfaces:
             forms.setdefault(_key(surface), set()).add(f"concept:{concept}")
     return forms
 
 
-def _grammar(lang: dict[str, Any], source: dict[str, Any]) -> tuple[dict[str, set[str]],
-                                                                     dict[str, set[str]]]:
+def _grammar(
+    lang: dict[str, Any], source: dict[str, Any]
+) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Target bound affixes and free grammatical words -> the source forms of the categories
     they mark (``affix:<form>`` for a bound source affix, ``word:<form>`` for a source word)."""
     bound: dict[str, set[str]] = {}
@@ -85,8 +96,9 @@ def _grammar(lang: dict[str, Any], source: dict[str, Any]) -> tuple[dict[str, se
     source_cells = _cells(source["morphology"])
     for category, cell in _cells(lang["morphology"]).items():
         src = source_cells[category]
-        meaning = ({f"affix:{src[k]}" for k in ("prefix", "suffix") if src.get(k)}
-                   | {f"word:{src[k]}" for k in ("word", "particle") if src.get(k)})
+        meaning = {f"affix:{src[k]}" for k in ("prefix", "suffix") if src.get(k)} | {
+            f"word:{src[k]}" for k in ("word", "particle") if src.get(k)
+        }
         # Unmarked in the source (an empty cell): no translation; several markers: unclear.
         marker = meaning if len(meaning) == 1 else {"unclear"}
         for k in ("prefix", "suffix"):
@@ -128,13 +140,19 @@ class _Interpreter:
             return None
         if start:
             # One reading across every kind of free form, or none.
-            readings = (self.words.get(key, set()) | self.names.get(key, set())
-                        | self.free.get(key, set()))
+            readings = (
+                self.words.get(key, set()) | self.names.get(key, set()) | self.free.get(key, set())
+            )
             meaning = _one(readings)
             if meaning is None:
                 return None
-            kind = ("name" if meaning.startswith("name:")
-                    else "word" if key in self.words else "particle")
+            kind = (
+                "name"
+                if meaning.startswith("name:")
+                else "word"
+                if key in self.words
+                else "particle"
+            )
             return kind, meaning
         readings = self.lemmas.get(key, set()) | self.names.get(key, set())
         bound = self.bound.get(key, set())
@@ -163,25 +181,14 @@ def source_form(world: dict[str, Any], meaning: str) -> tuple[str, bool]:
     return value, False  # a bound affix
 
 
-def token_truth(world: dict[str, Any], lang: str, target_vocab: pd.DataFrame,
-                source_vocab: pd.DataFrame, encode: Any,
-                shared_target_ids: np.ndarray) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The truth table of a target vocabulary (columns :data:`COLUMNS`, one row per target
-    token with a truth) and its counts.
-
-    ``encode`` maps a list of texts to the source tokenizer's ids (no special tokens);
-    ids of special source tokens are dropped. ``shared_target_ids``: the target ids the
-    overlap stage matched to a source token.
-    """
-    if lang not in world["languages"] or lang == world["source_language"]:
-        raise ValueError(f"{lang!r} is not a target language of the miniature world "
-                         f"(targets: {', '.join(world['target_languages'])})")
-    read = _Interpreter(world, lang)
-    special = set(source_vocab.loc[source_vocab["kind"] == "special", "id"].astype(int))
-    shared = set(np.asarray(shared_target_ids, np.int64).tolist())
+def _readings(
+    read: _Interpreter, target_vocab: pd.DataFrame, shared: set[int], split: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """A row (all columns but ``source_ids``) per target token with one reading."""
     rows: list[dict[str, Any]] = []
-    for tid, raw, start, kind in zip(target_vocab["id"], target_vocab["bytes"],
-                                     target_vocab["start"], target_vocab["kind"], strict=True):
+    vocab = zip(target_vocab["id"], target_vocab["bytes"], target_vocab["start"],
+                target_vocab["kind"], strict=True)  # fmt: skip
+    for tid, raw, start, kind in vocab:
         if kind != "normal" or raw is None:
             continue
         text = token_text(bytes(raw))
@@ -191,7 +198,63 @@ def token_truth(world: dict[str, Any], lang: str, target_vocab: pd.DataFrame,
         if reading is None:
             continue
         rows.append({"target_id": int(tid), "text": text, "kind": reading[0],
-                     "meaning": reading[1], "shared": int(tid) in shared})
+                     "meaning": reading[1], "shared": int(tid) in shared,
+                     "split": meaning_split(reading[1], split)})  # fmt: skip
+    return rows
+
+
+def _tally(values: pd.Series, order: tuple[str, ...]) -> dict[str, int]:
+    """Counts of ``values`` in the order of ``order``."""
+    return {
+        k: int(n) for k, n in sorted(Counter(values).items(), key=lambda kv: order.index(kv[0]))
+    }
+
+
+def _counts(lang: str, table: pd.DataFrame, n_target: int, n_shared: int) -> dict[str, Any]:
+    nonshared = n_target - n_shared
+    unshared_rows = table.loc[~table["shared"]] if len(table) else table
+    return {
+        "lang": lang,
+        "target_tokens": n_target,
+        "shared": n_shared,
+        "nonshared": nonshared,
+        "nonshared_with_truth": int(len(unshared_rows)),
+        "nonshared_without_truth": nonshared - int(len(unshared_rows)),
+        "with_truth": int(len(table)),
+        "by_kind": _tally(unshared_rows["kind"], KINDS),
+        "by_split": _tally(unshared_rows["split"], SPLITS),
+        "source_tokens_per_translation": (
+            float(table["source_ids"].map(len).mean()) if len(table) else None
+        ),
+    }
+
+
+def token_truth(
+    world: dict[str, Any],
+    lang: str,
+    target_vocab: pd.DataFrame,
+    source_vocab: pd.DataFrame,
+    encode: Any,
+    shared_target_ids: np.ndarray,
+    *,
+    split: Mapping[str, str],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The truth table of a target vocabulary (columns :data:`COLUMNS`, one row per target
+    token with a truth) and its counts.
+
+    ``encode`` maps a list of texts to the source tokenizer's ids (no special tokens);
+    ids of special source tokens are dropped. ``shared_target_ids``: the target ids the
+    overlap stage matched to a source token. ``split``: concept id -> its split
+    (:func:`embtransfer.world.split.concept_split`).
+    """
+    if lang not in world["languages"] or lang == world["source_language"]:
+        raise ValueError(
+            f"{lang!r} is not a target language of the miniature world "
+            f"(targets: {', '.join(world['target_languages'])})"
+        )
+    special = set(source_vocab.loc[source_vocab["kind"] == "special", "id"].astype(int))
+    shared = set(np.asarray(shared_target_ids, np.int64).tolist())
+    rows = _readings(_Interpreter(world, lang), target_vocab, shared, split)
     forms = [source_form(world, r["meaning"]) for r in rows]
     encoded = encode([(" " + f) if as_word else f for f, as_word in forms])
     for row, ids in zip(rows, encoded, strict=True):
@@ -199,23 +262,7 @@ def token_truth(world: dict[str, Any], lang: str, target_vocab: pd.DataFrame,
     rows = [r for r in rows if r["source_ids"]]
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table = table.astype({"target_id": "int64", "shared": bool})
-    nonshared = len(target_vocab) - len(shared)
-    truth_nonshared = int((~table["shared"]).sum()) if len(table) else 0
-    counts = {
-        "lang": lang,
-        "target_tokens": int(len(target_vocab)),
-        "shared": len(shared),
-        "nonshared": nonshared,
-        "nonshared_with_truth": truth_nonshared,
-        "nonshared_without_truth": nonshared - truth_nonshared,
-        "with_truth": int(len(table)),
-        "by_kind": {k: int(n) for k, n in sorted(Counter(
-            table.loc[~table["shared"], "kind"]).items(), key=lambda kv: KINDS.index(kv[0]))},
-        "source_tokens_per_translation": (float(table["source_ids"].map(len).mean())
-                                          if len(table) else None),
-    }
-    return table, counts
-
+    return table, _counts(lang, table, int(len(target_vocab)), len(shared))
 
 
 def write_truth(path: Any, table: pd.DataFrame, counts: dict[str, Any]) -> None:

@@ -16,11 +16,16 @@ from embtransfer.world.truth import read_truth
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 trust = sm.params.trust_remote_code
-checkpoints = {method: load_embeddings(path, trust_remote_code=trust)
-               for method, path in zip(sm.params.methods, sm.input.checkpoints, strict=True)}
-scores = score_checkpoints(load_embeddings(sm.input.source, trust_remote_code=trust),
-                           read_vocab(sm.input.source_vocab), read_truth(sm.input.truth),
-                           checkpoints)
+checkpoints = {
+    method: load_embeddings(path, trust_remote_code=trust)
+    for method, path in zip(sm.params.methods, sm.input.checkpoints, strict=True)
+}
+scores = score_checkpoints(
+    load_embeddings(sm.input.source, trust_remote_code=trust),
+    read_vocab(sm.input.source_vocab),
+    read_truth(sm.input.truth),
+    checkpoints,
+)
 write_parquet(sm.output[0], scores, metadata={**dict(sm.wildcards), "methods": sm.params.methods})
-for (method, side), part in scores.groupby(["method", "side"], sort=False):
-    log.info("%s %s: %s", method, side, summary(part))
+for (method, side, split), part in scores.groupby(["method", "side", "split"], sort=False):
+    log.info("%s %s %s: %s", method, side, split, summary(part))

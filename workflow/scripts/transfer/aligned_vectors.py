@@ -14,12 +14,18 @@ from embtransfer.vocab.canonical import read_vocab
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-if sm.params.dictionary["type"] == "world":
-    from embtransfer.world.corpus import dictionary
+if sm.params.dictionary["type"] == "world":  # its dictionary concepts only, recorded
+    from embtransfer.world.split import dictionary_part
 
-    pairs = dictionary(read_json(sm.input.dictionary), sm.params.source_language, sm.wildcards.lang)
+    pairs, fitted = dictionary_part(
+        read_json(sm.input.dictionary),
+        sm.params.source_language,
+        sm.wildcards.lang,
+        sm.params.seed,
+        sm.params.held_out,
+    )
 else:
-    pairs = read_dictionary(sm.params.dictionary)
+    pairs, fitted = read_dictionary(sm.params.dictionary), {}
 options = sm.params.aligned
 source_ft = load_fasttext(sm.input.source_fasttext)
 target_ft = load_fasttext(sm.input.target_fasttext)
@@ -33,10 +39,21 @@ if options["token_strings"] == "decode":
         for path in sm.input.tokenizers
     )
 aligned = token_vectors_aligned(
-    source_ft, target_ft, W, read_vocab(sm.input.source_vocab), read_vocab(sm.input.target_vocab),
-    token_strings=options["token_strings"], tokenizers=tokenizers,
+    source_ft,
+    target_ft,
+    W,
+    read_vocab(sm.input.source_vocab),
+    read_vocab(sm.input.target_vocab),
+    token_strings=options["token_strings"],
+    tokenizers=tokenizers,
 )
 stats["token_strings"] = options["token_strings"]
+log.info(
+    "aligned %s -> %s with %d dictionary pairs: %s",
+    sm.params.source_language,
+    sm.wildcards.lang,
+    len(pairs),
+    stats,
+)
+stats |= fitted
 write_aligned(sm.output[0], aligned, W, stats)
-log.info("aligned %s -> %s with %d dictionary pairs: %s",
-         sm.params.source_language, sm.wildcards.lang, len(pairs), stats)
