@@ -398,6 +398,11 @@ def all_alignment():
     return [paths.ALIGNMENT.fill(stage=stage, **r._asdict()) for stage, r in ALIGNMENT_GROUPS]
 
 
+def all_plm_probes():
+    return [paths.PLM_PROBE.fill(lang=lang, source=source, target=target)
+            for lang, source, target in world_pairs(config)]
+
+
 def all_intrinsic():
     """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
     files = []
@@ -442,6 +447,14 @@ def report_output(name):
             caption="../report/alignment.rst",
             category="Alignment with the world's truth",
             labels={"table": "alignment", "format": kind},
+        )
+    if name.startswith("plm_probes"):
+        kind = "Markdown" if name.endswith("_md") else "CSV"
+        return report(
+            path,
+            caption="../report/plm_probes.rst",
+            category="Alignment with the world's truth",
+            labels={"table": "target-PLM probes", "format": kind},
         )
     if name == "figure2":
         return report(

@@ -140,6 +140,7 @@ rule evaluation:
         all_evaluation(),
         all_intrinsic(),
         all_alignment(),
+        all_plm_probes(),
 
 
 rule alignment:
@@ -158,3 +159,25 @@ rule alignment:
         f"{paths.LOGS}/alignment/{{stage}}/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/evaluation/alignment.py"
+
+
+rule plm_probe:
+    # Whether a target PLM's input rows carry meaning (SALT reads them): two paired probes.
+    input:
+        plm=lambda w: model_dir(w.target),
+        neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors()),
+        overlap=paths.OVERLAP,
+        truth=paths.WORLD_TRUTH,
+    output:
+        paths.PLM_PROBE,
+    params:
+        seed=config["seed"],
+        rcond=resolve_options("salt", method_options("salt"))["rcond"],
+        trust_remote_code=config["trust_remote_code"],
+        code=script_hash("evaluation/plm_probe.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/probes/{{lang}}/{{source}}/{{target}}.log",
+    script:
+        "../scripts/evaluation/plm_probe.py"

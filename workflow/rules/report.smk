@@ -11,6 +11,7 @@ rule report:
         coverage=all_coverage(),
         zeroshot=zeroshot_paths(all_lapt_metrics()),
         alignment=all_alignment(),
+        plm_probes=all_plm_probes(),
         reference=config["report"]["reference"],
     output:
         **{name: report_output(name) for name in REPORT_OUTPUTS},
