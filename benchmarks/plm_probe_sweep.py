@@ -9,7 +9,8 @@ prints one JSON line: the changes, pretraining seconds, valid loss and both prob
     .venv/bin/snakemake --cores 2 results/probes/ar_mini/llama_mini/t5_ar_mini.json
     .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --train lr=0.01 steps=240
 
-``--init-std`` redraws the input embeddings from N(0, std) after building (a try only).
+    .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --tie true \
+        --architecture embedding_init_std=0.05
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
 from embtransfer.core import paths  # noqa: E402
-from embtransfer.evaluation.plm_probes import PROBES, probe_plm  # noqa: E402
+from embtransfer.core.atomic import read_json  # noqa: E402
+from embtransfer.evaluation.plm_probes import PROBES, concept_classes, probe_plm  # noqa: E402
 from embtransfer.models.loading import load_tokenizer  # noqa: E402
 from embtransfer.neighbors.search import Neighbors, read_neighbors  # noqa: E402
 from embtransfer.transfer.catalog import defaults  # noqa: E402
@@ -49,8 +52,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--train", nargs="*", default=[], help="train key=value changes")
     parser.add_argument("--architecture", nargs="*", default=[], help="key=value changes")
     parser.add_argument("--tie", default=None, help="tie_word_embeddings: true or false")
-    parser.add_argument("--init-std", type=float, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--save", default=None, help="write the input rows here (.npy)")
     return parser.parse_args(argv)
 
 
@@ -69,8 +72,6 @@ def _pretrained(args: argparse.Namespace, config: dict[str, Any]) -> tuple[Any, 
         special_token_ids(tokenizer),
         config["seed"],
     )
-    if args.init_std is not None:
-        model.get_input_embeddings().weight.data.normal_(0.0, args.init_std)
     start = time.perf_counter()
     lang = spec["language"]
     metrics = pretrain(
@@ -88,7 +89,6 @@ def _pretrained(args: argparse.Namespace, config: dict[str, Any]) -> tuple[Any, 
         "train": train,
         "architecture": architecture,
         "tie": tie,
-        "init_std": args.init_std,
         "seconds": round(time.perf_counter() - start, 1),
         "valid_loss": round(metrics["valid_loss"], 3),
     }
@@ -111,6 +111,7 @@ def _probes(model: Any, args: argparse.Namespace, config: dict[str, Any]) -> dic
         Neighbors.from_table(table),
         shared,
         read_truth(paths.WORLD_TRUTH.fill(**where)),
+        concept_classes(read_json(paths.WORLD)),
         config["seed"],
         defaults("salt")["rcond"],
     )
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = yaml.safe_load(Path(args.config).read_text())
     model, tried = _pretrained(args, config)
     record = _probes(model, args, config)
+    if args.save:
+        np.save(args.save, model.get_input_embeddings().weight.detach().numpy())
     line = (
         tried
         | {

@@ -14,9 +14,9 @@ from embtransfer.core import paths
 from embtransfer.core.atomic import write_json
 from embtransfer.evaluation.plm_probes import (
     Z_CLEARS,
-    concept_groups,
+    class_probe,
+    concept_classes,
     geometry,
-    inflection_probe,
     paired_summary,
     probe_plm,
     random_sets,
@@ -25,6 +25,7 @@ from embtransfer.evaluation.plm_probes import (
 )
 from embtransfer.neighbors.search import Neighbors
 from embtransfer.report.plm_probes import COLUMNS, probe_frame, write_probes
+from embtransfer.world.pretrain import build_model
 
 RCOND = 1e-6
 
@@ -159,47 +160,65 @@ def test_tokens_without_neighbours_are_left_out_of_the_span_probe():
     assert result["target_id"].tolist() == [5, 7] and result["k"].tolist() == [2, 1]
 
 
-# --- the inflection probe ---------------------------------------------------------------------
+# --- the class probe --------------------------------------------------------------------------
 
 
-def test_concept_groups_hold_the_nonshared_tokens_of_each_concept():
-    groups = concept_groups(world_truth({"a": [3, 1], "b": [2]}, shared=[7]))
-    assert list(groups) == ["concept:a", "concept:b"]
-    assert groups["concept:a"].tolist() == [1, 3] and groups["concept:b"].tolist() == [2]
+CLASSES = {
+    "concept:a": "animal",
+    "concept:b": "animal",
+    "concept:c": "food",
+    "concept:d": "food",
+    "concept:e": "verb",
+}
 
 
-def test_inflection_probe_equals_a_brute_force_on_random_rows():
+def test_concept_classes_read_the_worlds_concepts():
+    world = {
+        "concepts": [
+            {"id": "animal_000", "class": "animal"},
+            {"id": "fn_in", "class": "function_prep"},
+        ]
+    }
+    assert concept_classes(world) == {
+        "concept:animal_000": "animal",
+        "concept:fn_in": "function_prep",
+    }
+
+
+def test_class_probe_equals_a_brute_force_on_random_rows():
     rng = np.random.default_rng(6)
     rows = rng.normal(size=(30, 5))
-    groups = {"a": np.array([0, 4, 9]), "b": np.array([2]), "c": np.array([5, 7])}
-    result = inflection_probe(rows, groups, np.random.default_rng(8))
+    groups = {"a": [0, 4], "b": [9], "c": [2, 5], "d": [7], "e": [11]}
+    truth = world_truth(groups, shared=[12])
+    result = class_probe(rows, truth, CLASSES)
 
     def cos(i, j):
         return rows[i] @ rows[j] / np.linalg.norm(rows[i]) / np.linalg.norm(rows[j])
 
-    replay = np.random.default_rng(8)
-    every = [0, 4, 9, 2, 5, 7]
-    for line, (concept, ids) in zip(
-        result.itertuples(), [("a", [0, 4, 9]), ("c", [5, 7])], strict=True
-    ):
-        pairs = list(itertools.combinations(ids, 2))
-        drawn = replay.choice(np.array([t for t in every if t not in ids]), size=len(pairs))
-        assert line.concept == concept and line.pairs == len(pairs)
-        assert line.same == pytest.approx(np.mean([cos(a, b) for a, b in pairs]))
-        assert line.random == pytest.approx(
-            np.mean([cos(a, r) for (a, _), r in zip(pairs, drawn, strict=True)])
-        )
+    meaning = {t: f"concept:{c}" for c, ids in groups.items() for t in ids}
+    expected = {}
+    for t, m in meaning.items():
+        same = [u for u, n in meaning.items() if CLASSES[n] == CLASSES[m] and n != m]
+        other = [u for u, n in meaning.items() if CLASSES[n] != CLASSES[m]]
+        if same and other:
+            expected[t] = (np.mean([cos(t, u) for u in same]), np.mean([cos(t, u) for u in other]))
+    assert result["target_id"].tolist() == sorted(expected)  # the verb has no classmate
+    for line in result.itertuples():
+        assert (line.same, line.other) == pytest.approx(expected[line.target_id])
 
 
-def test_rows_near_their_concept_clear_the_inflection_probe_and_random_rows_do_not():
+def test_rows_near_their_class_clear_the_class_probe_and_random_rows_do_not():
     rng = np.random.default_rng(9)
-    groups = {f"c{c}": np.arange(3 * c, 3 * c + 3) for c in range(100)}
-    centres = rng.normal(size=(100, 32))
-    built = np.repeat(centres, 3, axis=0) + 0.5 * rng.normal(size=(300, 32))
-    made = inflection_probe(built, groups, np.random.default_rng(1))
-    assert paired_summary(made["same"], made["random"])["z"] > 20
-    noise = inflection_probe(rng.normal(size=(300, 32)), groups, np.random.default_rng(1))
-    assert abs(paired_summary(noise["same"], noise["random"])["z"]) < Z_CLEARS
+    n_classes, per_class = 8, 30
+    classes = {f"concept:k{c}_{i}": f"k{c}" for c in range(n_classes) for i in range(per_class)}
+    groups = {m.split(":")[1]: [t] for t, m in enumerate(classes)}
+    truth = world_truth(groups)
+    centres = rng.normal(size=(n_classes, 32))
+    built = np.repeat(centres, per_class, axis=0) + 2.0 * rng.normal(size=(len(classes), 32))
+    made = class_probe(built, truth, classes)
+    assert paired_summary(made["same"], made["other"])["z"] > 20
+    noise = class_probe(rng.normal(size=(len(classes), 32)), truth, classes)
+    assert abs(paired_summary(noise["same"], noise["other"])["z"]) < Z_CLEARS
 
 
 # --- the record -------------------------------------------------------------------------------
@@ -228,20 +247,22 @@ def test_probe_plm_is_seeded_and_reports_both_probes():
     rng = np.random.default_rng(11)
     rows = rng.normal(size=(40, 6)).astype(np.float32)
     table = neighbors_of({t: [0, 1, 2, t % 10] for t in range(20, 40)})
-    truth = world_truth({"a": [20, 21], "b": [22, 23, 24], "c": [25]})
-    first = probe_plm(rows, table, np.arange(20), truth, seed=3, rcond=RCOND)
-    assert first == probe_plm(rows, table, np.arange(20), truth, seed=3, rcond=RCOND)
-    assert first["span"]["items"] == 20 and first["inflection"]["items"] == 2
-    assert first["inflection"]["pairs"] == 4
-    assert first != probe_plm(rows, table, np.arange(20), truth, seed=4, rcond=RCOND)
+    truth = world_truth({"a": [20, 21], "b": [22, 23, 24], "c": [25], "d": [26]})
+    args = (rows, table, np.arange(20), truth, CLASSES)
+    first = probe_plm(*args, seed=3, rcond=RCOND)
+    assert first == probe_plm(*args, seed=3, rcond=RCOND)
+    assert first["span"]["items"] == 20 and first["class"]["items"] == 7
+    assert first["class"]["classes"] == 2
+    other_seed = probe_plm(*args, seed=4, rcond=RCOND)
+    assert other_seed["span"] != first["span"] and other_seed["class"] == first["class"]
 
 
 def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_clear(tmp_path):
-    def record(span_z, inflection_z):
+    def record(span_z, class_z):
         stats = {"items": 10, "mean": 0.5, "random": 0.1, "diff": 0.4, "se": 0.1}
         return {
             "span": stats | {"z": span_z, "mean_k": 4.0},
-            "inflection": stats | {"z": inflection_z, "pairs": 12},
+            "class": stats | {"z": class_z, "classes": 12},
             "geometry": {"row_norm": 1.5, "pairwise_cosine": 0.25},
             "rcond": RCOND,
             "seed": 1,
@@ -260,3 +281,18 @@ def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_c
     assert "0.500 vs 0.100: +0.400 ± 0.100 (z 4.0, n 10)" in text and "| —" in text
     with pytest.raises(ValueError, match="not a PLM probe record"):
         probe_frame([str(tmp_path / "p.csv")])
+
+
+@pytest.mark.parametrize("std", [None, 0.05])
+def test_embedding_init_std_redraws_only_the_input_rows(std):
+    def built(architecture):
+        special = {"eos": 1, "pad": 0, "bos": None}
+        return build_model("t5", 300, architecture, True, special, seed=1)
+
+    plain = built({"hidden_size": 32, "intermediate_size": 64})
+    model = built({"hidden_size": 32, "intermediate_size": 64, "embedding_init_std": std})
+    rows = model.get_input_embeddings().weight.detach().numpy()
+    assert rows.std() == pytest.approx(1.0 if std is None else std, rel=0.05)
+    assert model.get_output_embeddings().weight.data_ptr() == model.shared.weight.data_ptr()
+    layer = "encoder.block.0.layer.0.SelfAttention.q.weight"
+    assert np.array_equal(model.state_dict()[layer], plain.state_dict()[layer])

@@ -168,6 +168,7 @@ rule plm_probe:
         neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors()),
         overlap=paths.OVERLAP,
         truth=paths.WORLD_TRUTH,
+        world=paths.WORLD,
     output:
         paths.PLM_PROBE,
     params:

@@ -2,8 +2,8 @@
 
 SALT rebuilds a non-shared target token's row from the PLM rows of its fastText neighbours
 (:mod:`embtransfer.transfer.regression`). That only transfers meaning when the PLM's own
-rows say what the neighbours say. Two paired probes measure it, each against a seeded
-random baseline over the same items:
+rows say what the neighbours say. Two paired probes measure it, each against a baseline
+over the same items:
 
 * **span** (per non-shared token with a neighbour set of ``k`` rows, the one SALT reads):
   the share of the squared norm of the token's PLM row that lies in the span of its
@@ -11,14 +11,20 @@ random baseline over the same items:
   in the span of ``k`` rows drawn at random from the same candidates (the shared, non-special
   target tokens). A PLM whose rows carry the fastText neighbourhood scores above zero; rows
   at their initialisation score zero in expectation.
-* **inflection** (per concept of the world with two or more non-shared tokens: a lemma and
-  its inflected forms, or a stem): the mean cosine between the PLM rows of two tokens of the
-  concept, against the mean cosine between the first of each pair and a token of another
-  concept drawn at random (one draw per pair). The truth (:mod:`embtransfer.world.truth`),
-  not fastText, decides which tokens belong together.
+* **class** (per non-shared token whose meaning is a concept of the world): the mean cosine
+  between its PLM row and the rows of the tokens of the *other* concepts of its class (an
+  animal's to the other animals', a verb of eating's to the other verbs of eating'), against
+  the mean cosine to the tokens of every other class (the expectation of a random draw). The
+  truth
+  (:mod:`embtransfer.world.truth`) and the world's concept classes, not fastText, decide what
+  belongs together; a row's own concept's other forms are left out, so spelling and
+  inflection do not count. (Pairs of one concept's forms were tried first: in ``vi_mini`` the
+  only such pairs are a word and its capitalised, sentence-initial form, so that probe
+  measured position in the sentence, not meaning.)
 
 Each probe reports the mean paired difference, its standard error (standard deviation of the
-differences over sqrt(n)) and ``z`` = difference / standard error
+differences over sqrt(n); tokens share partners, so it errs low) and ``z`` = difference /
+standard error
 (:func:`embtransfer.report.paired.difference`); a PLM carries meaning by a probe when its
 ``z`` is at least :data:`Z_CLEARS`. The rows' geometry is reported beside them: mean row norm
 and mean pairwise cosine.
@@ -39,7 +45,7 @@ Z_CLEARS = 3.0
 #: Float64 neighbour rows gathered per batch of the span probe.
 BATCH_BYTES = 32 * 2**20
 #: The probes, in the order the table lists them.
-PROBES = ("span", "inflection")
+PROBES = ("span", "class")
 
 
 def span_shares(
@@ -103,48 +109,40 @@ def span_probe(
     return pd.DataFrame({"target_id": target_ids, "k": k, "neighbors": nb, "random": rn})
 
 
-def concept_groups(truth: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Concept -> the target ids of its non-shared tokens in the truth (words and stems),
-    increasing; every concept with at least one such token."""
-    rows = truth[~truth["shared"].to_numpy(bool) & truth["meaning"].str.startswith("concept:")]
-    return {
-        concept: np.sort(group["target_id"].to_numpy(np.int64))
-        for concept, group in rows.groupby("meaning", sort=True)
-    }
+def concept_classes(world: dict[str, Any]) -> dict[str, str]:
+    """A truth meaning (``concept:<id>``) -> its concept's class in the world (animal, food,
+    verb_food, ...)."""
+    return {f"concept:{concept['id']}": concept["class"] for concept in world["concepts"]}
 
 
-def _cosine(rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    x, y = rows[a].astype(np.float64), rows[b].astype(np.float64)
-    norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
-    dots = np.einsum("ij,ij->i", x, y)
-    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+def _unit(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)
 
 
-def inflection_probe(
-    rows: np.ndarray, groups: dict[str, np.ndarray], rng: np.random.Generator
-) -> pd.DataFrame:
-    """Per concept with two or more tokens: ``concept``, ``pairs``, ``same`` (mean cosine of
-    its token pairs) and ``random`` (mean cosine of each pair's first token to a token of
-    another concept, drawn at random)."""
-    every = np.concatenate([np.empty(0, np.int64), *groups.values()])
-    lines = []
-    for concept, ids in groups.items():
-        if ids.size < 2:
-            continue
-        first, second = np.triu_indices(ids.size, k=1)
-        others = every[~np.isin(every, ids)]
-        if others.size == 0:
-            raise ValueError("the inflection probe needs tokens of at least two concepts")
-        drawn = rng.choice(others, size=first.size, replace=True)
-        lines.append(
-            {
-                "concept": concept,
-                "pairs": int(first.size),
-                "same": float(_cosine(rows, ids[first], ids[second]).mean()),
-                "random": float(_cosine(rows, ids[first], drawn).mean()),
-            }
-        )
-    return pd.DataFrame(lines, columns=["concept", "pairs", "same", "random"])
+def class_probe(rows: np.ndarray, truth: pd.DataFrame, classes: dict[str, str]) -> pd.DataFrame:
+    """Per non-shared token of a concept whose class holds another concept's token:
+    ``target_id``, ``same`` (mean cosine to the tokens of the other concepts of its class)
+    and ``other`` (mean cosine to the tokens of every other class)."""
+    tokens = truth[~truth["shared"].to_numpy(bool) & truth["meaning"].isin(classes)]
+    tokens = tokens.sort_values("target_id", kind="stable")
+    concept = tokens["meaning"].to_numpy()
+    cls = np.array([classes[m] for m in concept])
+    unit = _unit(rows[tokens["target_id"].to_numpy(np.int64)].astype(np.float64))
+    cosine = unit @ unit.T
+    same = (cls[:, None] == cls[None, :]) & (concept[:, None] != concept[None, :])
+    other = cls[:, None] != cls[None, :]
+    keep = same.any(axis=1) & other.any(axis=1)
+    mean_same = (cosine * same).sum(axis=1)[keep] / same.sum(axis=1)[keep]
+    mean_other = (cosine * other).sum(axis=1)[keep] / other.sum(axis=1)[keep]
+    return pd.DataFrame(
+        {
+            "target_id": tokens["target_id"].to_numpy(np.int64)[keep],
+            "class": cls[keep],
+            "same": mean_same,
+            "other": mean_other,
+        }
+    )
 
 
 def paired_summary(ours: np.ndarray, baseline: np.ndarray) -> dict[str, Any]:
@@ -182,28 +180,21 @@ def probe_plm(
     neighbors: Neighbors,
     shared_ids: np.ndarray,
     truth: pd.DataFrame,
+    classes: dict[str, str],
     seed: int,
     rcond: float,
 ) -> dict[str, Any]:
     """Both probes and the geometry of one PLM's input rows (the record of
     :data:`embtransfer.core.paths.PLM_PROBE`). ``shared_ids``: the shared, non-special target
-    ids (the span probe's random candidates); ``seed`` seeds both random baselines."""
-    # One generator per probe: either one's draws stay the same when the other changes.
-    span = span_probe(
-        rows,
-        neighbors,
-        np.unique(shared_ids),
-        np.random.default_rng([seed, PROBES.index("span")]),
-        rcond,
-    )
-    inflection = inflection_probe(
-        rows, concept_groups(truth), np.random.default_rng([seed, PROBES.index("inflection")])
-    )
+    ids (the span probe's random candidates); ``classes``: :func:`concept_classes`;
+    ``seed`` seeds the span probe's random rows."""
+    span = span_probe(rows, neighbors, np.unique(shared_ids), np.random.default_rng(seed), rcond)
+    by_class = class_probe(rows, truth, classes)
     return {
         "span": paired_summary(span["neighbors"].to_numpy(), span["random"].to_numpy())
         | {"mean_k": float(span["k"].mean()) if len(span) else None},
-        "inflection": paired_summary(inflection["same"].to_numpy(), inflection["random"].to_numpy())
-        | {"pairs": int(inflection["pairs"].sum())},
+        "class": paired_summary(by_class["same"].to_numpy(), by_class["other"].to_numpy())
+        | {"classes": int(by_class["class"].nunique())},
         "geometry": geometry(rows),
         "rcond": rcond,
         "seed": seed,

@@ -67,8 +67,8 @@ def probes_markdown(frame: pd.DataFrame) -> str:
             "source": frame["source"],
             "target PLM": frame["target"],
             "span: neighbours vs random": [_cell(line, "span") for line in frame.itertuples()],
-            "inflection: same concept vs random": [
-                _cell(line, "inflection") for line in frame.itertuples()
+            "class: same class vs other classes": [
+                _cell(line, "class") for line in frame.itertuples()
             ],
             "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
             "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
@@ -81,13 +81,13 @@ def probes_markdown(frame: pd.DataFrame) -> str:
         "SALT rebuilds a non-shared token's row from its fastText neighbours' PLM rows, so "
         "the PLM's rows must carry what the neighbours say. **span**: the share of a "
         "non-shared token's PLM row explained by least squares on its neighbours' PLM rows, "
-        "against as many shared rows drawn at random (per token). **inflection**: the cosine "
-        "between the PLM rows of two tokens of one concept of the world (a lemma and its "
-        "inflected forms), against the first token and a token of another concept drawn at "
-        "random (per concept). Each cell: probe vs random, the paired difference ± its "
-        "standard error, z and the items. Row norm and pairwise cosine: the mean over every "
-        "input row (rows at initialisation: norm about the init std times sqrt(width), "
-        "cosine about 0).",
+        "against as many shared rows drawn at random (per token). **class**: the mean cosine "
+        "between a non-shared token's PLM row and those of the other concepts of its class in "
+        "the world (animals, foods, verbs of eating, ...), against its mean cosine to the "
+        "tokens of every other class (per token). Each cell: probe vs baseline, the paired "
+        "difference ± its standard error, z and the items. Row norm and pairwise cosine: the "
+        "mean over every input row (rows at initialisation: norm about the init std times "
+        "sqrt(width), cosine about 0).",
         "",
         markdown(table),
     ]

@@ -1,13 +1,13 @@
 """Whether one target PLM's input rows carry meaning: the span probe over SALT's neighbour
-table and the inflection probe over the world's truth (embtransfer.evaluation.plm_probes)."""
+table and the class probe over the world's truth (embtransfer.evaluation.plm_probes)."""
 
 from embtransfer.core.jobserver import delegate
 
 delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
 
-from embtransfer.core.atomic import write_json
+from embtransfer.core.atomic import read_json, write_json
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.plm_probes import probe_plm
+from embtransfer.evaluation.plm_probes import concept_classes, probe_plm
 from embtransfer.models.loading import load_embeddings
 from embtransfer.neighbors.search import Neighbors, read_neighbors
 from embtransfer.vocab.overlap import read_overlap
@@ -24,6 +24,7 @@ record = probe_plm(
     Neighbors.from_table(table),
     shared,
     read_truth(sm.input.truth),
+    concept_classes(read_json(sm.input.world)),
     seed=sm.params.seed,
     rcond=sm.params.rcond,
 )
