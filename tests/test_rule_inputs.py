@@ -224,6 +224,19 @@ def test_shared_kinds_read_the_world_pairs_only(config):
     assert shared_kinds_inputs(config)["vocab"] == [] and all_shared_kinds(config) == []
 
 
+def test_plm_probes_of_the_world_pairs_with_salts_rcond(config):
+    from embtransfer.core.grid import world_pairs
+    from embtransfer.transfer.catalog import resolve_options
+
+    assert evaluation.all_plm_probes(config) == [
+        f"results/probes/{lang}/{s}/{t}.json" for lang, s, t in world_pairs(config)
+    ] != []
+    assert report.report_inputs(config)["plm_probes"] == evaluation.all_plm_probes(config)
+    assert transfer.salt_rcond(config) == resolve_options("salt", {})["rcond"]
+    config["transfer"]["options"]["salt"] = {"rcond": 1e-3}
+    assert transfer.salt_rcond(config) == 1e-3
+
+
 def test_coverage_and_neighbor_targets(config):
     assert all_coverage(config) == [
         "results/overlap/src/gpt2_vi.coverage.json",
@@ -494,7 +507,9 @@ def test_report_inputs(config):
     ]
     assert inputs["lapt"] == lapt.all_lapt_metrics(config)
     assert inputs["reference"] == "resources/reference/paper.csv"
-    assert list(inputs) == ["evaluation", "lapt", "coverage", "zeroshot", "alignment", "reference"]
+    assert list(inputs) == [
+        "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference"
+    ]
 
 
 def test_report_entries_caption_every_output():

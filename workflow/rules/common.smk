@@ -28,6 +28,7 @@ from embtransfer.evaluation.inputs import (
     alignment_inputs,
     alignment_methods,
     all_alignment,
+    all_plm_probes,
     all_evaluation,
     all_intrinsic,
     eval_inputs,
@@ -69,6 +70,7 @@ from embtransfer.transfer.inputs import (
     dictionary_spec,
     method_code,
     method_options,
+    salt_rcond,
     salt_vectors,
     transfer_inputs,
 )

@@ -106,6 +106,7 @@ rule evaluation:
         all_evaluation(config),
         all_intrinsic(config),
         all_alignment(config),
+        all_plm_probes(config),
 
 
 rule alignment:
@@ -124,3 +125,26 @@ rule alignment:
         f"{paths.LOGS}/alignment/{{stage}}/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/evaluation/alignment.py"
+
+
+rule plm_probe:
+    # Whether a target PLM's input rows carry meaning (SALT reads them): two paired probes.
+    input:
+        plm=lambda w: model_dir(config, w.target),
+        neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors(config)),
+        overlap=paths.OVERLAP,
+        truth=paths.WORLD_TRUTH,
+        world=paths.WORLD,
+    output:
+        paths.PLM_PROBE,
+    params:
+        seed=config["seed"],
+        rcond=salt_rcond(config),
+        trust_remote_code=config["trust_remote_code"],
+        code=script_hash("evaluation/plm_probe.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/probes/{{lang}}/{{source}}/{{target}}.log",
+    script:
+        "../scripts/evaluation/plm_probe.py"

@@ -148,6 +148,9 @@ EVAL_SOURCE = Template("results/eval/source/{lang}/{source}/{task}.json")
 #: Per token of the world's truth: retrieval hits and cosine to the oracle row of every
 #: method's checkpoint of one (stage, language, source, target) (embtransfer.evaluation.alignment)
 ALIGNMENT = Template("results/alignment/{stage}/{lang}/{source}/{target}.parquet")
+#: Per target PLM of the miniature world: do its input rows carry meaning (the span and
+#: class probes of embtransfer.evaluation.plm_probes)
+PLM_PROBE = Template("results/probes/{lang}/{source}/{target}.json")
 INTRINSIC_LAPT = Template("results/intrinsic/lapt/{lang}/{source}/{target}/{method}.json")
 TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
 

@@ -195,6 +195,14 @@ def all_alignment(config: dict[str, Any]) -> list[str]:
     ]
 
 
+def all_plm_probes(config: dict[str, Any]) -> list[str]:
+    """The target-PLM probes of every world pair (evaluation/plm_probes.py)."""
+    return [
+        paths.PLM_PROBE.fill(lang=lang, source=source, target=target)
+        for lang, source, target in world_pairs(config)
+    ]
+
+
 def all_intrinsic(config: dict[str, Any]) -> list[str]:
     """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
     files = []

@@ -13,6 +13,7 @@ from embtransfer.core.grid import Grid, evaluated_stages, report_stages
 from embtransfer.report.alignment import write_alignment
 from embtransfer.report.figures import Curves, missing_curves, write_figure2
 from embtransfer.report.paper import PaperNames, primary_target
+from embtransfer.report.plm_probes import write_probes
 from embtransfer.report.records import (
     MalformedResultError,
     coverage_identity,
@@ -38,13 +39,16 @@ TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
-    """Every output of the report, by name: table{N}_md, table{N}_csv, figure2, report_md."""
+    """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
+    alignment_csv, plm_probes_md, plm_probes_csv, figure2, report_md."""
     names = {}
     for n in TABLE_NUMBERS:
         names[f"table{n}_md"] = f"{directory}/table{n}.md"
         names[f"table{n}_csv"] = f"{directory}/table{n}.csv"
     names["alignment_md"] = f"{directory}/alignment.md"
     names["alignment_csv"] = f"{directory}/alignment.csv"
+    names["plm_probes_md"] = f"{directory}/plm_probes.md"
+    names["plm_probes_csv"] = f"{directory}/plm_probes.csv"
     names["figure2"] = f"{directory}/figure2.png"
     names["report_md"] = f"{directory}/report.md"
     return names
@@ -61,6 +65,8 @@ class Inputs:
     zeroshot: list[str] = field(default_factory=list)
     #: Per-token alignment scores (:data:`paths.ALIGNMENT`), the miniature world only.
     alignment: list[str] = field(default_factory=list)
+    #: The target PLMs' probe records (:data:`paths.PLM_PROBE`), the miniature world only.
+    plm_probes: list[str] = field(default_factory=list)
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
@@ -160,6 +166,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
             table.long().to_csv(tmp, index=False)
     alignment = write_alignment(inputs.alignment, outputs["alignment_csv"],
                                 outputs["alignment_md"])
+    probes = write_probes(inputs.plm_probes, outputs["plm_probes_csv"], outputs["plm_probes_md"])
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     figure_dir = Path(outputs["report_md"]).parent
     figure_link = os.path.relpath(outputs["figure2"], figure_dir)
@@ -175,6 +182,11 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
                   f"Per method and setting in [alignment.md]({Path(outputs['alignment_md']).name})"
                   f" ({len(alignment)} lines), the held-out concepts (no method was aligned "
                   "on them) first."]
+    if len(probes):
+        parts += ["", "## Do the target PLMs carry meaning?", "",
+                  f"Two probes per target PLM in [plm_probes.md]"
+                  f"({Path(outputs['plm_probes_md']).name}): {int(probes['clears'].sum())} of "
+                  f"{len(probes)} clear both by 3 standard errors."]
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     lacking = missing_curves(curves, grid, targets)
     if lacking:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.evaluation.inputs import all_alignment, all_evaluation
+from embtransfer.evaluation.inputs import all_alignment, all_evaluation, all_plm_probes
 from embtransfer.lapt.inputs import all_lapt_metrics
 from embtransfer.report.build import output_names, zeroshot_paths
 from embtransfer.vocab.inputs import all_coverage
@@ -34,6 +34,7 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         # the LAPT checkpoints' zero-shot records, for Table 5's bits per byte
         "zeroshot": zeroshot_paths(lapt_metrics),
         "alignment": all_alignment(config),
+        "plm_probes": all_plm_probes(config),
         "reference": config["report"]["reference"],
     }
 
@@ -59,6 +60,12 @@ def report_entry(name: str) -> dict[str, Any]:
             "caption": "../report/alignment.rst",
             "category": "Alignment with the world's truth",
             "labels": {"table": "alignment", "format": kind},
+        }
+    if name.startswith("plm_probes"):
+        return {
+            "caption": "../report/plm_probes.rst",
+            "category": "Alignment with the world's truth",
+            "labels": {"table": "target-PLM probes", "format": kind},
         }
     if name == "figure2":
         return {

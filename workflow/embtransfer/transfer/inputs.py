@@ -28,6 +28,11 @@ def salt_vectors(config: dict[str, Any]) -> str:
     return resolve_options("salt", method_options(config, "salt"))["vectors"]
 
 
+def salt_rcond(config: dict[str, Any]) -> float:
+    """The rcond of SALT's least squares (the target-PLM probes fit with the same)."""
+    return resolve_options("salt", method_options(config, "salt"))["rcond"]
+
+
 def method_code(method: str) -> str:
     # Only the module of this method (beside the script's hash): editing SALT reruns
     # SALT's jobs.

@@ -37,6 +37,7 @@ DEFAULT_ARCHITECTURE: dict[str, Any] = {
     "intermediate_size": 128,
     "max_position_embeddings": 256,
     "dropout": 0.0,
+    "embedding_init_std": None,  # None: the family's own initialisation
 }
 
 DEFAULT_TRAIN: dict[str, Any] = {
@@ -114,6 +115,9 @@ def build_model(
         raise ValueError(f"unknown model family {family!r}; expected one of {MODEL_FAMILIES}")
     torch.manual_seed(seed)
     model = FAMILY_MODELS[family](arch, common)
+    if arch["embedding_init_std"] is not None:
+        # T5 draws its rows from N(0, 1): too far for a short pretraining to move them.
+        model.get_input_embeddings().weight.data.normal_(0.0, arch["embedding_init_std"])
     _check_tie(model, tie_word_embeddings)
     return model
 

@@ -16,6 +16,7 @@ inputs = Inputs(
     reference=sm.input.reference,
     zeroshot=list(sm.input.zeroshot),
     alignment=list(sm.input.alignment),
+    plm_probes=list(sm.input.plm_probes),
 )
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,

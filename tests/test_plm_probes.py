@@ -1,0 +1,298 @@
+"""The target-PLM probes (embtransfer.evaluation.plm_probes): against slow, obviously correct
+references on small random inputs, and on built PLMs whose answer is known (rows made from
+their neighbours or their concept score high, random rows score about zero)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embtransfer.core import paths
+from embtransfer.core.atomic import write_json
+from embtransfer.evaluation.plm_probes import (
+    Z_CLEARS,
+    class_probe,
+    concept_classes,
+    geometry,
+    paired_summary,
+    probe_plm,
+    random_sets,
+    span_probe,
+    span_shares,
+)
+from embtransfer.neighbors.search import Neighbors
+from embtransfer.report.plm_probes import COLUMNS, probe_frame, write_probes
+from embtransfer.world.pretrain import build_model
+
+RCOND = 1e-6
+
+
+def neighbors_of(sets: dict[int, list[int]]) -> Neighbors:
+    """A neighbour table of target id -> neighbour target ids (source ids: the same)."""
+    target_ids = np.array(sorted(sets), np.int64)
+    flat = np.array([n for t in target_ids for n in sets[int(t)]], np.int64)
+    k = [len(sets[int(t)]) for t in target_ids]
+    offsets = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
+    weights = np.concatenate([np.full(n, 1.0 / n, np.float32) for n in k if n] + [np.empty(0)])
+    return Neighbors(
+        target_ids=target_ids,
+        offsets=offsets,
+        neighbor_target_ids=flat,
+        neighbor_source_ids=flat.copy(),
+        similarities=np.ones(flat.size, np.float32),
+        weights=weights.astype(np.float32),
+        missing=np.array([n == 0 for n in k]),
+    )
+
+
+def brute_share(rows: np.ndarray, t: int, ids: list[int]) -> float:
+    """1 - the relative squared residual of least squares of rows[t] on rows[ids]."""
+    a = rows[ids].astype(np.float64).T
+    e = rows[t].astype(np.float64)
+    coef, *_ = np.linalg.lstsq(a, e, rcond=None)
+    return 1.0 - float(np.sum((e - a @ coef) ** 2) / np.sum(e**2))
+
+
+def world_truth(groups: dict[str, list[int]], shared: list[int] = ()) -> pd.DataFrame:
+    lines = [
+        {
+            "target_id": t,
+            "text": f"w{t}",
+            "kind": "word",
+            "meaning": f"concept:{c}",
+            "source_ids": np.array([1]),
+            "shared": False,
+        }
+        for c, ids in groups.items()
+        for t in ids
+    ]
+    lines += [
+        {
+            "target_id": t,
+            "text": f"s{t}",
+            "kind": "word",
+            "meaning": "concept:shared",
+            "source_ids": np.array([1]),
+            "shared": True,
+        }
+        for t in shared
+    ]
+    lines.append(
+        {
+            "target_id": 999,
+            "text": "N",
+            "kind": "name",
+            "meaning": "name:n0",
+            "source_ids": np.array([2]),
+            "shared": False,
+        }
+    )
+    return pd.DataFrame(lines)
+
+
+# --- the span probe ---------------------------------------------------------------------------
+
+
+def test_span_shares_equal_least_squares_token_by_token():
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(60, 8)).astype(np.float32)
+    sets = {
+        t: sorted(rng.choice(np.arange(20), size=int(rng.integers(1, 12)), replace=False))
+        for t in range(20, 60)
+    }
+    sets[59] = list(range(10))  # more neighbours than dimensions: the whole space
+    table = neighbors_of(sets)
+    shares = span_shares(rows, table.target_ids, table.offsets, table.neighbor_target_ids, RCOND)
+    expected = [brute_share(rows, int(t), sets[int(t)]) for t in table.target_ids]
+    np.testing.assert_allclose(shares, expected, atol=1e-9)
+    assert shares[-1] == pytest.approx(1.0)
+
+
+def test_span_shares_drop_dependent_neighbours_like_pinv():
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(5, 6))
+    rows[1] = 2 * rows[0]  # a duplicated direction adds nothing to the span
+    shares = span_shares(rows, np.array([4]), np.array([0, 3]), np.array([0, 1, 2]), RCOND)
+    assert shares[0] == pytest.approx(brute_share(rows, 4, [0, 2]))
+
+
+def test_random_sets_draw_distinct_pool_ids_of_each_size_and_are_seeded():
+    pool = np.arange(100, 130)
+    sizes = np.array([3, 0, 30, 40])
+    offsets, ids = random_sets(sizes, pool, np.random.default_rng(5))
+    assert np.diff(offsets).tolist() == [3, 0, 30, 30]  # capped at the pool
+    for start, stop in itertools.pairwise(offsets):
+        drawn = ids[start:stop]
+        assert np.isin(drawn, pool).all() and np.unique(drawn).size == drawn.size
+    again = random_sets(sizes, pool, np.random.default_rng(5))
+    assert np.array_equal(again[1], ids)
+
+
+def test_rows_made_from_their_neighbours_clear_the_span_probe_and_random_rows_do_not():
+    rng = np.random.default_rng(2)
+    h, shared = 64, np.arange(200)
+    sets = {
+        t: sorted(rng.choice(shared, size=int(rng.integers(3, 8)), replace=False))
+        for t in range(200, 500)
+    }
+    random_rows = rng.normal(size=(500, h))
+    built = random_rows.copy()
+    for t, ids in sets.items():
+        built[t] = rng.normal(size=len(ids)) @ built[ids]
+    table = neighbors_of(sets)
+    made = span_probe(built, table, shared, np.random.default_rng(3), RCOND)
+    assert made["neighbors"].to_numpy() == pytest.approx(1.0)
+    assert paired_summary(made["neighbors"], made["random"])["z"] > 20
+    noise = span_probe(random_rows, table, shared, np.random.default_rng(3), RCOND)
+    summary = paired_summary(noise["neighbors"], noise["random"])
+    assert abs(summary["z"]) < Z_CLEARS
+    # the random baseline explains about k/h of a row either way
+    assert summary["random"] == pytest.approx(made["k"].mean() / h, rel=0.2)
+
+
+def test_tokens_without_neighbours_are_left_out_of_the_span_probe():
+    rows = np.random.default_rng(4).normal(size=(10, 4))
+    table = neighbors_of({5: [0, 1], 6: [], 7: [2]})
+    result = span_probe(rows, table, np.arange(5), np.random.default_rng(0), RCOND)
+    assert result["target_id"].tolist() == [5, 7] and result["k"].tolist() == [2, 1]
+
+
+# --- the class probe --------------------------------------------------------------------------
+
+
+CLASSES = {
+    "concept:a": "animal",
+    "concept:b": "animal",
+    "concept:c": "food",
+    "concept:d": "food",
+    "concept:e": "verb",
+}
+
+
+def test_concept_classes_read_the_worlds_concepts():
+    world = {
+        "concepts": [
+            {"id": "animal_000", "class": "animal"},
+            {"id": "fn_in", "class": "function_prep"},
+        ]
+    }
+    assert concept_classes(world) == {
+        "concept:animal_000": "animal",
+        "concept:fn_in": "function_prep",
+    }
+
+
+def test_class_probe_equals_a_brute_force_on_random_rows():
+    rng = np.random.default_rng(6)
+    rows = rng.normal(size=(30, 5))
+    groups = {"a": [0, 4], "b": [9], "c": [2, 5], "d": [7], "e": [11]}
+    truth = world_truth(groups, shared=[12])
+    result = class_probe(rows, truth, CLASSES)
+
+    def cos(i, j):
+        return rows[i] @ rows[j] / np.linalg.norm(rows[i]) / np.linalg.norm(rows[j])
+
+    meaning = {t: f"concept:{c}" for c, ids in groups.items() for t in ids}
+    expected = {}
+    for t, m in meaning.items():
+        same = [u for u, n in meaning.items() if CLASSES[n] == CLASSES[m] and n != m]
+        other = [u for u, n in meaning.items() if CLASSES[n] != CLASSES[m]]
+        if same and other:
+            expected[t] = (np.mean([cos(t, u) for u in same]), np.mean([cos(t, u) for u in other]))
+    assert result["target_id"].tolist() == sorted(expected)  # the verb has no classmate
+    for line in result.itertuples():
+        assert (line.same, line.other) == pytest.approx(expected[line.target_id])
+
+
+def test_rows_near_their_class_clear_the_class_probe_and_random_rows_do_not():
+    rng = np.random.default_rng(9)
+    n_classes, per_class = 8, 30
+    classes = {f"concept:k{c}_{i}": f"k{c}" for c in range(n_classes) for i in range(per_class)}
+    groups = {m.split(":")[1]: [t] for t, m in enumerate(classes)}
+    truth = world_truth(groups)
+    centres = rng.normal(size=(n_classes, 32))
+    built = np.repeat(centres, per_class, axis=0) + 2.0 * rng.normal(size=(len(classes), 32))
+    made = class_probe(built, truth, classes)
+    assert paired_summary(made["same"], made["other"])["z"] > 20
+    noise = class_probe(rng.normal(size=(len(classes), 32)), truth, classes)
+    assert abs(paired_summary(noise["same"], noise["other"])["z"]) < Z_CLEARS
+
+
+# --- the record -------------------------------------------------------------------------------
+
+
+def test_geometry_equals_the_mean_over_pairs_of_rows():
+    rows = np.random.default_rng(10).normal(size=(7, 3)) + 1.0
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    pairs = [unit[i] @ unit[j] for i in range(7) for j in range(7) if i != j]
+    result = geometry(rows)
+    assert result["pairwise_cosine"] == pytest.approx(np.mean(pairs))
+    assert result["row_norm"] == pytest.approx(np.linalg.norm(rows, axis=1).mean())
+
+
+def test_paired_summary_is_the_mean_difference_over_its_standard_error():
+    ours, base = np.array([1.0, 2.0, 4.0]), np.array([0.0, 1.0, 1.0])
+    d = ours - base
+    result = paired_summary(ours, base)
+    assert result["diff"] == pytest.approx(d.mean())
+    assert result["se"] == pytest.approx(d.std(ddof=1) / np.sqrt(3))
+    assert result["z"] == pytest.approx(result["diff"] / result["se"])
+    assert paired_summary(ours[:1], base[:1])["z"] is None
+
+
+def test_probe_plm_is_seeded_and_reports_both_probes():
+    rng = np.random.default_rng(11)
+    rows = rng.normal(size=(40, 6)).astype(np.float32)
+    table = neighbors_of({t: [0, 1, 2, t % 10] for t in range(20, 40)})
+    truth = world_truth({"a": [20, 21], "b": [22, 23, 24], "c": [25], "d": [26]})
+    args = (rows, table, np.arange(20), truth, CLASSES)
+    first = probe_plm(*args, seed=3, rcond=RCOND)
+    assert first == probe_plm(*args, seed=3, rcond=RCOND)
+    assert first["span"]["items"] == 20 and first["class"]["items"] == 7
+    assert first["class"]["classes"] == 2
+    other_seed = probe_plm(*args, seed=4, rcond=RCOND)
+    assert other_seed["span"] != first["span"] and other_seed["class"] == first["class"]
+
+
+def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_clear(tmp_path):
+    def record(span_z, class_z):
+        stats = {"items": 10, "mean": 0.5, "random": 0.1, "diff": 0.4, "se": 0.1}
+        return {
+            "span": stats | {"z": span_z, "mean_k": 4.0},
+            "class": stats | {"z": class_z, "classes": 12},
+            "geometry": {"row_norm": 1.5, "pairwise_cosine": 0.25},
+            "rcond": RCOND,
+            "seed": 1,
+        }
+
+    files = []
+    for target, zs in (("t5_x", (5.0, 1.0)), ("bert_x", (4.0, 3.5)), ("gpt2_x", (None, 9.0))):
+        path = tmp_path / paths.PLM_PROBE.fill(lang="xx", source="src", target=target)
+        write_json(path, record(*zs))
+        files.append(str(path))
+    frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
+    assert frame["target"].tolist() == ["bert_x", "gpt2_x", "t5_x"]
+    assert frame["clears"].tolist() == [True, False, False]
+    assert list(pd.read_csv(tmp_path / "p.csv").columns) == COLUMNS
+    text = (tmp_path / "p.md").read_text()
+    assert "0.500 vs 0.100: +0.400 ± 0.100 (z 4.0, n 10)" in text and "| —" in text
+    with pytest.raises(ValueError, match="not a PLM probe record"):
+        probe_frame([str(tmp_path / "p.csv")])
+
+
+@pytest.mark.parametrize("std", [None, 0.05])
+def test_embedding_init_std_redraws_only_the_input_rows(std):
+    def built(architecture):
+        special = {"eos": 1, "pad": 0, "bos": None}
+        return build_model("t5", 300, architecture, True, special, seed=1)
+
+    plain = built({"hidden_size": 32, "intermediate_size": 64})
+    model = built({"hidden_size": 32, "intermediate_size": 64, "embedding_init_std": std})
+    rows = model.get_input_embeddings().weight.detach().numpy()
+    assert rows.std() == pytest.approx(1.0 if std is None else std, rel=0.05)
+    assert model.get_output_embeddings().weight.data_ptr() == model.shared.weight.data_ptr()
+    layer = "encoder.block.0.layer.0.SelfAttention.q.weight"
+    assert np.array_equal(model.state_dict()[layer], plain.state_dict()[layer])
