@@ -117,6 +117,8 @@ def expected_jobs(config: dict) -> dict[str, int]:
         + len({r[:3] for r in runs if world_pair(config, r)}),
         # one table of every world pair's shared-token kinds (docs/calibration.md)
         "shared_kinds": 1 if any(world_pair(config, p) for p in pairs) else 0,
+        # the target-PLM probes: every world pair (docs/world.md)
+        "plm_probe": len([p for p in pairs if world_pair(config, p)]),
         "zeroshot_source": len(targets) * len(sources),
         "zeroshot_table": 1,
         "lapt": len(runs),
