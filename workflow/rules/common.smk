@@ -17,6 +17,11 @@ from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.data.download import needed_languages
+from embtransfer.data.real_text import (
+    DICTIONARIES as FREEDICT_PAIRS,
+    MAX_CHARS as REAL_TEXT_MAX_CHARS,
+    SOURCES as REAL_TEXT_SOURCES,
+)
 from embtransfer.evaluation.catalog import (
     CATALOG as EVAL_CATALOG,
     SHIPPED_TASK_DIR,
@@ -28,6 +33,7 @@ from embtransfer.evaluation.catalog import (
 )
 from embtransfer.report.build import config_subset, output_names, zeroshot_paths
 from embtransfer.transfer.catalog import METHODS as METHOD_CATALOG, method_needs, resolve_options
+from embtransfer.transfer.shared_search import search_inputs, search_options
 
 # With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:
 # point a profile's overrides or this variable at it).

@@ -49,7 +49,8 @@ rule aligned_vectors:
     params:
         dictionary=lambda w: config["languages"][w.lang].get("dictionary", {"type": "world"}),
         source_language=config.get("source_language"),
-        aligned=config["aligned"],
+        # the keys this job reads (share_search is the aligned_search rule's)
+        aligned={k: config["aligned"][k] for k in ("token_strings", "duplicate_variants")},
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("transfer/aligned_vectors.py"),
     conda:
@@ -60,10 +61,34 @@ rule aligned_vectors:
         "../scripts/transfer/aligned_vectors.py"
 
 
+rule aligned_search:
+    # WECHSEL's and OFA's top-k neighbours in the aligned space, searched once for both
+    # (aligned.share_search: true; embtransfer/transfer/aligned.py).
+    input:
+        paths.ALIGNED,
+    output:
+        paths.ALIGNED_SEARCH,
+    params:
+        options=search_options(config),
+        code=script_hash("transfer/aligned_search.py"),
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.search.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/aligned_search/{{lang}}/{{source}}/{{target}}.tsv"
+    script:
+        "../scripts/transfer/aligned_search.py"
+
+
 rule transfer:
     # The checkpoint and its zero-shot scores in one job (see scripts/transfer/transfer.py).
     input:
         unpack(transfer_inputs),
+        unpack(lambda w: search_inputs(config, w)),
         text=lambda w: corpus_file(w.lang, "valid"),
     output:
         model=directory(paths.TRANSFER_MODEL),
