@@ -6,8 +6,9 @@ on the real text; docs/real_text.md) with the rules users run: ``snakemake --con
 config/real_text.yaml --cores 2`` in a fresh directory holding a copy of the workflow and a
 link to the checkout's ``resources/real`` (``make real-data`` builds it). Prints:
 
-* per rule: jobs, summed and longest wall seconds (the rules' ``benchmark:`` files) and the
-  largest peak memory of a job (RSS, sampled here: in a local run jobs run in forks of the
+* per rule: jobs, summed and longest wall seconds (the rules' ``benchmark:`` files; for a
+  rule without one, the job's start and finish in Snakemake's output) and the largest peak
+  memory of a job (RSS, sampled here: in a local run jobs run in forks of the
   job server, which Snakemake's own benchmark does not see);
 * the run: wall time and the peak memory of the whole run (the summed proportional set size
   of Snakemake, the job server and every job, sampled every second);
@@ -15,10 +16,12 @@ link to the checkout's ``resources/real`` (``make real-data`` builds it). Prints
   degenerate neighbour table, every method's checkpoint written and reloaded (its
   zero-shot record, which reads the checkpoint back, exists and is finite).
 
-    nice python benchmarks/bench_real.py [--work DIR] [--cores 2] [--jobs]
+    nice python benchmarks/bench_real.py [--work DIR [--summary]] [--cores 2] [--jobs]
 
 ``--work`` keeps the run's directory (default: a temporary one, deleted); a directory that
-holds a run already reruns only what is missing. ``--jobs`` prints every job's figures too.
+holds a run already reruns only what is missing. ``--summary`` prints the figures of the run
+in ``--work`` again (its stamped log ``bench_real.log`` and ``bench_real.memory.json``).
+``--jobs`` prints every job's figures too.
 """
 
 from __future__ import annotations
@@ -38,12 +41,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "workflow"))
-from bench_workflow import OFFLINE, copy_workflow, run_stamped, snakemake_cmd  # noqa: E402
+from bench_workflow import (  # noqa: E402
+    OFFLINE,
+    copy_workflow,
+    job_seconds,
+    parse_log,
+    read_log,
+    run_stamped,
+    snakemake_cmd,
+)
 
 CONFIG = REPO / "config" / "real_text.yaml"
 REAL = REPO / "resources" / "real"
 GOALS = {"wall_s": 15 * 60, "peak_gb": 16.0, "salt_tokens": 30_000}
-JOB_FIELD = re.compile(r"^\s+(log|benchmark): (.+?)\s*$")
+JOB_FIELD = re.compile(r"^\s+(log|jobid): (.+?)\s*$")
 RULE_LINE = re.compile(r"^\s*(?:local)?rule (\w+):\s*$")
 
 
@@ -111,57 +122,58 @@ def job_log(pid: int) -> str | None:
     return None
 
 
-def job_files(lines: list[str]) -> dict[str, dict[str, str]]:
-    """Each job's rule, log and benchmark file, from Snakemake's output, keyed by its log."""
-    jobs: list[dict[str, str]] = []
+def job_logs(lines: list[str]) -> dict[int, str]:
+    """Each job's log (``logs/...``, as :func:`job_log` names it) by jobid, from Snakemake's
+    output."""
+    logs: dict[int, str] = {}
+    log = None
     for line in lines:
-        rule = RULE_LINE.match(line)
-        if rule:
-            jobs.append({"rule": rule.group(1)})
-            continue
-        field = JOB_FIELD.match(line)
-        if field and jobs:
-            jobs[-1][field.group(1)] = field.group(2)
-    return {job["log"].removeprefix("results/"): job for job in jobs if "log" in job}
-
-
-def benchmark_row(path: Path) -> dict[str, float]:
-    """The figures of a Snakemake benchmark TSV (its first row; ``s``: wall seconds)."""
-    header, row = path.read_text().splitlines()[:2]
-    values = dict(zip(header.split("\t"), row.split("\t"), strict=True))
-    return {"s": float(values["s"])}
+        if RULE_LINE.match(line):
+            log = None
+        elif field := JOB_FIELD.match(line):
+            if field.group(1) == "log":
+                log = field.group(2).removeprefix("results/")
+            elif log is not None:
+                logs[int(field.group(2))] = log
+    return logs
 
 
 def rule_figures(
-    work: Path, jobs: dict[str, dict[str, str]], job_peak: dict[str, int]
-) -> dict[str, dict[str, Any]]:
-    """Per rule: jobs, seconds of each benchmarked job and the largest job RSS (bytes)."""
+    work: Path, stamped: list[tuple[float | None, str]], job_peak: dict[str, int]
+) -> dict[str, dict]:
+    """Per rule: its jobs' wall seconds (their ``benchmark:`` file, else the log's start and
+    finish: bench_workflow.job_seconds), names and the largest job RSS (bytes)."""
+    run = parse_log(stamped)
+    seconds, _ = job_seconds(run, work)
+    logs = job_logs([line for _, line in stamped])
     rules: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"jobs": 0, "seconds": [], "rss": 0, "names": []}
+        lambda: {"jobs": 0, "seconds": [], "rss": 0, "names": [], "sources": set()}
     )
-    for log, job in jobs.items():
-        figures = rules[job["rule"]]
+    for jobid, job in run.jobs.items():
+        figures = rules[job.rule or "?"]
         figures["jobs"] += 1
-        bench = work / job.get("benchmark", "-")
-        if bench.is_file():
-            figures["seconds"].append(benchmark_row(bench)["s"])
-            figures["names"].append(Path(job["benchmark"]).with_suffix("").as_posix())
-        figures["rss"] = max(figures["rss"], job_peak.get(log, 0))
+        figures["rss"] = max(figures["rss"], job_peak.get(logs.get(jobid, ""), 0))
+        if jobid in seconds:
+            figures["seconds"].append(seconds[jobid][0])
+            figures["sources"].add(seconds[jobid][1])
+            figures["names"].append(logs.get(jobid, "?").removeprefix("logs/"))
     return dict(rules)
 
 
 def print_rules(rules: dict[str, dict[str, Any]], per_job: bool) -> None:
-    print(f"\n{'rule':22s} {'jobs':>4s} {'sum s':>8s} {'max s':>8s} {'peak RSS':>9s}")
-    order = sorted(rules, key=lambda r: -sum(rules[r]["seconds"]))
-    for rule in order:
+    print(f"\n{'rule':22s} {'jobs':>4s} {'sum s':>8s} {'max s':>8s} {'peak RSS':>9s}  from")
+    for rule in sorted(rules, key=lambda r: -sum(rules[r]["seconds"])):
         fig = rules[rule]
-        secs = fig["seconds"]
-        total = f"{sum(secs):8.1f}" if secs else f"{'-':>8s}"
-        longest = f"{max(secs):8.1f}" if secs else f"{'-':>8s}"
-        print(f"{rule:22s} {fig['jobs']:4d} {total} {longest} {fig['rss'] / 1e9:7.2f} GB")
+        secs = fig["seconds"] or [math.nan]
+        print(
+            f"{rule:22s} {fig['jobs']:4d} {sum(secs):8.1f} {max(secs):8.1f} "
+            f"{fig['rss'] / 1e9:7.2f} GB  {'+'.join(sorted(fig['sources']))}"
+        )
         if per_job:
-            for name, s in sorted(zip(fig["names"], secs, strict=True), key=lambda x: -x[1]):
-                print(f"    {s:8.1f} s  {name.split('/benchmark/', 1)[-1]}")
+            for name, s in sorted(
+                zip(fig["names"], fig["seconds"], strict=True), key=lambda x: -x[1]
+            ):
+                print(f"    {s:8.1f} s  {name}")
 
 
 def salt_figures(work: Path) -> list[tuple[str, int, int]]:
@@ -226,7 +238,21 @@ def print_goals(work: Path, wall: float, peak: int) -> bool:
     return all(goals.values())
 
 
-def run(work: Path, cores: int, per_job: bool) -> bool:
+def summary(work: Path, per_job: bool) -> bool:
+    """Print the figures of the run in ``work`` (its stamped log and memory samples)."""
+    stamped = read_log(work / "bench_real.log")
+    memory = json.loads((work / "bench_real.memory.json").read_text())
+    wall = memory["wall_s"]
+    print_rules(rule_figures(work, stamped, memory["job_peak"]), per_job)
+    print(
+        f"\nwall {wall:.1f} s, peak memory of the run {memory['peak_bytes'] / 1e9:.2f} GB "
+        f"(summed PSS), {len(job_logs([line for _, line in stamped]))} jobs"
+    )
+    return print_goals(work, wall, memory["peak_bytes"])
+
+
+def run(work: Path, cores: int) -> None:
+    """Run the config in ``work``; keep the stamped log and the memory samples there."""
     if not (REAL / "corpora").is_dir():
         raise SystemExit(f"{REAL} is missing: run make real-data first")
     copy_workflow(work)
@@ -240,16 +266,15 @@ def run(work: Path, cores: int, per_job: bool) -> bool:
     print(f"config/real_text.yaml in {work}, --cores {cores}", flush=True)
     done = run_stamped(cmd, work, env, work / "bench_real.log")
     sampler.done.set()
-    lines = [line for _, line in done.lines]
+    memory = {
+        "wall_s": done.wall,
+        "peak_bytes": sampler.peak_bytes,
+        "job_peak": dict(sampler.job_peak),
+    }
+    (work / "bench_real.memory.json").write_text(json.dumps(memory, indent=1) + "\n")
     if done.returncode != 0:
-        print("\n".join(lines[-60:]))
+        print("\n".join(line for _, line in done.lines[-60:]))
         raise SystemExit(f"the workflow failed (exit {done.returncode}): {work}/bench_real.log")
-    print_rules(rule_figures(work, job_files(lines), sampler.job_peak), per_job)
-    print(
-        f"\nwall {done.wall:.1f} s, peak memory of the run {sampler.peak_bytes / 1e9:.2f} GB "
-        f"(summed PSS), {len(job_files(lines))} jobs"
-    )
-    return print_goals(work, done.wall, sampler.peak_bytes)
 
 
 def main() -> None:
@@ -257,12 +282,19 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep the run here (default: a temporary one)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--jobs", action="store_true", help="print every job's seconds too")
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the figures of the run already in --work, run nothing",
+    )
     args = parser.parse_args()
-    if args.work:
-        ok = run(args.work.resolve(), args.cores, args.jobs)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench_real.") as tmp:
-            ok = run(Path(tmp), args.cores, args.jobs)
+    if args.summary and not args.work:
+        parser.error("--summary reads the run in --work DIR")
+    with tempfile.TemporaryDirectory(prefix="bench_real.") as tmp:
+        work = args.work.resolve() if args.work else Path(tmp)
+        if not args.summary:
+            run(work, args.cores)
+        ok = summary(work, args.jobs)
     sys.exit(0 if ok else 1)
 
 

@@ -274,35 +274,32 @@ def test_search_inputs_only_for_the_searching_methods_when_shared():
     assert search_inputs({"aligned": {"share_search": False}}, _W("wechsel")) == {}
 
 
-def test_bench_reads_rules_and_figures_from_snakemake_output(tmp_path):
+def test_bench_reads_each_rules_seconds_and_peak_memory(tmp_path):
     bench = _bench()
-    lines = [
+    out = [
         "rule transfer:",
         "    log: results/logs/transfer/a.log",
+        "    jobid: 7",
         "    benchmark: results/logs/benchmark/transfer/a.tsv",
+        "    threads: 1",
         "localrule real_corpus:",
         "    log: results/logs/download/real_corpus_de.log",
-        "rule vocab:",
-        "    jobid: 3",
+        "    jobid: 2",
+        "Finished jobid: 2 (Rule: real_corpus)",
+        "Finished jobid: 7 (Rule: transfer)",
     ]
-    jobs = bench.job_files(lines)
-    assert jobs == {
-        "logs/transfer/a.log": {
-            "rule": "transfer",
-            "log": "results/logs/transfer/a.log",
-            "benchmark": "results/logs/benchmark/transfer/a.tsv",
-        },
-        "logs/download/real_corpus_de.log": {
-            "rule": "real_corpus",
-            "log": "results/logs/download/real_corpus_de.log",
-        },
-    }
+    stamped = [(100.0 + i, line) for i, line in enumerate(out)]
+    assert bench.job_logs(out) == {7: "logs/transfer/a.log", 2: "logs/download/real_corpus_de.log"}
     tsv = tmp_path / "results/logs/benchmark/transfer/a.tsv"
     tsv.parent.mkdir(parents=True)
     tsv.write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t100.0\n")
-    rules = bench.rule_figures(tmp_path, jobs, {"logs/transfer/a.log": 3_000_000_000})
+    os.utime(tsv, (105.0, 105.0))  # written while the job ran: this run's
+    rules = bench.rule_figures(tmp_path, stamped, {"logs/transfer/a.log": 3_000_000_000})
     assert rules["transfer"]["seconds"] == [12.5] and rules["transfer"]["rss"] == 3_000_000_000
-    assert rules["real_corpus"] == {"jobs": 1, "seconds": [], "rss": 0, "names": []}
+    assert rules["transfer"]["sources"] == {"benchmark"}
+    # no benchmark file: the job's start and finish in the output
+    assert rules["real_corpus"]["seconds"] == [3.0] and rules["real_corpus"]["sources"] == {"log"}
+    assert rules["real_corpus"]["rss"] == 0
 
 
 def test_bench_sampler_finds_this_process_and_its_open_log(tmp_path):

@@ -17,6 +17,8 @@ rule train_tokenizer:
         CONDA_ENV
     log:
         f"{paths.LOGS}/tokenizers/{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/train_tokenizer/{{model}}.tsv"
     script:
         "../scripts/models/train_tokenizer.py"
 

@@ -57,6 +57,8 @@ rule aligned_vectors:
         CONDA_ENV
     log:
         f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/aligned_vectors/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/transfer/aligned_vectors.py"
 
@@ -132,6 +134,8 @@ rule zeroshot_source:
         CONDA_ENV
     log:
         f"{paths.LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/zeroshot_source/{{lang}}/{{source}}.tsv"
     script:
         "../scripts/transfer/zeroshot.py"
 
