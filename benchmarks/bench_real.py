@@ -185,28 +185,43 @@ def salt_figures(work: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def neighbor_figures(work: Path) -> list[tuple[str, int, int]]:
-    """(table, rows with neighbours, degenerate rows) of every neighbour table."""
+def tables_methods_read(config: dict[str, Any]) -> set[str]:
+    """The neighbour tables a method (or SALT's regression) of the run reads: the goal's.
+    ``rule all`` builds every target's tables, also those only Heuristics targets have."""
+    from embtransfer.core import paths
+    from embtransfer.core.grid import transfer_runs
+    from embtransfer.transfer.catalog import method_needs
+
+    read = set()
+    for run in transfer_runs(config):
+        needs = method_needs(run.method, config["transfer"]["options"].get(run.method))
+        for need in needs & {"neighbors_word", "neighbors_token", "projected"}:
+            vectors = "token" if need == "neighbors_token" else "word"
+            read.add(paths.NEIGHBORS.fill(**run._asdict(), vectors=vectors))
+    return read
+
+
+def neighbor_figures(work: Path, read: set[str]) -> list[tuple[str, int, int, bool]]:
+    """(table, rows with neighbours, degenerate rows, whether a method reads it) of every
+    neighbour table of the run."""
     from embtransfer.neighbors.search import read_neighbors
 
     out = []
     for path in sorted((work / "results" / "neighbors").glob("*/*/*/*.parquet")):
         stats = read_neighbors(path)[1]
-        name = "/".join(path.with_suffix("").parts[-3:])
-        out.append((name, int(stats["n_with_neighbors"]), int(stats["degenerate"])))
+        name = path.relative_to(work).as_posix()
+        out.append((name, int(stats["n_with_neighbors"]), int(stats["degenerate"]), name in read))
     return out
 
 
-def checkpoint_figures(work: Path) -> tuple[int, list[str]]:
+def checkpoint_figures(work: Path, config: dict[str, Any]) -> tuple[int, list[str]]:
     """How many transferred checkpoints were reloaded and scored, and the runs that were not
     (every planned transfer's zero-shot record reads its checkpoint back)."""
-    sys.path.insert(0, str(REPO / "workflow"))
-    from embtransfer.config.validation import load_config_file
     from embtransfer.core import paths
     from embtransfer.core.grid import transfer_runs
 
     bad = []
-    runs = transfer_runs(load_config_file(CONFIG))
+    runs = transfer_runs(config)
     for run in runs:
         record = work / paths.ZEROSHOT.fill(**run._asdict())
         loss = json.loads(record.read_text()).get("loss") if record.is_file() else None
@@ -216,10 +231,14 @@ def checkpoint_figures(work: Path) -> tuple[int, list[str]]:
 
 
 def print_goals(work: Path, wall: float, peak: int) -> bool:
-    salt, tables = salt_figures(work), neighbor_figures(work)
-    n_runs, bad = checkpoint_figures(work)
-    degenerate = sum(d for _, _, d in tables)
-    rows = sum(n for _, n, _ in tables)
+    from embtransfer.config.validation import load_config_file
+
+    config = load_config_file(CONFIG)
+    salt = salt_figures(work)
+    tables = neighbor_figures(work, tables_methods_read(config))
+    n_runs, bad = checkpoint_figures(work, config)
+    read = [(n, d) for _, n, d, used in tables if used]
+    degenerate, rows = sum(d for _, d in read), sum(n for n, _ in read)
     goals = {
         f"wall {wall / 60:.1f} min (<= 15)": wall <= GOALS["wall_s"],
         f"peak {peak / 1e9:.2f} GB (<= 16)": peak / 1e9 <= GOALS["peak_gb"],
@@ -227,11 +246,15 @@ def print_goals(work: Path, wall: float, peak: int) -> bool:
         + ", ".join(f"{t} {n} ({c} capped)" for t, n, c in salt): bool(salt)
         and all(c == 0 for _, _, c in salt)
         and max(n for _, n, _ in salt) >= 30_000,
-        f"degenerate neighbour rows {degenerate} of {rows} in {len(tables)} tables": bool(tables)
+        f"degenerate rows {degenerate} of {rows} in the {len(read)} tables methods read": bool(read)
         and degenerate == 0,
         f"checkpoints written and reloaded: {n_runs - len(bad)} of {n_runs}"
         + (f" (not: {', '.join(bad)})" if bad else ""): not bad,
     }
+    print("\nneighbour tables (rows, degenerate; * = a method reads it):")
+    for name, n, d, used in tables:
+        share = 100 * d / max(n, 1)
+        print(f"  {'*' if used else ' '} {name}: {n} rows, {d} degenerate ({share:.1f} %)")
     print()
     for text, met in goals.items():
         print(f"{'ok  ' if met else 'MISS'} {text}")

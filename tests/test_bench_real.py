@@ -310,3 +310,13 @@ def test_bench_sampler_finds_this_process_and_its_open_log(tmp_path):
     log.parent.mkdir(parents=True)
     with log.open("w"):
         assert bench.job_log(os.getpid()) == "logs/x.log"
+
+
+def test_bench_goal_counts_the_tables_methods_read():
+    read = _bench().tables_methods_read(load_config_file(CONFIG))
+    # SALT (its regression) reads word tables, FOCUS token tables, of the three method targets
+    assert read == {
+        f"results/neighbors/{lang}/gemma3/{plm}/{kind}.parquet"
+        for lang, plm in (("de", "gpt2_de"), ("ar", "bert_ar"), ("de", "t5_de"))
+        for kind in ("word", "token")
+    }
