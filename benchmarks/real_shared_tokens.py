@@ -2,8 +2,8 @@
 
 Sources: the real Gemma 3, Llama 2, Llama 3 and Qwen 3 tokenizers (``make fixtures``).
 Targets: per language (de, ar, vi) a byte-level BPE, a WordPiece and a Unigram tokenizer
-trained as ``benchmarks/bench_real.py`` trains them, on the ``make real-data`` corpus less
-its held-out lines (:func:`bench_real.split_corpus`). Per (source, target): the workflow's
+trained as ``benchmarks/real_targets.py`` trains them, on the ``make real-data`` corpus less
+its held-out lines (:func:`real_targets.split_corpus`). Per (source, target): the workflow's
 vocab tables (:func:`embtransfer.vocab.canonical.vocab_table`), its overlap
 (:func:`embtransfer.vocab.overlap.compute_overlap`, fuzzy as the default config matches),
 the running-text counts of the held-out lines (:func:`embtransfer.vocab.overlap.count_tokens`)
@@ -30,8 +30,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "tokenizers"))
-import bench_real  # noqa: E402
 import fetch  # noqa: E402
+import real_targets  # noqa: E402
 
 from embtransfer.vocab.kinds import COLUMNS  # noqa: E402
 
@@ -62,7 +62,7 @@ def target_tokenizer(work: Path, lang: str, family: str, text: list[str]):
 
     folder = work / f"{lang}_{family}"
     if not (folder / "tokenizer.json").exists():
-        bench_real.train(family, text, bench_real.VOCAB_SIZE[family]).save_pretrained(folder)
+        real_targets.train(family, text, real_targets.VOCAB_SIZE[family]).save_pretrained(folder)
     return load_tokenizer(folder)
 
 
@@ -75,12 +75,12 @@ def measure(work: Path) -> pd.DataFrame:
 
     sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in SOURCES}
     rows = []
-    for lang in bench_real.LANGS:
-        text, valid = bench_real.split_corpus(lang)
+    for lang in real_targets.LANGS:
+        text, valid = real_targets.split_corpus(lang)
         valid_file = work / f"{lang}_valid.txt"
         valid_file.write_text("\n".join(valid) + "\n", encoding="utf-8")
         lexicon = wordfreq_lexicon(lang)
-        for family in bench_real.FAMILIES:
+        for family in real_targets.FAMILIES:
             start = time.perf_counter()
             tokenizer = target_tokenizer(work, lang, family, text)
             target = vocab_table(tokenizer)
@@ -115,8 +115,8 @@ def _inside(value: float, frame: pd.DataFrame, figure: str) -> str:
 def real_ranges(real: pd.DataFrame) -> str:
     """Markdown: each shown figure's range per language over the three target families, for
     the multilingual sources and for each English-centric one."""
-    groups = [(lang, MULTILINGUAL) for lang in bench_real.LANGS]
-    groups += [(lang, (name,)) for lang in bench_real.LANGS for name in ENGLISH_CENTRIC]
+    groups = [(lang, MULTILINGUAL) for lang in real_targets.LANGS]
+    groups += [(lang, (name,)) for lang in real_targets.LANGS for name in ENGLISH_CENTRIC]
     frames = [real[(real["lang"] == lang) & real["source"].isin(names)] for lang, names in groups]
     heads = [f"{lang} {', '.join(names)}" for lang, names in groups]
     lines = ["| figure | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]

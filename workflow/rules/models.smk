@@ -17,6 +17,8 @@ rule train_tokenizer:
         CONDA_ENV
     log:
         f"{paths.LOGS}/tokenizers/{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/train_tokenizer/{{model}}.tsv"
     script:
         "../scripts/models/train_tokenizer.py"
 
@@ -66,3 +68,28 @@ rule fetch_model:
         f"{paths.LOGS}/models/{{model}}.log",
     script:
         "../scripts/models/fetch_model.py"
+
+
+rule random_model:
+    # A model at a real model's shapes with random weights around a real tokenizer
+    # (type: random; embtransfer/models/random_weights.py).
+    input:
+        tokenizer=lambda w: MODELS[w.model]["tokenizer"],
+    output:
+        directory(paths.MODEL),
+    wildcard_constraints:
+        model=wildcard_alternatives(models_of_type(config, "random")),
+    params:
+        spec=lambda w: MODELS[w.model],
+        seed=config["seed"],
+        code=script_hash("models/random_model.py"),
+    threads: config["threads"]
+    priority: source_chain_first
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/models/{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/random_model/{{model}}.tsv"
+    script:
+        "../scripts/models/random_model.py"

@@ -20,5 +20,7 @@ rule neighbors:
         CONDA_ENV
     log:
         f"{paths.LOGS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.tsv"
     script:
         "../scripts/neighbors/neighbors.py"

@@ -47,21 +47,48 @@ rule aligned_vectors:
         held_out=config["dictionary_held_out"],
         seed=config["seed"],
         source_language=config.get("source_language"),
-        aligned=config["aligned"],
+        # the keys this job reads (share_search is the aligned_search rule's)
+        aligned={k: config["aligned"][k] for k in ("token_strings", "duplicate_variants")},
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("transfer/aligned_vectors.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/aligned_vectors/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/transfer/aligned_vectors.py"
+
+
+rule aligned_search:
+    # WECHSEL's and OFA's top-k neighbours in the aligned space, searched once for both
+    # (aligned.share_search: true; embtransfer/transfer/aligned.py).
+    input:
+        paths.ALIGNED,
+    output:
+        paths.ALIGNED_SEARCH,
+    params:
+        options=search_options(config),
+        code=script_hash("transfer/aligned_search.py"),
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.search.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/aligned_search/{{lang}}/{{source}}/{{target}}.tsv"
+    script:
+        "../scripts/transfer/aligned_search.py"
 
 
 rule transfer:
     # The checkpoint and its zero-shot scores in one job (see scripts/transfer/transfer.py).
     input:
         unpack(lambda w: transfer_inputs(config, w)),
+        unpack(lambda w: search_inputs(config, w)),
         text=paths.CORPUS.fill(split="valid"),
     output:
         model=directory(paths.TRANSFER_MODEL),
@@ -105,6 +132,8 @@ rule zeroshot_source:
         CONDA_ENV
     log:
         f"{paths.LOGS}/zeroshot/{{lang}}/{{source}}/source_model.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/zeroshot_source/{{lang}}/{{source}}.tsv"
     script:
         "../scripts/transfer/zeroshot.py"
 

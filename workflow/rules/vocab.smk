@@ -13,6 +13,8 @@ rule vocab:
         CONDA_ENV
     log:
         f"{paths.LOGS}/vocab/{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/vocab/{{model}}.tsv"
     script:
         "../scripts/vocab/vocab.py"
 
@@ -34,6 +36,8 @@ rule overlap:
         CONDA_ENV
     log:
         f"{paths.LOGS}/overlap/{{source}}/{{target}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/overlap/{{source}}/{{target}}.tsv"
     script:
         "../scripts/vocab/overlap.py"
 

@@ -23,6 +23,7 @@ import jsonschema
 import yaml
 
 from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
+from embtransfer.core.grid import transfer_runs
 from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
@@ -325,8 +326,11 @@ def check_transfer(config: dict[str, Any]) -> None:
             f"fastText spaces and needs the source language (a key of languages), "
             f"got {source_lang!r}",
         )
+        selected = {run.lang for run in transfer_runs(config) if run.method == method}
         for lang in config["targets"]:
             spec = languages[lang]
+            if lang not in selected:
+                continue  # transfer.select runs the method on none of the language's PLMs
             _require(
                 "dictionary" in spec,
                 f"config key languages.{lang}.dictionary: method {method!r} needs a bilingual "

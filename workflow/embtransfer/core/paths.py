@@ -95,6 +95,12 @@ class Template(str):
 WORLD = Template("results/world/world.json")
 CORPUS = Template("results/corpus/{lang}/{split}.txt")
 MIX_CORPUS = Template("results/corpus/mix/{model}/train.txt")
+#: Real running text and FreeDict dictionaries from pinned packages (embtransfer.data.real_text),
+#: which config/real_text.yaml reads as local corpora and freedict dictionaries.
+REAL_CORPUS = Template("resources/real/corpora/{name}.txt")
+REAL_CORPUS_STATS = Template("resources/real/corpora/{name}.stats.json")
+FREEDICT_INDEX = Template("resources/real/dictionaries/freedict-{pair}.index")
+FREEDICT_DATA = Template("resources/real/dictionaries/freedict-{pair}.dict.dz")
 
 # --- models (models.smk) ----------------------------------------------------------------------
 MODELS_DIR = "resources/models"
@@ -127,6 +133,8 @@ NEIGHBORS = Template("results/neighbors/{lang}/{source}/{target}/{vectors}.parqu
 REGRESSION = Template("results/regression/{lang}/{source}/{target}/projected.safetensors")
 REGRESSION_META = Template("results/regression/{lang}/{source}/{target}/projected.json")
 ALIGNED = Template("results/aligned/{lang}/{source}/{target}.safetensors")
+#: WECHSEL's and OFA's top-k search in the aligned space, shared by both (aligned.share_search)
+ALIGNED_SEARCH = Template("results/aligned/{lang}/{source}/{target}.search.safetensors")
 TRANSFER_MODEL = Template("results/transfer/{lang}/{source}/{target}/{method}")
 ZEROSHOT = Template("results/zeroshot/{lang}/{source}/{target}/{method}.json")
 ZEROSHOT_SOURCE = Template("results/zeroshot/{lang}/{source}/source_model.json")

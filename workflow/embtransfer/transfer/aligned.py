@@ -27,7 +27,10 @@ Follows WECHSEL's reference implementation (github.com/CPJKU/wechsel,
 
 :func:`topk_cosine` / :func:`softmax_neighbors` are the chunked neighbour search
 both methods share and :func:`weighted_rows` their weighted sum of rows
-(:func:`embtransfer.transfer.methods.common.check_aligned` checks their input).
+(:func:`embtransfer.transfer.methods.common.check_aligned` checks their input). With
+``aligned.share_search`` the search runs once, in a job of its own
+(:func:`search_every_target`, :func:`write_search`), and each method's job reads it back onto
+its vectors (:func:`read_search`) instead of searching again.
 """
 
 from __future__ import annotations
@@ -461,6 +464,7 @@ def write_aligned(
 
 
 def read_aligned(path: str | os.PathLike) -> tuple[AlignedVectors, np.ndarray]:
+    """The vectors and masks of :func:`write_aligned`'s file, and ``W``."""
 
     arrays = load_file(str(path))
     missing = [k for k in (*_KEYS, "W") if k not in arrays]
@@ -478,3 +482,39 @@ def read_aligned_stats(path: str | os.PathLike) -> dict[str, Any]:
     if "stats" not in metadata:
         raise ValueError(f"{path} is not an aligned-vectors file: no statistics in its metadata")
     return json.loads(metadata["stats"])
+
+
+# --------------------------------------------------------------------------- shared search
+
+
+def search_every_target(
+    aligned: AlignedVectors, k: int, chunk_rows: int = 2048, chunk_cols: int = 4096
+) -> int:
+    """Search the ``k`` nearest source tokens of every target token with a vector, among all
+    source tokens with one (the candidates of a source whose rows cover its vocabulary); the
+    rows stay on ``aligned`` for :func:`write_search`. Returns how many rows were searched."""
+    ids = np.nonzero(~aligned.target_missing)[0]
+    softmax_neighbors(aligned, ids, k, 1.0, chunk_rows=chunk_rows, chunk_cols=chunk_cols)
+    return int(ids.size)
+
+
+def write_search(path: str | os.PathLike, aligned: AlignedVectors) -> None:
+    """Write the rows :func:`search_every_target` searched on ``aligned`` (one safetensors file)."""
+    limit = len(aligned.source)
+    found = aligned._searched[limit]
+    arrays = {"idx": found.idx, "sims": found.sims, "done": found.done}
+    with atomic_path(path) as tmp:
+        save_file(arrays, str(tmp), metadata={"limit": str(limit), "k": str(found.k)})
+
+
+def read_search(path: str | os.PathLike, aligned: AlignedVectors) -> None:
+    """Put :func:`write_search`'s rows on ``aligned``: :func:`softmax_neighbors` then reuses
+    them (a method whose candidates differ, e.g. a source with fewer rows, searches anew)."""
+    with safe_open(str(path), "np") as f:
+        meta = f.metadata() or {}
+        arrays = {name: f.get_tensor(name) for name in ("idx", "sims", "done")}
+    if "limit" not in meta or arrays["done"].shape != (len(aligned.target),):
+        raise ValueError(
+            f"{path} is not the search of these aligned vectors ({len(aligned.target)} target rows)"
+        )
+    aligned._searched[int(meta["limit"])] = _TopK(int(meta["k"]), **arrays)

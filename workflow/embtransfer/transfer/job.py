@@ -22,7 +22,7 @@ from embtransfer.models.loading import (
     load_tokenizer,
 )
 from embtransfer.neighbors.search import Neighbors, read_neighbors
-from embtransfer.transfer.aligned import read_aligned
+from embtransfer.transfer.aligned import read_aligned, read_search
 from embtransfer.transfer.checkpoint import write_transferred_checkpoint
 from embtransfer.transfer.methods.base import TransferInputs
 from embtransfer.transfer.regression import read_coefficients
@@ -80,6 +80,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         inputs.projected = read_coefficients(paths["projected"], source.input.shape[0])
     if "aligned" in paths:
         inputs.aligned = read_aligned(paths["aligned"])[0]
+        if "aligned_search" in paths:  # searched once for WECHSEL and OFA (share_search)
+            read_search(paths["aligned_search"], inputs.aligned)
     if "source_tokenizer" in paths:
         inputs.source_tokenizer = load_tokenizer(
             paths["source_tokenizer"], trust_remote_code=trust_remote_code

