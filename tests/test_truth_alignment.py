@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.core.paired import binomial_two_sided, mcnemar, paired_bootstrap
 from embtransfer.evaluation.alignment import score_checkpoints, summary, token_scores
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
 from embtransfer.report.alignment import alignment_frame, alignment_markdown
-from embtransfer.report.paired import binomial_two_sided, mcnemar, paired_bootstrap
 from embtransfer.transfer.catalog import DEFAULT_METHODS, METHODS
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 from embtransfer.world.languages import build_world, value_pool

@@ -84,7 +84,7 @@ rule random_model:
         seed=config["seed"],
         code=script_hash("models/random_model.py"),
     threads: config["threads"]
-    priority: source_chain_first
+    priority: lambda w: source_first(config, **w)
     conda:
         CONDA_ENV
     log:

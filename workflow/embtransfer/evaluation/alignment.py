@@ -19,7 +19,7 @@ Each token keeps its truth row's ``split`` (:mod:`embtransfer.world.split`): ``h
 concepts, the ``dictionary`` concepts WECHSEL and OFA were aligned on, or ``none``.
 
 Per-token values are kept (:func:`token_scores`), so two methods are compared token by token
-(:mod:`embtransfer.report.paired`).
+(:mod:`embtransfer.core.paired`).
 """
 
 from __future__ import annotations

@@ -25,20 +25,22 @@ over the same items:
 Each probe reports the mean paired difference, its standard error (standard deviation of the
 differences over sqrt(n); tokens share partners, so it errs low) and ``z`` = difference /
 standard error
-(:func:`embtransfer.report.paired.difference`); a PLM carries meaning by a probe when its
+(:func:`embtransfer.core.paired.difference`); a PLM carries meaning by a probe when its
 ``z`` is at least :data:`Z_CLEARS`. The rows' geometry is reported beside them: mean row norm
 and mean pairwise cosine.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from embtransfer.neighbors.search import Neighbors
-from embtransfer.report.paired import difference
+from embtransfer.core.paired import difference
+
+if TYPE_CHECKING:  # the report imports this module's constants: no torch at its start-up
+    from embtransfer.neighbors.search import Neighbors
 
 #: A probe is cleared at this many standard errors above its random baseline (issue 35).
 Z_CLEARS = 3.0

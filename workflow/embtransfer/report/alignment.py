@@ -13,7 +13,7 @@ not a competitor: it is shown first and never ranked. Ranks are taken over the c
 methods of a setting and split (by P@1, ties by the centred cosine), and only where two or
 more compete. Each method's P@1 is compared with the best competitor's by McNemar's test
 over the same tokens, its raw and centred cosines to the oracle row by a paired bootstrap
-(:mod:`embtransfer.report.paired`); ``*`` marks a difference that clears the test.
+(:mod:`embtransfer.core.paired`); ``*`` marks a difference that clears the test.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
+from embtransfer.core.paired import mcnemar, paired_bootstrap
 from embtransfer.evaluation.alignment import COSINES, summary
-from embtransfer.report.paired import mcnemar, paired_bootstrap
 from embtransfer.report.tables import ORACLE, markdown
 from embtransfer.world.split import SPLITS
 

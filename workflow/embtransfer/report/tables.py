@@ -38,7 +38,7 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.grid import STAGES, Grid
-from embtransfer.report.paired import ALPHA, mcnemar, paired_bootstrap
+from embtransfer.core.paired import ALPHA, mcnemar, paired_bootstrap
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 
@@ -485,7 +485,7 @@ def mark_best(rows: list[Row], metrics: list[str], seed: int = 0) -> None:
     """Fill each row's ``vs_best``: in every block of competing methods (same keys but the
     method; the source control and ``world_oracle`` do not compete) with two or more
     methods that have per-document scores, the best value is "best" and each other method
-    gets the p-value of its paired test against the best (:mod:`embtransfer.report.paired`;
+    gets the p-value of its paired test against the best (:mod:`embtransfer.core.paired`;
     a bootstrap's generator is seeded from ``seed`` and the row)."""
     blocks: dict[tuple, list[Row]] = {}
     for row in rows:

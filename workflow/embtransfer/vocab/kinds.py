@@ -173,7 +173,7 @@ def shared_token_figures(
 def wordfreq_lexicon(lang: str, min_zipf: float = MIN_ZIPF, other: str = "en") -> Lexicon:
     """A real language's lexicon from ``wordfreq``: the words at least ``min_zipf`` frequent
     in ``lang`` and more frequent there than in ``other`` (English: the sources' main
-    language; ``benchmarks/real_data.py`` keeps a corpus line by the same comparison), and
+    language; ``embtransfer/data/real_text.py`` keeps a corpus line by the same comparison), and
     as foreign words the ``other`` language's words at least as frequent. ``wordfreq``
     lists no names apart: a name is a word of whichever language uses it more."""
     from wordfreq import get_frequency_dict  # noqa: PLC0415 (optional: the dev extra)
