@@ -24,24 +24,43 @@ FIXTURES = REPO / "tests" / "fixtures" / "report"
 pytestmark = pytest.mark.slow
 
 EVALUATE_STUB = '''# test stub: the fixture evaluation files
-def all_evaluation():
+import embtransfer.report.inputs as report_inputs_module
+
+
+def all_evaluation(config):
     return sorted(str(p) for p in Path("results/eval").rglob("*.json"))
 
 
-def all_intrinsic():
+def all_intrinsic(config):
     return []
 
 
-def all_alignment():  # the fixtures hold no alignment scores
+def all_alignment(config):  # the fixtures hold no alignment scores or probes
     return []
+
+
+def all_plm_probes(config):
+    return []
+
+
+# the report rule's inputs (report/inputs.py) read these stubs, not the stages' functions
+report_inputs_module.all_evaluation = all_evaluation
+report_inputs_module.all_alignment = all_alignment
+report_inputs_module.all_plm_probes = all_plm_probes
 '''
 LAPT_STUB = '''# test stub: the fixture LAPT metrics files
-def all_lapt():
+import embtransfer.report.inputs as report_inputs_module
+
+
+def all_lapt(config):
     return []
 
 
-def all_lapt_metrics():
+def all_lapt_metrics(config):
     return sorted(str(p) for p in Path("results/lapt").rglob("*.metrics.jsonl"))
+
+
+report_inputs_module.all_lapt_metrics = all_lapt_metrics
 '''
 
 

@@ -144,7 +144,7 @@ rule real_corpus:
         name=wildcard_alternatives(REAL_TEXT_SOURCES),
     params:
         max_chars=REAL_TEXT_MAX_CHARS,
-        code=script_hash("data/real_corpus.py"),
+        code=script_hash("data/download_real_corpus.py"),
     conda:
         CONDA_ENV
     log:
@@ -152,7 +152,7 @@ rule real_corpus:
     benchmark:
         f"{paths.BENCHMARKS}/real_corpus/{{name}}.tsv"
     script:
-        "../scripts/data/real_corpus.py"
+        "../scripts/data/download_real_corpus.py"
 
 
 rule freedict_dictionary:
@@ -164,13 +164,13 @@ rule freedict_dictionary:
     wildcard_constraints:
         pair=wildcard_alternatives(FREEDICT_PAIRS),
     params:
-        code=script_hash("data/freedict_dictionary.py"),
+        code=script_hash("data/download_freedict.py"),
     conda:
         CONDA_ENV
     log:
         f"{paths.LOGS}/download/freedict_{{pair}}.log",
     script:
-        "../scripts/data/freedict_dictionary.py"
+        "../scripts/data/download_freedict.py"
 
 
 rule real_data:
