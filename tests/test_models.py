@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -339,6 +340,19 @@ def test_pretraining_is_reproducible(tokenizers, corpus):
         pretrain(model, tok, corpus["train"], corpus["valid"], cfg, seed=3, log=lambda s: None)
         weights.append(model.get_input_embeddings().weight.detach().clone())
     assert torch.equal(weights[0], weights[1])
+
+
+def test_pretraining_follows_the_one_lr_schedule(tokenizers, corpus):
+    tok = tokenizers["llama"]
+    cfg = {**TINY, "steps": 6, "warmup_steps": 3, "log_every": 1, "lr": 1e-3}
+    lines: list[str] = []
+    model = build_model("llama", len(tok), {"hidden_size": 32}, True, special_token_ids(tok), 3)
+    pretrain(model, tok, corpus["train"], corpus["valid"], cfg, seed=3, log=lines.append)
+    logged = [float(m) for m in re.findall(r" lr ([0-9.e+-]+) ", "\n".join(lines))]
+    # after step k the scheduler holds the LR of step k (0-based): k/3 while warming up,
+    # then half a cosine to 0 (transformers' schedule)
+    expected = [3.33e-4, 6.67e-4, 1.0e-3, 7.5e-4, 2.5e-4, 0.0]
+    assert logged == pytest.approx(expected, rel=2e-3, abs=1e-9)
 
 
 def test_causal_blocks_never_cut_a_line_and_fill_counts_no_loss():

@@ -4,8 +4,7 @@ import pytest
 import torch
 from transformers import get_cosine_schedule_with_warmup
 
-from embtransfer.core.schedule import cosine_with_warmup
-from embtransfer.world import pretrain
+from embtransfer.core.schedule import cosine_scheduler, cosine_with_warmup
 
 
 @pytest.mark.parametrize(("warmup", "total"), [(0, 1), (0, 7), (2, 10), (30, 120), (5, 5)])
@@ -26,6 +25,12 @@ def test_warms_up_from_zero_and_stays_at_zero_past_the_end() -> None:
     assert cosine_with_warmup(40, 4, 20) == 0.0
 
 
-def test_world_pretraining_uses_it() -> None:
-    assert pretrain.cosine_with_warmup is cosine_with_warmup
-    assert not hasattr(pretrain, "_lr_lambda")
+def test_the_scheduler_steps_the_optimizer_through_the_schedule() -> None:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+    scheduler = cosine_scheduler(optimizer, 3, 10)
+    for step in range(11):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(
+            0.5 * cosine_with_warmup(step, 3, 10)
+        )
+        optimizer.step()
+        scheduler.step()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
     """LR multiplier of the optimizer step with 0-based index ``step``."""
@@ -17,3 +19,12 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
         return step / max(1, warmup)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def cosine_scheduler(
+    optimizer: torch.optim.Optimizer, warmup: int, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The optimizer's learning rate times :func:`cosine_with_warmup` of its step index."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: cosine_with_warmup(step, warmup, total)
+    )

@@ -21,7 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoConfig, AutoTokenizer
 
-from embtransfer.core.schedule import cosine_with_warmup
+from embtransfer.core.schedule import cosine_scheduler
 from embtransfer.lapt import lora as lora_mod
 from embtransfer.lapt.checkpointing import run_identity
 from embtransfer.lapt.data import CorpusBlocks, corpus_blocks
@@ -144,9 +144,7 @@ def set_up_run(
         eps=float(settings.adam_eps),
         weight_decay=float(settings.weight_decay),
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: cosine_with_warmup(i, plan.warmup_steps, plan.total_steps)
-    )
+    scheduler = cosine_scheduler(optimizer, plan.warmup_steps, plan.total_steps)
     trainer = ModelTrainer(
         model=model,
         tokenizer=tokenizer,

@@ -24,7 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from embtransfer.core.atomic import atomic_path, write_json
 from embtransfer.core.logs import without_run_values
-from embtransfer.core.schedule import cosine_with_warmup
+from embtransfer.core.schedule import cosine_scheduler
 from embtransfer.models.hf import position_limit, save_safetensors
 
 DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")
@@ -549,9 +549,7 @@ def _train(
     losses, the tokens seen and the seconds taken."""
     steps, bs = int(cfg["steps"]), int(cfg["batch_size"])
     optimizer = _optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: cosine_with_warmup(i, int(cfg["warmup_steps"]), steps)
-    )
+    scheduler = cosine_scheduler(optimizer, int(cfg["warmup_steps"]), steps)
     data_gen = torch.Generator().manual_seed(seed)
     mask_gen = torch.Generator().manual_seed(seed + 7)
     model.train()
