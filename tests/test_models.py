@@ -22,6 +22,8 @@ from embtransfer.models.loading import (
 from embtransfer.world.pretrain import build_model, pretrain, save_checkpoint
 from embtransfer.world.tokenizers import (
     DEFAULT_ALGORITHM,
+    BYTE_TOKENS,
+    DEFAULT_SPLIT_DIGITS,
     special_token_ids,
     train_tokenizer,
 )
@@ -471,3 +473,39 @@ def test_null_tie_setting_takes_the_family_default(family):
                         {"bos": 1, "eos": 2, "pad": 0}, seed=0)
     out, inp = model.get_output_embeddings().weight, model.get_input_embeddings().weight
     assert (out.data_ptr() == inp.data_ptr()) == DEFAULT_TIED[family]
+
+
+def _numbers_corpus(path: Path) -> Path:
+    rng = random.Random(3)
+    lines = [f"In {rng.randint(1900, 2030)} the {rng.choice(['cat', 'dog'])} had "
+             f"{rng.randint(10, 99)} eggs." for _ in range(3000)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("algorithm", "family"),
+                         [("bytelevel_bpe", "llama"), ("sentencepiece_bpe", "gemma")])
+def test_split_digits_keeps_every_number_in_single_digits(algorithm, family, tmp_path):
+    """As Llama 2's, Gemma's and Qwen's tokenizers: no token holds two digits, and text
+    still round-trips. Without the option the same corpus gives multi-digit tokens."""
+    path = _numbers_corpus(tmp_path / "train.txt")
+
+    def multi_digit(tok) -> list[str]:
+        pieces = set(tok.get_vocab()) - set(BYTE_TOKENS)  # <0xD3> names a byte, not digits
+        return [t for t in pieces if sum(ch.isdigit() for ch in t) >= 2]
+
+    assert multi_digit(train_tokenizer(algorithm, [str(path)], 400, family))
+    tok = train_tokenizer(algorithm, [str(path)], 400, family, split_digits=True)
+    assert multi_digit(tok) == []
+    text = "In 1984 the cat had 42 eggs."
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_split_digits_is_refused_where_it_does_not_apply(tmp_path):
+    path = _numbers_corpus(tmp_path / "train.txt")
+    with pytest.raises(ValueError, match="tokenizer.split_digits.*wordpiece"):
+        train_tokenizer("wordpiece", [str(path)], 400, "bert", split_digits=True)
+
+
+def test_split_digits_default_follows_the_real_families():
+    assert {f for f, split in DEFAULT_SPLIT_DIGITS.items() if split} == {"llama", "gemma"}

@@ -40,12 +40,18 @@ class _Index:
 
     def __init__(self, world: dict[str, Any]) -> None:
         self.affinity = world["config"]["group_affinity"]
+        self.zipf = world["config"]["concept_zipf"]
         self.by_class: dict[str, list[dict[str, Any]]] = {}
         self.by_group: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for c in world["concepts"]:
             self.by_class.setdefault(c["class"], []).append(c)
             self.by_group.setdefault((c["class"], c["group"]), []).append(c)
         ents = world["entities"]
+        self.weight = {
+            c["id"]: (rank + 1) ** -self.zipf
+            for members in self.by_class.values()
+            for rank, c in enumerate(members)
+        }
         # Names safe in any frame: generic frames never use a fact relation's verb with them.
         self.names = ents["people"] + ents["extra_names"]
         # Only names outside the fact base may appear with fact-like verbs (live, be ...).
@@ -58,8 +64,16 @@ class _Index:
         if group is not None and rng.random() < self.affinity:
             same = self.by_group.get((cls, group))
             if same:
-                return rng.choice(same)
-        return rng.choice(self.by_class[cls])
+                return self._draw(rng, same)
+        return self._draw(rng, self.by_class[cls])
+
+    def _draw(self, rng: random.Random, concepts: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.zipf:
+            return rng.choice(concepts)
+        # A concept's weight follows its rank in its class (Zipf's law), so words have the
+        # long tail of real text: some frequent, most rare.
+        weights = [self.weight[c["id"]] for c in concepts]
+        return rng.choices(concepts, weights=weights)[0]
 
 
 def _noun(rng: random.Random, concept: dict[str, Any], *, adj: str | None = None,

@@ -49,6 +49,10 @@ DEFAULT_ALGORITHM = {
     "t5": "unigram",
 }
 
+# Whether a family's real tokenizer cuts numbers into single digits (Llama 2's and
+# Gemma's SentencePiece models do, as Qwen's do); the config may override it.
+DEFAULT_SPLIT_DIGITS = {family: family in ("llama", "gemma") for family in FAMILIES}
+
 # T5 span corruption needs one sentinel per masked span; 20 covers 15% noise of
 # sequences up to ~400 tokens at mean span length 3.
 N_EXTRA_IDS = 20
@@ -169,6 +173,12 @@ def _bytelevel(vocab_size: int, specials: list[str]) -> tuple[Tokenizer, trainer
         show_progress=False,
     )
     return tok, trainer
+
+
+def _digits_first(pre: pre_tokenizers.PreTokenizer) -> pre_tokenizers.PreTokenizer:
+    # Digits split off one by one before the family's own splitting, so no merge
+    # ever joins two digits.
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), pre])
 
 
 def _metaspace_bpe(
@@ -382,15 +392,22 @@ def _spm_train(
 
 
 def train_tokenizer(
-    algorithm: str, files: list[str], vocab_size: int, family: str
+    algorithm: str, files: list[str], vocab_size: int, family: str, *, split_digits: bool = False
 ) -> PreTrainedTokenizerFast:
     """Train a tokenizer on ``files`` and wrap it with the family's special tokens.
 
     ``vocab_size`` is the final size including special tokens, byte tokens and
-    sentinels (the trainer may stop short on a small corpus).
+    sentinels (the trainer may stop short on a small corpus). ``split_digits`` cuts
+    every number into single digits before BPE, as Llama's, Gemma's and Qwen's
+    tokenizers do (BPE algorithms only).
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown tokenizer algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if split_digits and algorithm not in ("bytelevel_bpe", "sentencepiece_bpe"):
+        raise ValueError(
+            f"tokenizer.split_digits is for the BPE algorithms, not {algorithm!r}: "
+            "set it to false or null for this model"
+        )
     spec = family_specials(family)
     specials = list(_ID_ORDER[family])
     if not files:
@@ -408,9 +425,13 @@ def train_tokenizer(
             _iter_lines(files), vocab_size - len(spec.extra), specials, spec.unk or "<unk>"
         )
     else:
+        if split_digits:
+            tok.pre_tokenizer = _digits_first(tok.pre_tokenizer)
         tok.train_from_iterator(_iter_lines(files), trainer=trainer)
     if algorithm == "sentencepiece_bpe":
         tok = _with_byte_fallback(tok, specials, spec.unk or "<unk>", prepend=family != "gemma")
+        if split_digits:
+            tok.pre_tokenizer = _digits_first(tok.pre_tokenizer)
     # Make sure the family's specials exist and are never split, whatever the algorithm.
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     if spec.extra:
