@@ -436,3 +436,19 @@ def test_every_script_and_morphology_renders(script: str, morphology: str):
         assert (q["query"] + " " + q["choices"][q["gold"]]).strip() == fact_statement(
             world, fact, "xx"
         )
+
+
+@pytest.mark.parametrize("s", [0.0, 1.0])
+def test_concepts_are_drawn_by_their_zipf_weight(s: float):
+    """world.concept_zipf: the concept of rank r in its class is drawn with weight r^-s
+    (chi-square against those weights over 30,000 draws); 0 draws them uniformly."""
+    world = build_world({"concept_zipf": s}, SEED)
+    idx, rng = _Index(world), random.Random(5)
+    animals = idx.by_class["animal"]
+    counts = Counter(idx.pick(rng, "animal")["id"] for _ in range(30_000))
+    weights = [(rank + 1) ** -s for rank in range(len(animals))]
+    expected = [30_000 * w / sum(weights) for w in weights]
+    chi2 = sum((counts[c["id"]] - e) ** 2 / e for c, e in zip(animals, expected, strict=True))
+    assert chi2 < 60  # 29 degrees of freedom: p < 1e-3 above 58
+    if s:
+        assert counts[animals[0]["id"]] > 10 * counts[animals[-1]["id"]]
