@@ -231,7 +231,7 @@ def test_calibration_table_flags_each_world_figure_outside_its_family_s_range(tm
     world.loc[world.index[0], "word_pct"] = 99.0  # outside Gemma 3 and Qwen 3's Arabic range
     (tmp_path / "world.csv").write_text(world.to_csv(index=False))
     frame = write_calibration(
-        _real_script().TABLE, [str(tmp_path / "world.csv")], tmp_path / "c.csv", tmp_path / "c.md"
+        [_real_script().TABLE], [str(tmp_path / "world.csv")], tmp_path / "c.csv", tmp_path / "c.md"
     )
     multi = real[(real["lang"] == "ar") & real["source"].isin(["gemma3", "qwen3"])]
     expected = [
@@ -246,5 +246,5 @@ def test_calibration_table_flags_each_world_figure_outside_its_family_s_range(tm
     assert "| word_pct | 34.9-42.6 | 3.5-7.2 | 99.0 † |" in text  # docs/calibration.md's range
     assert "| vi Gemma 3, Qwen 3 |" not in text and "| vi gemma3, qwen3 |" in text
     assert pd.read_csv(tmp_path / "c.csv")["in_range"].dtype == bool
-    write_calibration(_real_script().TABLE, [], tmp_path / "c.csv", tmp_path / "c.md")
+    write_calibration([], [], tmp_path / "c.csv", tmp_path / "c.md")
     assert "(no world pairs in this run)" in (tmp_path / "c.md").read_text()

@@ -122,3 +122,40 @@ def test_written_comparison_marks_what_clears_the_test(records, tmp_path):
     (tmp_path / "0.json").write_text(json.dumps(records[0]))
     with pytest.raises(MalformedResultError, match="document_bytes"):
         write_zeroshot_comparison(files, tmp_path / "z.csv", tmp_path / "z.md", seed=3)
+
+
+def test_methods_figure_draws_each_method_with_its_error_bar_and_marks(records, tmp_path):
+    from embtransfer.report.figures import draw_methods, write_methods_figure
+
+    zeroshot = zeroshot_comparison(records, seed=3)
+    alignment = pd.DataFrame({
+        "lang": "xx", "source": "src", "target": "gpt2_x", "stage": "transfer",
+        "side": "input", "split": ["held_out"] * 3 + ["dictionary"],
+        "method": ["salt", "random", "world_oracle", "salt"], "p_at_1": [30.0, 2.0, 90.0, 99.0],
+        "p_at_1_se": [3.0, 1.0, 2.0, 1.0], "best": "salt",
+        "p_at_1_vs_best_p": [float("nan"), 0.001, float("nan"), float("nan")],
+    })
+    fig = draw_methods(alignment, zeroshot, dpi=40)
+    # a row per setting, sorted: bert_x (no alignment lines: "no results"), then gpt2_x
+    assert [ax.get_title().split(":")[0] for ax in fig.axes[::2]] == [
+        "xx, source src, target bert_x", "xx, source src, target gpt2_x"]
+    assert fig.axes[0].texts[0].get_text() == "no results"
+    left, right = fig.axes[2], fig.axes[3]
+    # held-out lines only, highest P@1 first; bars of the values, error bars of the SEs
+    assert [t.get_text() for t in left.get_yticklabels()] == ["world_oracle", "salt", "random"]
+    assert [round(b.get_width(), 6) for b in left.patches] == [90.0, 30.0, 2.0]
+    assert {t.get_text().strip() for t in left.texts} == {"best", "*"}
+    gpt = zeroshot[zeroshot["target"] == "gpt2_x"].sort_values("bits_per_byte")
+    assert [t.get_text() for t in right.get_yticklabels()] == list(gpt["method"])
+    assert [b.get_width() for b in right.patches] == pytest.approx(list(gpt["bits_per_byte"]))
+    # each bar carries its standard error: the error bar's segments span value ± SE
+    (errors,) = [c for c in right.containers if hasattr(c, "lines")]
+    segments = errors.lines[2][0].get_segments()
+    assert [seg[1][0] - seg[0][0] for seg in segments] == pytest.approx(
+        list(2 * gpt["bits_per_byte_se"]))
+    # Random differs from the best (*); the oracle and focus from Random (†) at least
+    marks = [t.get_text().strip() for t in right.texts]
+    assert "best" in marks and "*" in marks and any("†" in m for m in marks)
+    assert "differs from Random" in fig.texts[-1].get_text()
+    write_methods_figure(tmp_path / "m.png", alignment, zeroshot, dpi=40)
+    assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -158,24 +158,30 @@ def calibration_markdown(real: pd.DataFrame, world: pd.DataFrame) -> str:
         real_ranges(real),
         "## The world beside them",
         "",
-        beside or "(no world pairs in this run)\n",
+        beside or f"(no world pair of {' or '.join(WORLD_LANGUAGES)} in this run)\n",
     ]
     return "\n".join(parts)
 
 
 def write_calibration(
-    real_path: str | os.PathLike,
+    real_paths: list[str],
     world_paths: list[str],
     csv_path: str | os.PathLike,
     md_path: str | os.PathLike,
 ) -> pd.DataFrame:
-    """Write calibration.{csv,md} from the real table and the world's (``world_paths``: the
-    shared_kinds table, or none in a run without world pairs)."""
-    real = pd.read_csv(real_path)
-    world = pd.concat([pd.read_csv(p) for p in world_paths]) if world_paths else real.iloc[:0]
-    frame = calibration_frame(real, world)
+    """Write calibration.{csv,md} from the real table (``real_paths``: its one path) and the
+    world's (``world_paths``: the shared_kinds table); a run without world pairs has
+    neither and writes an empty table."""
+    if not world_paths:
+        frame = pd.DataFrame(columns=CALIBRATION_COLUMNS)
+        text = "# The world's shared tokens beside real ones\n\n(no world pairs in this run)\n"
+    else:
+        real = pd.concat([pd.read_csv(p) for p in real_paths])
+        world = pd.concat([pd.read_csv(p) for p in world_paths])
+        frame = calibration_frame(real, world)
+        text = calibration_markdown(real, world)
     with atomic_path(csv_path) as tmp:
         frame.to_csv(tmp, index=False)
     with atomic_path(md_path) as tmp:
-        tmp.write_text(calibration_markdown(real, world), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     return frame

@@ -1,4 +1,7 @@
-"""Figure 2: LAPT training-loss curves, one panel per (language, source), a line per method.
+"""The report's figures: Figure 2, LAPT training-loss curves, one panel per (language,
+source), a line per method; and the methods figure, per (language, source, target PLM)
+setting held-out alignment P@1 and zero-shot bits per byte with standard errors and the
+paired tests' marks.
 
 Drawn on a bare :class:`matplotlib.figure.Figure` with the Agg canvas: no pyplot, no
 global backend state, no display needed.
@@ -10,10 +13,15 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid
+from embtransfer.core.paired import ALPHA
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
+from embtransfer.report.tables import ORACLE
+from embtransfer.report.zeroshot import OWN_TOKENIZER
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -108,3 +116,100 @@ def write_figure2(path: str | os.PathLike, runs: list[LaptRun], grid: Grid, name
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     return curves
+
+
+#: The marks of the methods figure: a paired test's difference that clears ALPHA.
+VS_BEST_MARK, VS_RANDOM_MARK = "*", "†"
+
+
+def held_out_p_at_1(alignment: pd.DataFrame) -> pd.DataFrame:
+    """The alignment lines the methods figure shows: held-out concepts, the transferred
+    checkpoints' input rows (zero-shot is before any training too)."""
+    keep = (
+        (alignment["split"] == "held_out")
+        & (alignment["stage"] == "transfer")
+        & (alignment["side"] == "input")
+    )
+    return alignment[keep]
+
+
+def _marks(line: Any, prefixes: tuple[tuple[str, str], ...]) -> str:
+    """The marks of one bar: each paired test whose p-value is below ALPHA."""
+    return "".join(
+        mark
+        for column, mark in prefixes
+        if column in line and not pd.isna(line[column]) and line[column] < ALPHA
+    )
+
+
+def _bar_panel(ax: Any, lines: pd.DataFrame, value: str, error: str,
+               marks: tuple[tuple[str, str], ...], colours: dict[str, str]) -> None:
+    """One horizontal bar per method, ± one standard error, its paired-test marks at the
+    error bar's end; the best method first."""
+    lines = lines.sort_values(value, ascending=value != "p_at_1")
+    positions = range(len(lines))
+    ax.barh(list(positions), lines[value], xerr=lines[error].fillna(0), capsize=2,
+            color=[colours[m] for m in lines["method"]])
+    ax.set_yticks(list(positions), labels=list(lines["method"]), fontsize="small")
+    ax.invert_yaxis()
+    for y, (_, line) in zip(positions, lines.iterrows(), strict=True):
+        text = _marks(line, marks)
+        if line["method"] == line.get("best"):
+            text = "best"
+        if text:
+            ax.text(line[value] + (line[error] if not pd.isna(line[error]) else 0), y,
+                    f" {text}", va="center", fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def draw_methods(alignment: pd.DataFrame, zeroshot: pd.DataFrame, dpi: int = 120) -> Figure:
+    """The figure (not saved): per (language, source, target PLM) setting, held-out P@1 and
+    zero-shot bits per byte of every method, ± one standard error, with the paired tests'
+    marks (:data:`VS_BEST_MARK`, :data:`VS_RANDOM_MARK`)."""
+    aligned = held_out_p_at_1(alignment)
+    settings = sorted({tuple(k) for k in aligned[["lang", "source", "target"]].to_numpy()}
+                      | {tuple(k) for k in zeroshot[["lang", "source", "target"]].to_numpy()})
+    settings = [s for s in settings if s[2] != OWN_TOKENIZER] or [("", "", "")]
+    methods = sorted(set(aligned["method"]) | set(zeroshot["method"]))
+    colours = {m: "0.6" if m == ORACLE else f"C{i % 10}" for i, m in enumerate(methods)}
+    heights = [1.2 + 0.22 * max(1, (zeroshot["target"] == s[2]).sum(),
+                                (aligned["target"] == s[2]).sum()) for s in settings]
+    from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
+    from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
+
+    fig = Figure(figsize=(11, sum(heights) + 1.0), dpi=dpi)
+    backend_agg.FigureCanvasAgg(fig)
+    axes = fig.subplots(len(settings), 2, squeeze=False,
+                        gridspec_kw={"height_ratios": heights})
+    for row, setting in zip(axes, settings, strict=True):
+        title = "{}, source {}, target {}".format(*setting)
+        for ax, lines, value, error, marks, label in (
+            (row[0], aligned, "p_at_1", "p_at_1_se", (("p_at_1_vs_best_p", VS_BEST_MARK),),
+             "held-out P@1 (%), higher is better"),
+            (row[1], zeroshot, "bits_per_byte", "bits_per_byte_se",
+             (("vs_best_p", VS_BEST_MARK), ("vs_random_p", VS_RANDOM_MARK)),
+             "zero-shot bits per byte, lower is better"),
+        ):
+            mine = lines[(lines["lang"] == setting[0]) & (lines["source"] == setting[1])
+                         & (lines["target"] == setting[2])]
+            if mine.empty:
+                ax.text(0.5, 0.5, "no results", ha="center", va="center",
+                        transform=ax.transAxes)
+            else:
+                _bar_panel(ax, mine, value, error, marks, colours)
+            ax.set_title(f"{title}: {label}", fontsize="small")
+    fig.suptitle("Methods per setting: held-out alignment and zero-shot bits per byte")
+    fig.text(0.01, 0.005, f"Bars: ± one standard error. {VS_BEST_MARK}: differs from the "
+             f"setting's best method, {VS_RANDOM_MARK}: differs from Random (paired tests "
+             f"over the same tokens or documents, p < {ALPHA}); best: the setting's best "
+             f"method; {ORACLE} (grey): the upper bound, not ranked.", fontsize="small")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    return fig
+
+
+def write_methods_figure(path: str | os.PathLike, alignment: pd.DataFrame,
+                         zeroshot: pd.DataFrame, dpi: int = 120) -> None:
+    """Draw and write the methods figure as PNG, atomically."""
+    fig = draw_methods(alignment, zeroshot, dpi=dpi)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
