@@ -138,7 +138,7 @@ def test_methods_figure_draws_each_method_with_its_error_bar_and_marks(records, 
     fig = draw_methods(alignment, zeroshot, dpi=40)
     # a row per setting, sorted: bert_x (no alignment lines: "no results"), then gpt2_x
     assert [ax.get_title().split(":")[0] for ax in fig.axes[::2]] == [
-        "xx, source src, target bert_x", "xx, source src, target gpt2_x"]
+        "xx, src, bert_x", "xx, src, gpt2_x"]
     assert fig.axes[0].texts[0].get_text() == "no results"
     left, right = fig.axes[2], fig.axes[3]
     # held-out lines only, highest P@1 first; bars of the values, error bars of the SEs
@@ -159,3 +159,18 @@ def test_methods_figure_draws_each_method_with_its_error_bar_and_marks(records, 
     assert "differs from Random" in fig.texts[-1].get_text()
     write_methods_figure(tmp_path / "m.png", alignment, zeroshot, dpi=40)
     assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_methods_figure_cuts_a_far_bits_per_byte_bar_and_writes_its_value(records):
+    from embtransfer.report.figures import draw_methods
+
+    records[2]["document_nll_nats"] = [v * 20 for v in records[2]["document_nll_nats"]]
+    records[2]["bits_per_byte"] *= 20
+    zeroshot = zeroshot_comparison(records, seed=3)
+    empty = pd.DataFrame(columns=["lang", "source", "target", "method", "stage", "side",
+                                  "split", "p_at_1", "p_at_1_se", "best", "p_at_1_vs_best_p"])
+    right = draw_methods(empty, zeroshot, dpi=40).axes[3]
+    focus = zeroshot[(zeroshot["method"] == "focus") & (zeroshot["target"] == "gpt2_x")]
+    assert right.get_xlim()[1] < float(focus["bits_per_byte"].iloc[0])
+    assert any(t.get_text().strip().startswith(f"{focus['bits_per_byte'].iloc[0]:.2f} →")
+               for t in right.texts)

@@ -207,7 +207,7 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
     name = {key: Path(path).name for key, path in outputs.items()}
     parts = ["", "## Methods per setting: held-out alignment and zero-shot bits per byte", "",
              "Each method ± one standard error; "
-             f"{VS_BEST_MARK}: differs from the setting's best method, {VS_RANDOM_MARK}: "
+             f"`{VS_BEST_MARK}`: differs from the setting's best method, `{VS_RANDOM_MARK}`: "
              "from Random (paired tests, p < 0.05).", "",
              f"![Methods]({name['methods']})"]
     if len(alignment):

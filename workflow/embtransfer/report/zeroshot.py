@@ -208,7 +208,9 @@ def _versus_cell(diff: float, se: float, p: float) -> str:
     if math.isnan(diff):
         return ""
     mark = " *" if p < ALPHA else ""
-    return f"{diff:+.4f} ± {se:.4f} (p {p:.3f}){mark}"
+    # the bootstrap's p is at least 1 / samples: below 0.001 it says only "smaller"
+    shown = "p < 0.001" if p < 0.001 else f"p {p:.3f}"
+    return f"{diff:+.4f} ± {se:.4f} ({shown}){mark}"
 
 
 def _versus_column(group: pd.DataFrame, prefix: str) -> list[str]:
