@@ -11,7 +11,8 @@ and :func:`embtransfer.vocab.kinds.shared_token_figures` with the language's ``w
 lexicon. Writes the table the repository commits
 (``resources/calibration/real_shared_tokens.csv``); ``--compare`` prints the real ranges
 beside the world's figures (the ``shared_kinds`` rule's table) as docs/calibration.md shows
-them.
+them, with :mod:`embtransfer.report.calibration`, which writes the report's
+``results/report/calibration.{md,csv}``.
 
     nice python benchmarks/real_shared_tokens.py [--out CSV] [--work DIR]
     python benchmarks/real_shared_tokens.py --compare results/overlap/shared_kinds.csv
@@ -33,27 +34,11 @@ sys.path.insert(0, str(REPO / "tests" / "fixtures" / "tokenizers"))
 import fetch  # noqa: E402
 import real_targets  # noqa: E402
 
+from embtransfer.report.calibration import compare, real_ranges  # noqa: E402
 from embtransfer.vocab.kinds import COLUMNS  # noqa: E402
 
 SOURCES = ("gemma3", "llama2", "llama3", "qwen3")
-#: the multilingual sources, like the paper's: the range the world is held to
-MULTILINGUAL = ("gemma3", "qwen3")
-ENGLISH_CENTRIC = ("llama2",)
 TABLE = REPO / "resources" / "calibration" / "real_shared_tokens.csv"
-#: the world's target languages and the real language of their script family
-WORLD_LANGUAGES = {"ar_mini": "ar", "vi_mini": "vi"}
-#: the figures docs/calibration.md compares
-SHOWN = (
-    "vocab_coverage_pct",
-    "text_coverage_pct",
-    "word_pct",
-    "piece_pct",
-    "name_pct",
-    "digits_pct",
-    "punct_pct",
-    "byte_pct",
-    "text_word_pct",
-)
 
 
 def target_tokenizer(work: Path, lang: str, family: str, text: list[str]):
@@ -99,59 +84,6 @@ def measure(work: Path) -> pd.DataFrame:
                 )
             print(f"{lang}_{family}: {time.perf_counter() - start:.0f} s", flush=True)
     return pd.DataFrame(rows, columns=list(COLUMNS))
-
-
-def _range(frame: pd.DataFrame, figure: str) -> str:
-    low, high = frame[figure].min(), frame[figure].max()
-    return f"{low:.1f}" if low == high else f"{low:.1f}-{high:.1f}"
-
-
-def _inside(value: float, frame: pd.DataFrame, figure: str) -> str:
-    """The world's value, marked † outside the multilingual sources' range."""
-    inside = frame[figure].min() <= value <= frame[figure].max()
-    return f"{value:.1f}" if inside else f"{value:.1f} †"
-
-
-def real_ranges(real: pd.DataFrame) -> str:
-    """Markdown: each shown figure's range per language over the three target families, for
-    the multilingual sources and for each English-centric one."""
-    groups = [(lang, MULTILINGUAL) for lang in real_targets.LANGS]
-    groups += [(lang, (name,)) for lang in real_targets.LANGS for name in ENGLISH_CENTRIC]
-    frames = [real[(real["lang"] == lang) & real["source"].isin(names)] for lang, names in groups]
-    heads = [f"{lang} {', '.join(names)}" for lang, names in groups]
-    lines = ["| figure | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
-    for figure in SHOWN:
-        lines.append(f"| {figure} | " + " | ".join(_range(f, figure) for f in frames) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def compare(real: pd.DataFrame, world: pd.DataFrame) -> str:
-    """Markdown: per world language, each shown figure's real range for the multilingual
-    sources and for Llama 2 (every family), and the world's value per target (source
-    ``world.source``), marked † outside the multilingual range."""
-    parts = []
-    for world_lang, lang in WORLD_LANGUAGES.items():
-        mine = world[world["lang"] == world_lang]
-        if mine.empty:
-            continue
-        multi = real[(real["lang"] == lang) & real["source"].isin(MULTILINGUAL)]
-        english = real[(real["lang"] == lang) & real["source"].isin(ENGLISH_CENTRIC)]
-        names = [f"{t} ({s})" for s, t in zip(mine["source"], mine["target"], strict=True)]
-        parts += [
-            f"{world_lang} beside {lang}",
-            "",
-            "| figure | Gemma 3, Qwen 3 | Llama 2 | " + " | ".join(names) + " |",
-            "|---|---|---|" + "---|" * len(names),
-        ]
-        for figure in SHOWN:
-            cells = [_inside(v, multi, figure) for v in mine[figure]]
-            parts.append(
-                f"| {figure} | {_range(multi, figure)} | {_range(english, figure)} | "
-                + " | ".join(cells)
-                + " |"
-            )
-        parts.append("")
-    return "\n".join(parts)
 
 
 def main() -> None:

@@ -99,6 +99,51 @@ def test_loss_and_bits_per_byte_match_hand_computation(model_dir, text_file, max
     assert result["loss"] > 0.5 * math.log(300)
 
 
+def _hand_document_nll(model_dir: Path, max_length: int) -> tuple[list[float], list[int]]:
+    """Per document, its summed NLL and token count: every packed sequence scored alone,
+    each predicted token credited to the document it belongs to by walking the stream."""
+    tok = tf.AutoTokenizer.from_pretrained(model_dir)
+    model = tf.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    first = next(i for i in (tok.bos_token_id, tok.cls_token_id, tok.eos_token_id)
+                 if i is not None)
+    sep = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+    docs = [line for line in LINES if line.strip()]
+    stream: list[tuple[int, int | None]] = []  # (token, its document or None)
+    for index, line in enumerate(docs):
+        stream += [(i, index) for i in tok(line, add_special_tokens=False)["input_ids"]]
+        stream.append((sep, None))
+    nll, tokens = [0.0] * len(docs), [0] * len(docs)
+    for start in range(0, len(stream), max_length - 1):
+        chunk = stream[start : start + max_length - 1]
+        with torch.no_grad():
+            logits = model(torch.tensor([[first] + [i for i, _ in chunk]])).logits[0]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        for position, (token, document) in enumerate(chunk):
+            if document is not None:
+                nll[document] -= logprobs[position, token].item()
+                tokens[document] += 1
+    return nll, tokens
+
+
+@pytest.mark.parametrize("max_length,batch_size", [(64, 8), (7, 3)])
+def test_per_document_losses_match_hand_computation_and_sum_to_the_aggregates(
+        model_dir, text_file, max_length, batch_size):
+    result = evaluate_text(model_dir, text_file, max_length=max_length,
+                           batch_size=batch_size, device="cpu")
+    nll, tokens = _hand_document_nll(model_dir, max_length)
+    docs = [line for line in LINES if line.strip()]
+    assert result["document_bytes"] == [len(d.encode("utf-8")) for d in docs]
+    assert result["document_tokens"] == tokens
+    assert result["document_nll_nats"] == pytest.approx(nll, rel=1e-5)
+    # every aggregate is recomputable from the per-document lists
+    assert sum(result["document_tokens"]) == result["tokens"]
+    assert sum(result["document_bytes"]) == result["bytes"]
+    assert len(result["document_bytes"]) == result["documents"]
+    assert result["bits_per_byte"] == pytest.approx(
+        sum(result["document_nll_nats"]) / (math.log(2) * sum(result["document_bytes"])),
+        rel=1e-6)  # float32 sums per sequence against float64 per document
+
+
 def test_half_precision_checkpoint_runs_in_float32_on_the_cpu(model_dir, text_file, tmp_path):
     """CPUs without bf16 units emulate it, slowly: a bf16 checkpoint is evaluated in float32
     there, and says so."""

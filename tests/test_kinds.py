@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from test_bench_real import benchmark
 
+from embtransfer.report.calibration import WORLD_LANGUAGES, compare, write_calibration
 from embtransfer.vocab.kinds import (
     COLUMNS,
     FIGURES,
@@ -186,14 +187,13 @@ def test_committed_real_table_has_every_pair_and_the_code_s_columns():
     assert tuple(table.columns) == COLUMNS
     assert len(table) == len(script.SOURCES) * 9
     assert set(table["source"]) == set(script.SOURCES)
-    assert set(table["lang"]) == set(script.WORLD_LANGUAGES.values()) | {"de"}
+    assert set(table["lang"]) == set(WORLD_LANGUAGES.values()) | {"de"}
     shares = table[[f"{k}_pct" for k in KINDS]].sum(axis=1)
     assert np.allclose(shares, 100.0, atol=0.05)
     assert (table["text_word_pct"] <= table["text_coverage_pct"]).all()
 
 
 def test_compare_marks_world_figures_outside_the_multilingual_range():
-    script = _real_script()
     real = pd.DataFrame(
         [
             {
@@ -218,6 +218,33 @@ def test_compare_marks_world_figures_outside_the_multilingual_range():
             for t, v in (("in", 15.0), ("out", 1.0))
         ]
     )
-    text = script.compare(real, world)
+    text = compare(real, world)
     assert "| word_pct | 10.0-20.0 | 1.0 | 15.0 | 1.0 † |" in text
     assert "vi_mini" not in text  # no world rows, no section
+
+
+def test_calibration_table_flags_each_world_figure_outside_its_family_s_range(tmp_path):
+    real = pd.read_csv(_real_script().TABLE)
+    world = real[(real["lang"] == "ar") & (real["source"] == "gemma3")].assign(
+        lang="ar_mini", source="src"
+    )
+    world.loc[world.index[0], "word_pct"] = 99.0  # outside Gemma 3 and Qwen 3's Arabic range
+    (tmp_path / "world.csv").write_text(world.to_csv(index=False))
+    frame = write_calibration(
+        [_real_script().TABLE], [str(tmp_path / "world.csv")], tmp_path / "c.csv", tmp_path / "c.md"
+    )
+    multi = real[(real["lang"] == "ar") & real["source"].isin(["gemma3", "qwen3"])]
+    expected = [
+        bool(multi[f].min() <= v <= multi[f].max())
+        for _, row in world.iterrows()
+        for f in frame["figure"].unique()
+        for v in [row[f]]
+    ]
+    assert list(frame["in_range"]) == expected
+    assert not expected[2] and sum(not e for e in expected) == 1  # Gemma 3's own figures fit
+    text = (tmp_path / "c.md").read_text()
+    assert "| word_pct | 34.9-42.6 | 3.5-7.2 | 99.0 † |" in text  # docs/calibration.md's range
+    assert "| vi Gemma 3, Qwen 3 |" not in text and "| vi gemma3, qwen3 |" in text
+    assert pd.read_csv(tmp_path / "c.csv")["in_range"].dtype == bool
+    write_calibration([], [], tmp_path / "c.csv", tmp_path / "c.md")
+    assert "(no world pairs in this run)" in (tmp_path / "c.md").read_text()

@@ -605,11 +605,13 @@ def test_the_schema_fills_every_default_and_refuses_unknown_keys():
     section: dict = fill_schema_defaults(report_schema(), {})
     validator.validate(section)
     assert section == {
-        "reference": "resources/reference/salt_paper_tables.csv", "stages": None,
+        "reference": "resources/reference/salt_paper_tables.csv",
+        "calibration": "resources/calibration/real_shared_tokens.csv", "stages": None,
         "methods": None, "focus_method": "salt", "figure_dpi": 120,
         "paper_names": {"sources": {}, "languages": {}, "architectures": {}, "methods": {}},
     }
     assert (REPO / section["reference"]).is_file()
+    assert (REPO / section["calibration"]).is_file()
     for bad in ({"stage": ["lapt"]}, {"paper_names": {"sources": {"x": "Llama"}}},
                 {"stages": ["eval"]}):
         with pytest.raises(jsonschema.ValidationError):
@@ -661,6 +663,6 @@ def test_the_rule_params_hold_only_what_the_report_reads():
     config["seed"] = 7
     config["models"]["gemma"]["revision"] = "changed"
     subset = config_subset(config)
-    assert "seed" not in subset
+    assert subset["seed"] == 7  # the zero-shot comparison's paired bootstrap reads it
     assert subset["models"]["gemma"] == {"type": "hub", "repo_id": "google/gemma-2b"}
     assert PaperNames.from_config(subset) == PaperNames.from_config(config)

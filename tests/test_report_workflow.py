@@ -9,12 +9,14 @@ rule is allowed to run, so this takes seconds, not the whole DAG.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -43,10 +45,20 @@ def all_plm_probes(config):
     return []
 
 
+def all_zeroshot(config):  # the records with per-document losses (workdir below)
+    return sorted(str(p) for p in Path("results/zeroshot/ar_mini/gemma").rglob("*.json"))
+
+
+def all_shared_kinds(config):
+    return ["results/overlap/shared_kinds.csv"]
+
+
 # the report rule's inputs (report/inputs.py) read these stubs, not the stages' functions
 report_inputs_module.all_evaluation = all_evaluation
 report_inputs_module.all_alignment = all_alignment
 report_inputs_module.all_plm_probes = all_plm_probes
+report_inputs_module.all_zeroshot = all_zeroshot
+report_inputs_module.all_shared_kinds = all_shared_kinds
 '''
 LAPT_STUB = '''# test stub: the fixture LAPT metrics files
 import embtransfer.report.inputs as report_inputs_module
@@ -82,7 +94,8 @@ def workdir(tmp_path_factory) -> Path:
     shutil.copy(REPO / "Snakefile", work / "Snakefile")
     for name in ("workflow", "config", "envs"):
         shutil.copytree(REPO / name, work / name)  # its bytecode too (test_workflow.copy_workflow)
-    shutil.copytree(REPO / "resources" / "reference", work / "resources" / "reference")
+    for resource in ("reference", "calibration"):
+        shutil.copytree(REPO / "resources" / resource, work / "resources" / resource)
     (work / "workflow" / "rules" / "evaluation.smk").write_text(EVALUATE_STUB)
     (work / "workflow" / "rules" / "lapt.smk").write_text(LAPT_STUB)
     config = yaml.safe_load((FIXTURES / "config.yaml").read_text())
@@ -97,11 +110,21 @@ def workdir(tmp_path_factory) -> Path:
     # Every coverage file the rule lists must exist for Snakemake (the fixtures leave one out).
     (work / "results/overlap/llama_mini/bert_de.coverage.json").write_text(
         json.dumps({"copied": 1, "initialized": 1, "coverage_pct": 50.0}))
-    # ... and every zero-shot record of a LAPT run (Table 5's bits per byte).
-    zeroshot = work / "results/zeroshot/ar_mini/gemma/gpt2_ar_mini/salt.json"
-    zeroshot.parent.mkdir(parents=True)
-    zeroshot.write_text(
-        json.dumps({"loss": 7.0, "bits_per_byte": 2.0, "tokens": 400, "bytes": 1400}))
+    # ... and every zero-shot record of a LAPT run (Table 5's bits per byte), with Random's
+    # beside it for the zero-shot comparison (per-document losses: 2 and 3 bits per byte).
+    folder = work / "results/zeroshot/ar_mini/gemma/gpt2_ar_mini"
+    folder.mkdir(parents=True)
+    for method, bpb, noise in (("salt", 2.0, (0.1, -0.1)), ("random", 3.0, (0.2, -0.2))):
+        nll = [(bpb + noise[i % 2]) * 700 * math.log(2) for i in range(2)]
+        (folder / f"{method}.json").write_text(json.dumps({
+            "lang": "ar_mini", "source": "gemma", "target": "gpt2_ar_mini", "method": method,
+            "loss": 7.0, "bits_per_byte": sum(nll) / math.log(2) / 1400, "tokens": 400,
+            "bytes": 1400, "document_nll_nats": nll, "document_bytes": [700, 700]}))
+    # the world's shared-token figures: Gemma 3's own Arabic ones, as if they were the world's
+    real = pd.read_csv(REPO / "resources/calibration/real_shared_tokens.csv")
+    real[(real["lang"] == "ar") & (real["source"] == "gemma3")].assign(
+        lang="ar_mini", source="llama_mini").to_csv(
+        work / "results/overlap/shared_kinds.csv", index=False)
     snakemake(work, "--cores", "1", "report")
     return work
 
@@ -132,6 +155,13 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
         out / "table1.md").read_text()
     assert (out / "figure2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "report.md").read_text().startswith("# SALT paper tables, regenerated")
+    zeroshot = pd.read_csv(out / "zeroshot.csv").set_index("method")
+    assert zeroshot.loc["salt", "bits_per_byte"] == pytest.approx(2.0)
+    assert zeroshot.loc["random", "vs_best"] == pytest.approx(1.0)
+    assert zeroshot["bits_per_byte_se"].notna().all()
+    calibration = pd.read_csv(out / "calibration.csv")
+    assert len(calibration) == 3 * 9 and calibration["in_range"].all()
+    assert (out / "methods.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (workdir / "results/logs/report/report.log").is_file()
     dry = snakemake(workdir, "-n", "report")
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -141,8 +171,11 @@ def test_snakemake_report_includes_tables_figure_and_captions(workdir):
     snakemake(workdir, "--report", "report.html", "report")
     html = (workdir / "report.html").read_text()
     assert len(html) > 100_000  # the files are embedded
-    for name in ("table1.md", "table8.csv", "figure2.png", "report.md"):
+    for name in ("table1.md", "table8.csv", "figure2.png", "report.md", "zeroshot.md",
+                 "zeroshot.csv", "methods.png", "calibration.md", "calibration.csv",
+                 "alignment.md", "plm_probes.md"):
         assert name in html
     for text in ("Paper tables", "Paper figures", "Table 5: eval loss during LAPT",
-                 "Cross-lingual embedding transfer (SALT and baselines)"):
+                 "Cross-lingual embedding transfer (SALT and baselines)", "Methods compared",
+                 "Calibration of the world", "Alignment with the world's truth"):
         assert text in html

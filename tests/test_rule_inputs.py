@@ -9,6 +9,7 @@ per-task evaluation jobs), without Snakemake.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,7 +103,7 @@ CONFIG: dict[str, Any] = {
         "tokenizer_stats": True,
         "datasets_dir": "resources/lm_eval",
     },
-    "report": {"reference": "resources/reference/paper.csv"},
+    "report": {"reference": "resources/reference/paper.csv", "calibration": "real.csv"},
 }
 
 
@@ -508,8 +509,16 @@ def test_report_inputs(config):
     assert inputs["lapt"] == lapt.all_lapt_metrics(config)
     assert inputs["reference"] == "resources/reference/paper.csv"
     assert list(inputs) == [
-        "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference"
+        "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference",
+        "transfer_zeroshot", "real_shared_tokens", "shared_kinds",
     ]
+    # every checkpoint's zero-shot record and the source models', for the comparison
+    assert inputs["transfer_zeroshot"] == transfer.all_zeroshot(config)
+    from embtransfer.core.grid import world_pairs
+
+    # the calibration table reads the real figures only beside the world's
+    assert inputs["real_shared_tokens"] == (["real.csv"] if world_pairs(config) else [])
+    assert inputs["shared_kinds"] == all_shared_kinds(config)
 
 
 def test_report_entries_caption_every_output():
@@ -526,4 +535,11 @@ def test_report_entries_caption_every_output():
         "format": "Markdown",
     }
     assert report.report_entry("figure2")["category"] == "Paper figures"
+    assert report.report_entry("methods")["caption"] == "../report/methods.rst"
+    assert report.report_entry("zeroshot_csv")["category"] == "Methods compared"
+    assert report.report_entry("calibration_md")["labels"]["format"] == "Markdown"
+    # every output has a caption that exists
+    for name in report.output_names():
+        rules = Path(__file__).resolve().parents[1] / "workflow" / "rules"
+        assert (rules / report.report_entry(name)["caption"]).is_file()
     assert report.report_entry("report_md")["subcategory"] == "All tables (report.md)"

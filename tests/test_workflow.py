@@ -66,8 +66,10 @@ def copy_workflow(dest: Path) -> Path:
     shutil.copytree(REPO / "config", dest / "config")
     shutil.copytree(REPO / "envs", dest / "envs")
     shutil.copytree(REPO / "profiles", dest / "profiles")  # the workflow profile
-    if (REPO / "resources" / "reference").is_dir():  # the paper's numbers, for the report
-        shutil.copytree(REPO / "resources" / "reference", dest / "resources" / "reference")
+    # the paper's numbers and the real shared-token figures, for the report
+    for resource in ("reference", "calibration"):
+        if (REPO / "resources" / resource).is_dir():
+            shutil.copytree(REPO / "resources" / resource, dest / "resources" / resource)
     return dest
 
 

@@ -8,7 +8,9 @@ the item's difficulty cancels. So the report compares methods item by item:
 * :func:`paired_bootstrap` for continuous scores (cosine to the oracle row): the share of
   seeded bootstrap resamples of the items in which the mean difference changes sign;
 * :func:`difference` the mean difference with its paired standard error (the standard
-  deviation of the per-item differences over sqrt(n)): "k standard errors of the difference".
+  deviation of the per-item differences over sqrt(n)): "k standard errors of the difference";
+* :func:`ratio_se` and :func:`paired_ratio` for a ratio of sums over the items (bits per
+  byte: the items' summed losses over their summed bytes), by the delta method.
 
 A difference *clears* the test at :data:`ALPHA`.
 """
@@ -16,6 +18,7 @@ A difference *clears* the test at :data:`ALPHA`.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +46,12 @@ class Comparison:
     @property
     def clears(self) -> bool:
         return self.p < ALPHA
+
+
+def derived_seed(*key: object) -> int:
+    """A seed of its own for each comparison (``key``: its setting, method and the run's
+    seed), the same in every run and process."""
+    return zlib.crc32(repr(key).encode())
 
 
 def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,3 +107,34 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, seed: int,
         return Comparison(0.0, 0.0, 1.0, "bootstrap")
     far = (means <= 0).mean() if diff > 0 else (means >= 0).mean()
     return Comparison(diff, se, float(min(1.0, max(2 * far, 1 / samples))), "bootstrap")
+
+
+def _ratio_terms(y: np.ndarray, x: np.ndarray) -> tuple[float, float]:
+    """(sum(y) / sum(x), its delta-method standard error over the items)."""
+    y, x = _pair(y, x)
+    total = x.sum()
+    if total <= 0:
+        raise ValueError("a ratio of sums needs a positive denominator")
+    ratio = y.sum() / total
+    # the ratio's linearisation: each item's residual from the line y = ratio * x
+    residual = y - ratio * x
+    se = math.sqrt(y.size / (y.size - 1) * float((residual**2).sum())) / total
+    return float(ratio), se
+
+
+def ratio_se(y: np.ndarray, x: np.ndarray) -> float:
+    """Delta-method standard error of the ratio estimator sum(y) / sum(x) over the items."""
+    return _ratio_terms(y, x)[1]
+
+
+def paired_ratio(a: np.ndarray, b: np.ndarray, x: np.ndarray, seed: int,
+                 samples: int = BOOTSTRAP_SAMPLES) -> Comparison:
+    """sum(a) / sum(x) - sum(b) / sum(x) over the same items with one denominator ``x`` (two
+    methods' losses on the same documents, ``x`` their bytes): the difference, its
+    delta-method standard error, and the p-value of :func:`paired_bootstrap` of the items'
+    a - b (with a positive denominator the resampled ratio difference has the sign of the
+    resampled sum of a - b, so their far-side shares agree)."""
+    a, b = _pair(a, b)
+    diff, se = _ratio_terms(a - b, x)
+    test = paired_bootstrap(a, b, seed, samples)
+    return Comparison(diff, se, test.p, "bootstrap")

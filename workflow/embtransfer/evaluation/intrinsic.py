@@ -22,6 +22,11 @@ numbers are comparable across tokenizers and runs):
   where ``bytes`` is the UTF-8 length of the scored documents (line breaks
   excluded). Lossy tokenizers (BERT/T5 normalisation, ``[UNK]``) score text
   they cannot reproduce; ``unk_tokens`` reports how often that happened.
+* Per document, in document order: ``document_nll_nats`` (the summed NLL of its
+  scored tokens, whatever sequence each fell in), ``document_tokens`` and
+  ``document_bytes``; their sums are ``nll_nats``, ``tokens`` and ``bytes`` (the NLL's
+  up to float rounding), so any aggregate over documents can be recomputed from them
+  (the report's standard errors and paired tests: ``embtransfer.report.zeroshot``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -70,10 +76,20 @@ class Packed:
 
     sequences: list[list[int]]
     scored: list[list[bool]]  # per position: is this token's prediction counted?
+    #: per position: the index of the document whose token it is, -1 for context/separator
+    owners: list[list[int]]
     context_id: int
     separator_id: int | None
-    documents: int
-    bytes: int
+    document_tokens: list[int]
+    document_bytes: list[int]
+
+    @property
+    def documents(self) -> int:
+        return len(self.document_bytes)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.document_bytes)
 
     @property
     def tokens(self) -> int:
@@ -89,21 +105,23 @@ def pack_documents(tokenizer: Any, docs: list[str], max_length: int) -> Packed:
         raise ValueError("the tokenizer has no bos/cls/eos/sep token to start sequences with")
     sep = _role(tokenizer, "eos", "sep")
     stream: list[int] = []
-    counted: list[bool] = []
+    owner: list[int] = []
     encoded = tokenizer(docs, add_special_tokens=False)["input_ids"] if docs else []
-    for ids in encoded:
+    for index, ids in enumerate(encoded):
         stream.extend(ids)
-        counted.extend([True] * len(ids))
+        owner.extend([index] * len(ids))
         if sep is not None:
             stream.append(sep)
-            counted.append(False)
+            owner.append(-1)
     step = max_length - 1
-    sequences, scored = [], []
+    sequences, scored, owners = [], [], []
     for start in range(0, len(stream), step):
         sequences.append([context] + stream[start : start + step])
-        scored.append([False] + counted[start : start + step])
-    n_bytes = sum(len(d.encode("utf-8")) for d in docs)
-    return Packed(sequences, scored, context, sep, len(docs), n_bytes)
+        owners.append([-1] + owner[start : start + step])
+        scored.append([o >= 0 for o in owners[-1]])
+    return Packed(sequences, scored, owners, context, sep,
+                  document_tokens=[len(ids) for ids in encoded],
+                  document_bytes=[len(d.encode("utf-8")) for d in docs])
 
 
 def evaluate_text(
@@ -140,7 +158,7 @@ def evaluate_text(
     if not docs:
         raise ValueError(f"{text_file}: no non-empty lines to evaluate")
     packed = pack_documents(tokenizer, docs, max_length)
-    total_nll = _total_nll(model, packed, batch_size, dev)
+    total_nll, document_nll = _total_nll(model, packed, batch_size, dev)
     n_tokens = packed.tokens
     n_unk = _scored_count(packed, tokenizer.unk_token_id)
     loss = total_nll / n_tokens if n_tokens else float("nan")
@@ -164,40 +182,48 @@ def evaluate_text(
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "model": str(model_dir),
         "text_file": str(text_file),
+        "document_nll_nats": document_nll,
+        "document_tokens": packed.document_tokens,
+        "document_bytes": packed.document_bytes,
     }
 
 
-def _total_nll(model: Any, packed: Packed, batch_size: int, dev: str) -> float:
-    """Summed negative log-likelihood (nats) of the scored tokens, ``batch_size`` sequences
-    at a time, log-probabilities in float32."""
+def _total_nll(model: Any, packed: Packed, batch_size: int, dev: str
+               ) -> tuple[float, list[float]]:
+    """Summed negative log-likelihood (nats) of the scored tokens, in all and per document,
+    ``batch_size`` sequences at a time, log-probabilities in float32."""
     # Any in-vocabulary id fills the padding; padded positions are masked and unscored.
     filler = packed.separator_id if packed.separator_id is not None else packed.context_id
     total_nll = 0.0
+    per_document = np.zeros(packed.documents, dtype=np.float64)
     with torch.inference_mode():
         for start in range(0, len(packed.sequences), batch_size):
             seqs = packed.sequences[start : start + batch_size]
-            marks = packed.scored[start : start + batch_size]
+            owners = packed.owners[start : start + batch_size]
             width = max(len(s) for s in seqs)
             ids = torch.full((len(seqs), width), filler, dtype=torch.long)
             mask = torch.zeros((len(seqs), width), dtype=torch.long)
             labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-            for i, (seq, mark) in enumerate(zip(seqs, marks, strict=True)):
+            for i, (seq, owner) in enumerate(zip(seqs, owners, strict=True)):
                 ids[i, : len(seq)] = torch.tensor(seq)
                 mask[i, : len(seq)] = 1
-                keep = torch.tensor(mark)
+                keep = torch.tensor(owner) >= 0
                 labels[i, : len(seq)] = torch.where(keep, torch.tensor(seq), -100)
             # Right padding: causal attention keeps real positions blind to the pads.
             logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
-            for i in range(len(seqs)):  # one row at a time: a float32 copy of V logits
-                total_nll += float(
-                    torch.nn.functional.cross_entropy(
-                        logits[i, :-1].float(),
-                        labels[i, 1:].to(dev),
-                        ignore_index=-100,
-                        reduction="sum",
-                    )
-                )
-    return total_nll
+            for i, owner in enumerate(owners):  # one row at a time: a float32 copy of V logits
+                row_logits, row_labels = logits[i, :-1].float(), labels[i, 1:].to(dev)
+                # the summed loss exactly as before the per-document figures existed, so
+                # the record's nll_nats and bits_per_byte keep their values
+                total_nll += float(torch.nn.functional.cross_entropy(
+                    row_logits, row_labels, ignore_index=-100, reduction="sum"))
+                token_nll = torch.nn.functional.cross_entropy(
+                    row_logits, row_labels, ignore_index=-100, reduction="none")
+                targets = np.asarray(owner[1:])
+                scored = targets >= 0
+                np.add.at(per_document, targets[scored],
+                          token_nll.double().cpu().numpy()[: len(targets)][scored])
+    return total_nll, per_document.tolist()
 
 
 def _scored_count(packed: Packed, token_id: int | None) -> int:

@@ -19,7 +19,6 @@ over the same tokens, its raw and centred cosines to the oracle row by a paired 
 from __future__ import annotations
 
 import math
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
-from embtransfer.core.paired import mcnemar, paired_bootstrap
+from embtransfer.core.paired import derived_seed, mcnemar, paired_bootstrap
 from embtransfer.evaluation.alignment import COSINES, summary
 from embtransfer.report.tables import ORACLE, markdown
 from embtransfer.world.split import SPLITS
@@ -86,10 +85,6 @@ def read_alignment(files: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _seed(setting: tuple, method: str, seed: int) -> int:
-    return zlib.crc32(repr((setting, method, seed)).encode())
-
-
 def _versus(scores: pd.DataFrame, best: pd.DataFrame, seed: int) -> dict[str, float]:
     """A method's paired differences from the best method over the same tokens."""
     hit = mcnemar(scores["hit_1"].to_numpy(), best["hit_1"].to_numpy())
@@ -123,7 +118,7 @@ def _setting_lines(setting: tuple, group: pd.DataFrame, seed: int) -> list[dict[
             "best": best or "",
         }
         if best is not None and method != best and len(scores) >= 2:
-            line |= _versus(scores, by_method[best], _seed(setting, method, seed))
+            line |= _versus(scores, by_method[best], derived_seed(setting, method, seed))
         else:
             line |= {k: math.nan for k in EXTRA[2:]}
         lines.append(line)

@@ -1,4 +1,5 @@
-"""Build the whole report: Tables 1-6, 8 (Markdown + CSV), Figure 2 (PNG), report.md."""
+"""Build the whole report: Tables 1-6, 8 (Markdown + CSV), Figure 2 (PNG), the alignment,
+probe, zero-shot and calibration tables, the methods figure (PNG) and report.md."""
 
 from __future__ import annotations
 
@@ -7,11 +8,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid, evaluated_stages, report_stages
 from embtransfer.report.alignment import write_alignment
-from embtransfer.report.figures import Curves, missing_curves, write_figure2
+from embtransfer.report.calibration import write_calibration
+from embtransfer.report.figures import (
+    VS_BEST_MARK,
+    VS_RANDOM_MARK,
+    Curves,
+    missing_curves,
+    write_figure2,
+    write_methods_figure,
+)
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.plm_probes import write_probes
 from embtransfer.report.records import (
@@ -34,13 +45,15 @@ from embtransfer.report.tables import (
     table6,
     table8,
 )
+from embtransfer.report.zeroshot import write_zeroshot_comparison
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
-    alignment_csv, plm_probes_md, plm_probes_csv, figure2, report_md."""
+    alignment_csv, plm_probes_md, plm_probes_csv, zeroshot_md, zeroshot_csv, calibration_md,
+    calibration_csv, figure2, methods (the methods figure), report_md."""
     names = {}
     for n in TABLE_NUMBERS:
         names[f"table{n}_md"] = f"{directory}/table{n}.md"
@@ -49,7 +62,11 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     names["alignment_csv"] = f"{directory}/alignment.csv"
     names["plm_probes_md"] = f"{directory}/plm_probes.md"
     names["plm_probes_csv"] = f"{directory}/plm_probes.csv"
+    for table in ("zeroshot", "calibration"):
+        names[f"{table}_md"] = f"{directory}/{table}.md"
+        names[f"{table}_csv"] = f"{directory}/{table}.csv"
     names["figure2"] = f"{directory}/figure2.png"
+    names["methods"] = f"{directory}/methods.png"
     names["report_md"] = f"{directory}/report.md"
     return names
 
@@ -67,6 +84,13 @@ class Inputs:
     alignment: list[str] = field(default_factory=list)
     #: The target PLMs' probe records (:data:`paths.PLM_PROBE`), the miniature world only.
     plm_probes: list[str] = field(default_factory=list)
+    #: Every transferred checkpoint's and source model's zero-shot record
+    #: (:data:`paths.ZEROSHOT`, :data:`paths.ZEROSHOT_SOURCE`), with per-document losses.
+    transfer_zeroshot: list[str] = field(default_factory=list)
+    #: The committed real shared-token table (one path, none without world pairs) and the
+    #: world's (:data:`paths.SHARED_KINDS`, the miniature world only).
+    real_shared_tokens: list[str] = field(default_factory=list)
+    shared_kinds: list[str] = field(default_factory=list)
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
@@ -94,6 +118,8 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         "transfer": {"methods": list(config.get("transfer", {}).get("methods", []))},
         "overlap": {"match": config.get("overlap", {}).get("match", "fuzzy")},
         "report": {**(config.get("report") or {}), "stages": report_stages(config)},
+        # the paired bootstrap of the zero-shot comparison
+        "seed": config.get("seed", 0),
         "evaluation": {"stages": evaluated_stages(config)},
     }
 
@@ -155,6 +181,58 @@ INTRO = (
 )
 
 
+def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
+                       dpi: int) -> dict[str, pd.DataFrame]:
+    """The tables that compare the methods and the world (alignment, probes, zero-shot,
+    calibration) and the methods figure; returns each table by name."""
+    written = {
+        "alignment": write_alignment(inputs.alignment, outputs["alignment_csv"],
+                                     outputs["alignment_md"]),
+        "probes": write_probes(inputs.plm_probes, outputs["plm_probes_csv"],
+                               outputs["plm_probes_md"]),
+        "zeroshot": write_zeroshot_comparison(inputs.transfer_zeroshot, outputs["zeroshot_csv"],
+                                              outputs["zeroshot_md"], config.get("seed", 0)),
+        "calibration": write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
+                                         outputs["calibration_csv"], outputs["calibration_md"]),
+    }
+    write_methods_figure(outputs["methods"], written["alignment"], written["zeroshot"], dpi=dpi)
+    return written
+
+
+def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, str]
+                         ) -> list[str]:
+    """report.md's sections pointing at the comparison tables and the methods figure."""
+    alignment, probes = written["alignment"], written["probes"]
+    zeroshot, calibration = written["zeroshot"], written["calibration"]
+    name = {key: Path(path).name for key, path in outputs.items()}
+    parts = ["", "## Methods per setting: held-out alignment and zero-shot bits per byte", "",
+             "Each method ± one standard error; "
+             f"`{VS_BEST_MARK}`: differs from the setting's best method, `{VS_RANDOM_MARK}`: "
+             "from Random (paired tests, p < 0.05).", "",
+             f"![Methods]({name['methods']})"]
+    if len(alignment):
+        parts += ["", "## Alignment of the new rows (the miniature world's truth)", "",
+                  f"Per method and setting in [alignment.md]({name['alignment_md']})"
+                  f" ({len(alignment)} lines), the held-out concepts (no method was aligned "
+                  "on them) first."]
+    if len(zeroshot):
+        parts += ["", "## Zero-shot bits per byte with standard errors", "",
+                  f"Per method and setting in [zeroshot.md]({name['zeroshot_md']}) "
+                  f"({len(zeroshot)} lines): standard errors over the documents, paired "
+                  "tests against the best method and Random."]
+    if len(probes):
+        parts += ["", "## Do the target PLMs carry meaning?", "",
+                  f"Two probes per target PLM in [plm_probes.md]({name['plm_probes_md']}): "
+                  f"{int(probes['clears'].sum())} of {len(probes)} clear both by 3 standard "
+                  "errors."]
+    if len(calibration):
+        parts += ["", "## The world's shared tokens beside real ones", "",
+                  f"In [calibration.md]({name['calibration_md']}): "
+                  f"{int((~calibration['in_range']).sum())} of {len(calibration)} world "
+                  "figures lie outside the real range of their script family (†)."]
+    return parts
+
+
 def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
                  results_dir: str = "results", dpi: int = 120
                  ) -> tuple[dict[int, Table], Curves]:
@@ -164,9 +242,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
         _write_text(outputs[f"table{n}_md"], table.markdown())
         with atomic_path(outputs[f"table{n}_csv"]) as tmp:
             table.long().to_csv(tmp, index=False)
-    alignment = write_alignment(inputs.alignment, outputs["alignment_csv"],
-                                outputs["alignment_md"])
-    probes = write_probes(inputs.plm_probes, outputs["plm_probes_csv"], outputs["plm_probes_md"])
+    written = _write_comparisons(config, inputs, outputs, dpi)
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     figure_dir = Path(outputs["report_md"]).parent
     figure_link = os.path.relpath(outputs["figure2"], figure_dir)
@@ -177,16 +253,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
               "Training loss per optimizer step of every method, one panel per (language, "
               "source model), with the language's GPT target PLM.", "",
               f"![Figure 2]({figure_link})"]
-    if len(alignment):
-        parts += ["", "## Alignment of the new rows (the miniature world's truth)", "",
-                  f"Per method and setting in [alignment.md]({Path(outputs['alignment_md']).name})"
-                  f" ({len(alignment)} lines), the held-out concepts (no method was aligned "
-                  "on them) first."]
-    if len(probes):
-        parts += ["", "## Do the target PLMs carry meaning?", "",
-                  f"Two probes per target PLM in [plm_probes.md]"
-                  f"({Path(outputs['plm_probes_md']).name}): {int(probes['clears'].sum())} of "
-                  f"{len(probes)} clear both by 3 standard errors."]
+    parts += _comparison_sections(written, outputs)
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     lacking = missing_curves(curves, grid, targets)
     if lacking:

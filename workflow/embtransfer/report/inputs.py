@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.core import paths
+from embtransfer.core.grid import world_pairs
 from embtransfer.evaluation.inputs import all_alignment, all_evaluation, all_plm_probes
 from embtransfer.lapt.inputs import all_lapt_metrics
 from embtransfer.report.build import output_names, zeroshot_paths
-from embtransfer.vocab.inputs import all_coverage
+from embtransfer.transfer.inputs import all_zeroshot
+from embtransfer.vocab.inputs import all_coverage, all_shared_kinds
 
 # The subcategory of each paper table in `snakemake --report`'s "Paper tables".
 TABLE_SUBCATEGORIES = {
@@ -36,6 +38,11 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         "alignment": all_alignment(config),
         "plm_probes": all_plm_probes(config),
         "reference": config["report"]["reference"],
+        # every checkpoint's zero-shot record: the zero-shot comparison and the methods figure
+        "transfer_zeroshot": all_zeroshot(config),
+        # the calibration table: the committed real figures beside the world's
+        "real_shared_tokens": [config["report"]["calibration"]] if world_pairs(config) else [],
+        "shared_kinds": all_shared_kinds(config),
     }
 
 
@@ -66,6 +73,24 @@ def report_entry(name: str) -> dict[str, Any]:
             "caption": "../report/plm_probes.rst",
             "category": "Alignment with the world's truth",
             "labels": {"table": "target-PLM probes", "format": kind},
+        }
+    if name.startswith("zeroshot"):
+        return {
+            "caption": "../report/zeroshot.rst",
+            "category": "Methods compared",
+            "labels": {"table": "zero-shot bits per byte", "format": kind},
+        }
+    if name == "methods":
+        return {
+            "caption": "../report/methods.rst",
+            "category": "Methods compared",
+            "labels": {"figure": "held-out P@1 and zero-shot bits per byte"},
+        }
+    if name.startswith("calibration"):
+        return {
+            "caption": "../report/calibration.rst",
+            "category": "Calibration of the world",
+            "labels": {"table": "shared tokens, world and real", "format": kind},
         }
     if name == "figure2":
         return {

@@ -1,26 +1,63 @@
-"""The zero-shot comparison table: every transferred checkpoint's held-out loss and bits
-per byte before any training (``results/tables/zeroshot.{csv,md}``), methods ranked by
-bits per byte in each (language, source, target PLM) setting."""
+"""The zero-shot comparison: every transferred checkpoint's held-out loss and bits per byte
+before any training.
+
+* :func:`write_zeroshot_table`: the raw table (``results/tables/zeroshot.{csv,md}``, rule
+  zeroshot_table), methods ranked by bits per byte in each (language, source, target PLM)
+  setting.
+* :func:`write_zeroshot_comparison`: the report's (``results/report/zeroshot.{csv,md}``),
+  from the records' per-document losses (:mod:`embtransfer.evaluation.intrinsic`): each
+  method's bits per byte with its delta-method standard error over the documents, and a
+  paired comparison over the same documents with the setting's best method and with Random
+  (:func:`embtransfer.core.paired.paired_ratio`: delta-method standard error, p-value of a
+  paired bootstrap seeded from the run's seed).
+"""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from embtransfer.core.atomic import atomic_path
+from embtransfer.core.paired import ALPHA, derived_seed, paired_ratio, ratio_se
+from embtransfer.report.records import ZEROSHOT_KEYS, MalformedResultError, read_records
 from embtransfer.report.tables import ORACLE, markdown
 
 #: Rows shown in the table but never ranked: the reference and the upper bound.
 NOT_COMPETING = ("source_model", ORACLE)
+#: The baseline every method is also compared with: rows drawn at random.
+RANDOM = "random"
+#: The source model's setting has no target PLM: it reads the text with its own tokenizer.
+OWN_TOKENIZER = "(source tokenizer)"
+SETTING = ["lang", "source", "target"]
+#: The per-document lists every zero-shot record carries (in document order).
+DOCUMENT_KEYS = ("document_nll_nats", "document_bytes")
+COMPARISON_COLUMNS = [
+    *SETTING,
+    "method",
+    "documents",
+    "bytes",
+    "bits_per_byte",
+    "bits_per_byte_se",
+    "rank",
+    "best",
+    "vs_best",
+    "vs_best_se",
+    "vs_best_p",
+    "vs_random",
+    "vs_random_se",
+    "vs_random_p",
+]
 
 
 def zeroshot_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(records)
     if "target" not in frame:
         frame["target"] = None
-    frame["target"] = frame["target"].fillna("(source tokenizer)")
+    frame["target"] = frame["target"].fillna(OWN_TOKENIZER)
     columns = ["lang", "source", "target", "method", "loss", "perplexity", "bits_per_byte"]
     extra = [c for c in ("tokens_per_byte",) if c in frame]
     frame = frame[columns + extra].sort_values(["lang", "source", "target", "bits_per_byte"])
@@ -96,4 +133,137 @@ def write_zeroshot_table(records: list[dict[str, Any]], csv_path: str | os.PathL
         frame.to_csv(tmp, index=False)
     with atomic_path(md_path) as tmp:
         tmp.write_text("\n".join(parts) + "\n")
+    return frame
+
+
+def document_bits(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(per-document NLL in bits, per-document UTF-8 bytes) of one zero-shot record."""
+    nll = np.asarray(record["document_nll_nats"], np.float64) / math.log(2)
+    n_bytes = np.asarray(record["document_bytes"], np.float64)
+    if nll.shape != n_bytes.shape or nll.ndim != 1 or nll.size < 2:
+        raise MalformedResultError(
+            f"results file {record.get('_path')}: document_nll_nats and document_bytes must "
+            f"be two lists of one length (two documents or more), got {nll.shape} and "
+            f"{n_bytes.shape}"
+        )
+    return nll, n_bytes
+
+
+def _versus(nll: np.ndarray, other: np.ndarray, n_bytes: np.ndarray, seed: int,
+            prefix: str) -> dict[str, float]:
+    test = paired_ratio(nll, other, n_bytes, seed)
+    return {prefix: test.diff, f"{prefix}_se": test.se, f"{prefix}_p": test.p}
+
+
+def _setting_lines(setting: tuple, records: dict[str, dict[str, Any]], seed: int
+                   ) -> list[dict[str, Any]]:
+    """The lines of one setting: every method's bits per byte ± SE, rank and comparisons."""
+    losses = {method: document_bits(record) for method, record in records.items()}
+    n_bytes = next(iter(losses.values()))[1]
+    for method, (_, own) in losses.items():
+        if not np.array_equal(own, n_bytes):
+            raise MalformedResultError(
+                f"zero-shot {setting}: {method} was scored on other documents than "
+                f"{next(iter(losses))} ({records[method].get('_path')})"
+            )
+    bpb = {method: nll.sum() / n_bytes.sum() for method, (nll, _) in losses.items()}
+    competing = sorted((m for m in losses if m not in NOT_COMPETING), key=lambda m: (bpb[m], m))
+    best = competing[0] if len(competing) >= 2 else None
+    lines = []
+    for method, (nll, _) in losses.items():
+        line = dict(zip(SETTING, setting, strict=True)) | {
+            "method": method,
+            "documents": nll.size,
+            "bytes": int(n_bytes.sum()),
+            "bits_per_byte": records[method]["bits_per_byte"],
+            "bits_per_byte_se": ratio_se(nll, n_bytes),
+            "rank": competing.index(method) + 1 if best and method in competing else math.nan,
+            "best": best or "",
+        }
+        for prefix, other in (("vs_best", best), ("vs_random", RANDOM)):
+            if other in losses and other != method:
+                key = derived_seed(setting, method, other, seed)
+                line |= _versus(nll, losses[other][0], n_bytes, key, prefix)
+        lines.append(line)
+    return lines
+
+
+def zeroshot_comparison(records: list[dict[str, Any]], seed: int) -> pd.DataFrame:
+    """One line per (setting, method) of :data:`COMPARISON_COLUMNS`, by setting, then the
+    competing methods by rank, then the oracle and the source model."""
+    settings: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for record in records:
+        setting = (record["lang"], record["source"], record.get("target") or OWN_TOKENIZER)
+        settings.setdefault(setting, {})[record["method"]] = record
+    lines: list[dict[str, Any]] = []
+    for setting in sorted(settings):
+        lines += _setting_lines(setting, settings[setting], seed)
+    frame = pd.DataFrame(lines, columns=COMPARISON_COLUMNS)
+    frame["_last"] = frame["method"].isin(NOT_COMPETING)
+    frame = frame.sort_values([*SETTING, "_last", "rank", "method"], kind="stable")
+    return frame.drop(columns="_last").reset_index(drop=True)
+
+
+def _versus_cell(diff: float, se: float, p: float) -> str:
+    if math.isnan(diff):
+        return ""
+    mark = " *" if p < ALPHA else ""
+    # the bootstrap's p is at least 1 / samples: below 0.001 it says only "smaller"
+    shown = "p < 0.001" if p < 0.001 else f"p {p:.3f}"
+    return f"{diff:+.4f} ± {se:.4f} ({shown}){mark}"
+
+
+def _versus_column(group: pd.DataFrame, prefix: str) -> list[str]:
+    columns = zip(group[prefix], group[f"{prefix}_se"], group[f"{prefix}_p"], strict=True)
+    return [_versus_cell(*values) for values in columns]
+
+
+def _setting_table(group: pd.DataFrame) -> pd.DataFrame:
+    errors = zip(group["bits_per_byte"], group["bits_per_byte_se"], strict=True)
+    return pd.DataFrame(
+        {
+            "method": group["method"],
+            "rank": group["rank"].map(lambda r: "" if math.isnan(r) else str(int(r))),
+            "bits per byte": [f"{v:.4f} ± {se:.4f}" for v, se in errors],
+            "vs best": _versus_column(group, "vs_best"),
+            "vs Random": _versus_column(group, "vs_random"),
+        }
+    )
+
+
+COMPARISON_INTRO = (
+    "Bits per byte of every checkpoint on its language's held-out text before any training "
+    "(lower is better), `±` one standard error over the documents (the lines of the valid "
+    "split): the delta-method standard error of the ratio estimator, summed negative "
+    "log-likelihood in bits over summed UTF-8 bytes. Ranks are over the competing methods "
+    "of a setting, where two or more compete; `world_oracle` (the upper bound) and "
+    "`source_model` (the source LLM with its own tokenizer, a reference) are never ranked. "
+    "`vs best` and `vs Random`: the difference in bits per byte from the setting's best "
+    "method and from Random over the same documents, ± its paired delta-method standard "
+    "error, and the p-value of a paired bootstrap over the documents "
+    f"(seeded from the run's seed); `*` marks p < {ALPHA}."
+)
+
+
+def comparison_markdown(frame: pd.DataFrame) -> str:
+    parts = ["# Zero-shot comparison with standard errors and paired tests", "",
+             COMPARISON_INTRO]
+    for (lang, source, target), group in frame.groupby(SETTING, sort=False):
+        parts += ["", f"## {lang}, source {source}, target {target} "
+                      f"({int(group['documents'].iloc[0])} documents, "
+                      f"{int(group['bytes'].iloc[0])} bytes)", "",
+                  markdown(_setting_table(group))]
+    if frame.empty:
+        parts += ["", "(no zero-shot records in this run)"]
+    return "\n".join(parts) + "\n"
+
+
+def write_zeroshot_comparison(files: list[str], csv_path: str | os.PathLike,
+                              md_path: str | os.PathLike, seed: int) -> pd.DataFrame:
+    records = read_records(files, required=(*ZEROSHOT_KEYS, *DOCUMENT_KEYS))
+    frame = zeroshot_comparison(records, seed)
+    with atomic_path(csv_path) as tmp:
+        frame.to_csv(tmp, index=False)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(comparison_markdown(frame), encoding="utf-8")
     return frame

@@ -17,6 +17,9 @@ inputs = Inputs(
     zeroshot=list(sm.input.zeroshot),
     alignment=list(sm.input.alignment),
     plm_probes=list(sm.input.plm_probes),
+    transfer_zeroshot=list(sm.input.transfer_zeroshot),
+    real_shared_tokens=list(sm.input.real_shared_tokens),
+    shared_kinds=list(sm.input.shared_kinds),
 )
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,
