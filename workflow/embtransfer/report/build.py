@@ -187,7 +187,7 @@ def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str
     calibration) and the methods figure; returns each table by name."""
     written = {
         "alignment": write_alignment(inputs.alignment, outputs["alignment_csv"],
-                                     outputs["alignment_md"]),
+                                     outputs["alignment_md"], config.get("seed", 0)),
         "probes": write_probes(inputs.plm_probes, outputs["plm_probes_csv"],
                                outputs["plm_probes_md"]),
         "zeroshot": write_zeroshot_comparison(inputs.transfer_zeroshot, outputs["zeroshot_csv"],
