@@ -21,8 +21,8 @@ from embtransfer.models.loading import (
 )
 from embtransfer.world.pretrain import build_model, pretrain, save_checkpoint
 from embtransfer.world.tokenizers import (
-    DEFAULT_ALGORITHM,
     BYTE_TOKENS,
+    DEFAULT_ALGORITHM,
     DEFAULT_SPLIT_DIGITS,
     special_token_ids,
     train_tokenizer,
