@@ -663,6 +663,6 @@ def test_the_rule_params_hold_only_what_the_report_reads():
     config["seed"] = 7
     config["models"]["gemma"]["revision"] = "changed"
     subset = config_subset(config)
-    assert subset["seed"] == 7  # the zero-shot comparison's paired bootstrap reads it
+    assert subset["seed"] == 7  # the alignment and zero-shot paired bootstraps read it
     assert subset["models"]["gemma"] == {"type": "hub", "repo_id": "google/gemma-2b"}
     assert PaperNames.from_config(subset) == PaperNames.from_config(config)
