@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +14,7 @@ from transformers import PreTrainedTokenizerFast
 from embtransfer.neighbors.search import Neighbors, compute_neighbors
 from embtransfer.transfer.methods import clp, focus, heuristics, mean, multivariate, random_init
 from embtransfer.transfer.methods.base import SIDES, TransferInputs, get_method
-from embtransfer.vocab.canonical import token_text, vocab_table
+from embtransfer.vocab.canonical import text_without_cut_edges, token_text, vocab_table
 
 entmax = pytest.importorskip("entmax")
 
@@ -269,6 +271,19 @@ def test_text_script(text, script):
     assert heuristics.text_script(text) == script
 
 
+def _text_script_by_count(text: str) -> str:
+    """The definition: a vote of every classified character, ties to the first seen."""
+    votes = Counter(s for s in map(heuristics.char_script, text) if s is not None)
+    return max(votes, key=votes.__getitem__) if votes else "NONE"
+
+
+def test_text_script_is_the_vote_of_its_characters():
+    rng = np.random.default_rng(0)
+    letters = list("aé1!\u0301 ٣بж中ＡＢ\t") + ["\U0001f600"]
+    texts = ["".join(rng.choice(letters, size=n)) for n in rng.integers(0, 7, 3000)]
+    assert [heuristics.text_script(t) for t in texts] == [_text_script_by_count(t) for t in texts]
+
+
 def test_heuristics_groups_by_script_and_position():
     rng = np.random.default_rng(0)
     groups = {  # (script word, start): (n source rows, mean, std)
@@ -337,6 +352,19 @@ def test_mean():
 )
 def test_token_text(raw, text):
     assert token_text(raw) == text
+
+
+def test_token_text_of_valid_utf8_is_the_edge_definition_on_every_short_byte_string():
+    """Decoding valid UTF-8 whole (the shortcut) drops nothing the edge rule would."""
+    rng = np.random.default_rng(0)
+    short = [bytes(pair) for pair in np.ndindex(256, 256)] + [bytes([a]) for a in range(256)]
+    pieces = [c.encode() for c in "aé٣ب中😀"] + [bytes([b]) for b in (0x80, 0xBF, 0xC3, 0xE4, 0xF0)]
+    longer = [
+        b"".join(pieces[i] for i in rng.integers(0, len(pieces), n))
+        for n in rng.integers(1, 8, 20000)
+    ]
+    for raw in short + longer:
+        assert token_text(raw) == text_without_cut_edges(raw), raw
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:

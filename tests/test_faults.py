@@ -152,6 +152,33 @@ def test_ids_beyond_the_rows_are_refused_with_the_numbers(tiny_gpt2, tmp_path):
     assert f"ids {rows}..{rows + 1}" in message and str(model) in message
 
 
+def test_the_transfer_job_counts_ids_by_the_vocabulary_table(tiny_gpt2, tmp_path):
+    """The transfer job refuses a source with fewer rows than its vocabulary table has ids
+    (one per id: the tokenizer's count, which it no longer builds the tokenizer for)."""
+    from transformers import AutoTokenizer
+
+    from embtransfer.models.hf import n_token_ids
+    from embtransfer.transfer.job import load_inputs
+    from embtransfer.vocab.canonical import vocab_table, write_vocab
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_gpt2)
+    fits, grown = tmp_path / "fits.parquet", tmp_path / "grown.parquet"
+    write_vocab(vocab_table(tokenizer), fits)
+    assert len(vocab_table(tokenizer)) == n_token_ids(tokenizer)
+    rows = len(tokenizer)
+    tokenizer.add_tokens(["<new_a>", "<new_b>"])  # ids rows, rows + 1: past the matrix
+    write_vocab(vocab_table(tokenizer), grown)
+    paths = {"source": str(tiny_gpt2), "source_vocab": str(grown), "target_vocab": str(fits),
+             "overlap": str(tmp_path / "never_read.parquet")}
+    with pytest.raises(ValueError) as err:
+        load_inputs(paths, seed=0)
+    message = str(err.value)
+    assert f"has {rows + 2} ids" in message and f"only {rows} embedding rows" in message
+    assert str(grown) in message and str(tiny_gpt2) in message
+    with pytest.raises(FileNotFoundError, match="never_read"):  # past the check
+        load_inputs({**paths, "source_vocab": str(fits)}, seed=0)
+
+
 def test_pickle_only_weights_are_refused_unless_allowed(tiny_gpt2, tmp_path):
     import torch
     from safetensors.torch import load_file

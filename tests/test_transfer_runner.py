@@ -153,3 +153,22 @@ def test_same_seed_same_rows(fake_method):
     a = run_method("fake", make_inputs())
     b = run_method("fake", make_inputs())
     np.testing.assert_array_equal(a.input_rows, b.input_rows)
+
+
+def test_drawing_no_rows_is_drawing_them_with_nothing_to_draw():
+    """diagonal_normal's shortcut for n = 0 (no moments): the same empty rows, the generator
+    where a draw of none leaves it, and the same refusal of a pool too small for a std."""
+    matrix = np.random.default_rng(1).standard_normal((20, 4)).astype(np.float32)
+    ids = np.arange(3, 15)
+    shortcut, drawn = np.random.default_rng(2), np.random.default_rng(2)
+    mean, std = common.column_moments(matrix, 1, ids)
+    empty = common.diagonal_normal(matrix, shortcut, 0, ddof=1, ids=ids)
+    reference = (mean + std * drawn.standard_normal((0, 4))).astype(np.float32)
+    assert empty.shape == reference.shape and empty.dtype == reference.dtype
+    np.testing.assert_array_equal(
+        common.diagonal_normal(matrix, shortcut, 5, ddof=1, ids=ids),
+        (mean + std * drawn.standard_normal((5, 4))).astype(np.float32),
+    )
+    for n in (0, 5):
+        with pytest.raises(ValueError, match="need more than 1 rows"):
+            common.diagonal_normal(matrix, shortcut, n, ddof=1, ids=ids[:1])

@@ -214,6 +214,8 @@ def _keep_never_split(tokenizer: Any, path: Path) -> None:
     if not config.is_file():
         return
     never_split = json.loads(config.read_text(encoding="utf-8")).get("never_split") or []
+    if not never_split:  # most tokenizers: no vocabulary to build (0.1 s at 262k tokens)
+        return
     vocab = tokenizer.get_vocab()
     keep = [t for t in never_split if isinstance(t, str) and t in vocab]
     if keep:
@@ -574,6 +576,13 @@ def check_tokenizer_model_agreement(tokenizer: Any, model: Any) -> dict[str, Any
     such as Gemma's or a GPT-2 padded to a multiple of 64) are allowed and reported.
     """
     n_ids, tok_where = _tokenizer_ids(tokenizer)
+    return check_id_count(n_ids, tok_where, model)
+
+
+def check_id_count(n_ids: int, tok_where: str, model: Any) -> dict[str, Any]:
+    """:func:`check_tokenizer_model_agreement` for a tokenizer already counted: ``n_ids``
+    ids (:func:`embtransfer.models.hf.n_token_ids`, or the rows of its vocabulary table,
+    which has one per id), found at ``tok_where``."""
     rows, model_where = _model_rows(model)
     if n_ids > rows:
         raise ValueError(

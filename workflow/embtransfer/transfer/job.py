@@ -17,7 +17,7 @@ from typing import Any
 
 from embtransfer.core.logs import without_run_values
 from embtransfer.models.loading import (
-    check_tokenizer_model_agreement,
+    check_id_count,
     load_embeddings,
     load_tokenizer,
 )
@@ -51,15 +51,17 @@ def config_hash(payload: dict[str, Any]) -> str:
 def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = False,
                 allow_pickle: bool = False) -> tuple[TransferInputs, dict[str, Any]]:
     """Build :class:`TransferInputs` from the rule's input paths; also neighbour statistics."""
+    source_vocab = read_vocab(paths["source_vocab"])
+    target_vocab = read_vocab(paths["target_vocab"])
     # Refuse a source whose tokenizer has ids beyond its embedding rows before any compute.
-    check_tokenizer_model_agreement(paths["source"], paths["source"])
+    _check_vocab_fits(source_vocab, paths["source_vocab"], paths["source"])
     source = load_embeddings(paths["source"], trust_remote_code=trust_remote_code,
                              allow_pickle=allow_pickle)
     inputs = TransferInputs(
         source_input=source.input,
         source_output=source.output,
-        source_vocab=read_vocab(paths["source_vocab"]),
-        target_vocab=read_vocab(paths["target_vocab"]),
+        source_vocab=source_vocab,
+        target_vocab=target_vocab,
         overlap=read_overlap(paths["overlap"]),
         seed=seed,
     )
@@ -72,7 +74,7 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
                 k: stats.get(k) for k in ("k", "support", "degenerate", "truncated", "missing")
             }
     if "plm" in paths:
-        check_tokenizer_model_agreement(paths["plm"], paths["plm"])
+        _check_vocab_fits(target_vocab, paths["target_vocab"], paths["plm"])
         inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
                                            allow_pickle=allow_pickle).input
     if "projected" in paths:
@@ -89,6 +91,13 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
     if "truth" in paths:
         inputs.truth = read_truth(paths["truth"])
     return inputs, neighbor_stats
+
+
+def _check_vocab_fits(vocab: Any, vocab_path: str, model_dir: str) -> None:
+    """Refuse a model with fewer embedding rows than its vocabulary table has ids (the table
+    has one row per id of its tokenizer: counting them builds no tokenizer, which took
+    seconds a job for Gemma 3's 262,145 ids)."""
+    check_id_count(len(vocab), f"{vocab_path} (its vocabulary table)", model_dir)
 
 
 def run_transfer_job(

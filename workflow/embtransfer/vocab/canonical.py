@@ -391,6 +391,15 @@ def token_text(raw: bytes) -> str:
     are dropped. Invalid bytes elsewhere are dropped too. Never returns U+FFFD.
     """
     data = bytes(raw)
+    try:  # valid UTF-8 has no partial edge character: nothing to drop (most tokens)
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return text_without_cut_edges(data)
+
+
+def text_without_cut_edges(data: bytes) -> str:
+    """:func:`token_text` of any bytes: the cut edge characters dropped, then the invalid
+    bytes left."""
     start = 0
     while start < len(data) and start < 3 and 0x80 <= data[start] <= 0xBF:
         start += 1

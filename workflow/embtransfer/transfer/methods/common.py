@@ -81,13 +81,19 @@ def row_blocks(
         yield part.astype(np.float64)
 
 
+def _moment_rows(matrix: np.ndarray, ddof: int, ids: np.ndarray | None) -> int:
+    """How many rows the moments are taken over; refuses too few for a std."""
+    n = matrix.shape[0] if ids is None else ids.size
+    if n <= ddof:
+        raise ValueError(f"need more than {ddof} rows for a standard deviation, got {n}")
+    return n
+
+
 def column_moments(
     matrix: np.ndarray, ddof: int = 0, ids: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-dimension mean and std in float64 of ``matrix``'s rows (all, or ``ids``)."""
-    n = matrix.shape[0] if ids is None else ids.size
-    if n <= ddof:
-        raise ValueError(f"need more than {ddof} rows for a standard deviation, got {n}")
+    n = _moment_rows(matrix, ddof, ids)
     mean = sum(b.sum(axis=0) for b in row_blocks(matrix, ids)) / n
     sq = sum(np.square(b - mean).sum(axis=0) for b in row_blocks(matrix, ids))
     return mean, np.sqrt(sq / (n - ddof))
@@ -98,6 +104,9 @@ def diagonal_normal(
     ids: np.ndarray | None = None,
 ) -> np.ndarray:
     """``n`` rows from N(mean, std) of ``matrix``'s rows (all, or ``ids``), per dimension."""
+    if n == 0:  # no rows to draw (CLP's usual fallbacks): no moments over the whole source
+        _moment_rows(matrix, ddof, ids)  # the same refusal; drawing none moves no rng state
+        return np.zeros((0, matrix.shape[1]), np.float32)
     mean, std = column_moments(matrix, ddof, ids)
     return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
 

@@ -82,9 +82,12 @@ def char_script(ch: str) -> str | None:
 
 def text_script(text: str) -> str:
     """Dominant script of ``text`` by character count (ties: first seen); ``NONE`` if empty."""
-    votes = Counter(s for s in map(char_script, text) if s is not None)
-    if not votes:
+    scripts = [s for s in map(char_script, text) if s is not None]
+    if not scripts:
         return "NONE"
+    if scripts.count(scripts[0]) == len(scripts):  # one script: most tokens, no count
+        return scripts[0]
+    votes = Counter(scripts)
     return max(votes, key=votes.__getitem__)  # Counter keeps first-seen order for ties
 
 
