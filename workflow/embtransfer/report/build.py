@@ -211,26 +211,32 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
              "from Random (paired tests, p < 0.05).", "",
              f"![Methods]({name['methods']})"]
     if len(alignment):
-        parts += ["", "## Alignment of the new rows (the miniature world's truth)", "",
-                  f"Per method and setting in [alignment.md]({name['alignment_md']})"
-                  f" ({len(alignment)} lines), the held-out concepts (no method was aligned "
-                  "on them) first."]
+        parts += _section("Alignment of the new rows (the miniature world's truth)",
+                          f"Per method and setting in [alignment.md]({name['alignment_md']})"
+                          f" ({len(alignment)} lines), the held-out concepts (no method was "
+                          "aligned on them) first.")
     if len(zeroshot):
-        parts += ["", "## Zero-shot bits per byte with standard errors", "",
-                  f"Per method and setting in [zeroshot.md]({name['zeroshot_md']}) "
-                  f"({len(zeroshot)} lines): standard errors over the documents, paired "
-                  "tests against the best method and Random."]
+        parts += _section("Zero-shot bits per byte with standard errors",
+                          f"Per method and setting in [zeroshot.md]({name['zeroshot_md']}) "
+                          f"({len(zeroshot)} lines): standard errors over the documents, "
+                          "paired tests against the best method and Random.")
     if len(probes):
-        parts += ["", "## Do the target PLMs carry meaning?", "",
-                  f"Two probes per target PLM in [plm_probes.md]({name['plm_probes_md']}): "
-                  f"{int(probes['clears'].sum())} of {len(probes)} clear both by 3 standard "
-                  "errors."]
+        parts += _section("Do the target PLMs carry meaning?",
+                          "Two probes per target PLM in "
+                          f"[plm_probes.md]({name['plm_probes_md']}): "
+                          f"{int(probes['clears'].sum())} of {len(probes)} clear both by 3 "
+                          "standard errors.")
     if len(calibration):
-        parts += ["", "## The world's shared tokens beside real ones", "",
-                  f"In [calibration.md]({name['calibration_md']}): "
-                  f"{int((~calibration['in_range']).sum())} of {len(calibration)} world "
-                  "figures lie outside the real range of their script family (†)."]
+        parts += _section("The world's shared tokens beside real ones",
+                          f"In [calibration.md]({name['calibration_md']}): "
+                          f"{int((~calibration['in_range']).sum())} of {len(calibration)} "
+                          "world figures lie outside the real range of their script family (†).")
     return parts
+
+
+def _section(heading: str, text: str) -> list[str]:
+    """A report.md section: a blank line, the heading, a blank line, one paragraph."""
+    return ["", f"## {heading}", "", text]
 
 
 def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
