@@ -269,3 +269,28 @@ def test_the_schema_filler_fills_properties_refs_and_the_matching_branch_only():
     assert doc == {"items": [{"c": "x"}, {"c": "y"}], "by_name": {"p": {"d": 2}},
                    "pick": {"k": 2, "f": 2}, "n": "bad", "a": {"b": 1}}
     assert fill_schema_defaults(schema, []) == []  # not an object: nothing to fill, no error
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "value", "needle"),
+    [
+        ("bert_ar_mini", "mlm_probability", 1.5, "greater than or equal to the maximum of 1"),
+        ("bert_ar_mini", "mlm_probability", 0, "less than or equal to the minimum of 0"),
+        ("t5_vi_mini", "noise_density", 1.0, "greater than or equal to the maximum of 1"),
+        ("t5_vi_mini", "noise_density", "high", "is not of type"),
+        ("gpt2_ar_mini", "mlm_probability", 0.4, "a bert model's setting, not a gpt2 one's"),
+        ("bert_vi_mini", "noise_density", 0.4, "a t5 model's setting, not a bert one's"),
+    ],
+)
+def test_objective_rates_are_checked_per_model(model, key, value, needle):
+    """train.mlm_probability (bert) and train.noise_density (t5): a rate in (0, 1), on the
+    family whose objective has it; the error names the key."""
+    config = fresh()
+    config["models"][model].setdefault("train", {})[key] = value
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert f"config key models.{model}.train.{key}: " in str(err.value)
+    assert needle in str(err.value)
+    config = fresh()
+    config["models"][model]["train"][key] = None  # null: the family's standard 0.15
+    assert validate_config(config)["models"][model]["train"][key] is None

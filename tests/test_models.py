@@ -509,3 +509,127 @@ def test_split_digits_is_refused_where_it_does_not_apply(tmp_path):
 
 def test_split_digits_default_follows_the_real_families():
     assert {f for f, split in DEFAULT_SPLIT_DIGITS.items() if split} == {"llama", "gemma"}
+
+
+# ---------------------------------------------------------------- objective rates
+
+
+def _rate_batches(tok, family, corpus, rate_key, rate, monkeypatch):
+    """The batches a short pretraining of ``family`` trains on with ``train.rate_key=rate``
+    (None: the key left null), through :func:`pretrain` itself, and its metrics."""
+    from embtransfer.world import pretrain as pt
+
+    batches: list[dict] = []
+    original = pt._Objective.batch
+
+    def recording(self, x, gen):
+        batches.append(original(self, x, gen))
+        return batches[-1]
+
+    monkeypatch.setattr(pt._Objective, "batch", recording)
+    steps = 3
+    cfg = {
+        **TINY,
+        "steps": steps,
+        "batch_size": 32,
+        "seq_len": 64,
+        "valid_batches": 1,
+        rate_key: rate,
+    }
+    model = build_model(family, len(tok), {"hidden_size": 32}, True, special_token_ids(tok), 0)
+    metrics = pretrain(
+        model, tok, corpus["train"], corpus["valid"], cfg, seed=5, log=lambda s: None
+    )
+    # one validation batch before and one after the training steps
+    assert len(batches) == steps + 2
+    return batches[1:-1], metrics
+
+
+@pytest.mark.parametrize("rate", [0.4, 0.6])
+def test_mlm_probability_sets_the_share_of_predicted_positions(
+    tokenizers, corpus, rate, monkeypatch
+):
+    tok = tokenizers["bert"]
+    batches, metrics = _rate_batches(tok, "bert", corpus, "mlm_probability", rate, monkeypatch)
+    special = torch.tensor(sorted(set(tok.all_special_ids)))
+    chosen = sum(int((b["labels"] != -100).sum()) for b in batches)
+    # every position but [CLS]/[SEP] can be chosen (the packed text holds [SEP] too)
+    maskable = sum(
+        int((~torch.isin(b["labels"].where(b["labels"] != -100, b["input_ids"]), special)).sum())
+        for b in batches
+    )
+    share, se = chosen / maskable, (rate * (1 - rate) / maskable) ** 0.5
+    assert abs(share - rate) < 4 * se, (share, rate, maskable)
+    assert metrics["mlm_probability"] == rate
+    # the chosen are masked 80 %, replaced 10 %, kept 10 %, whatever the rate
+    masked = sum(
+        int(((b["labels"] != -100) & (b["input_ids"] == tok.mask_token_id)).sum()) for b in batches
+    )
+    assert abs(masked / chosen - 0.8) < 4 * (0.16 / chosen) ** 0.5
+
+
+def test_null_mlm_probability_keeps_the_old_draw(tokenizers, corpus, monkeypatch):
+    """Left null, the masks are BERT's 15 % drawn exactly as before the key existed: the
+    positions ``torch.rand(shape) < 0.15`` of the same generator, batch after batch."""
+    tok = tokenizers["bert"]
+    batches, metrics = _rate_batches(tok, "bert", corpus, "mlm_probability", None, monkeypatch)
+    assert metrics["mlm_probability"] == 0.15
+    gen = torch.Generator().manual_seed(5 + 7)  # _train's mask generator
+    special = torch.tensor(sorted(set(tok.all_special_ids)))
+    for b in batches:
+        ids = b["labels"].where(b["labels"] != -100, b["input_ids"])
+        expected = (torch.rand(ids.shape, generator=gen) < 0.15) & ~torch.isin(ids, special)
+        torch.rand(ids.shape, generator=gen)  # the 80/10/10 roll
+        torch.randint(len(tok), ids.shape, generator=gen)  # the random replacements
+        assert torch.equal(b["labels"] != -100, expected)
+
+
+@pytest.mark.parametrize("rate", [None, 0.3, 0.5])
+def test_noise_density_sets_the_share_of_noised_positions(tokenizers, corpus, rate, monkeypatch):
+    tok = tokenizers["t5"]
+    batches, metrics = _rate_batches(tok, "t5", corpus, "noise_density", rate, monkeypatch)
+    sentinels = torch.tensor(
+        [tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens if t.startswith("<extra_id_")]
+    )
+    block = 64 - 1  # room for </s>
+    expected = round(block * (0.15 if rate is None else rate))
+    for b in batches:
+        spans = torch.isin(b["input_ids"], sentinels).sum(dim=1)
+        # each target: a sentinel per span, the noised tokens, </s>
+        noised = (b["labels"] != -100).sum(dim=1) - spans - 1
+        assert noised.tolist() == [expected] * len(noised)
+        kept = (b["input_ids"] != tok.pad_token_id).sum(dim=1) - spans - 1
+        assert (kept + noised).tolist() == [block] * len(noised)
+    assert metrics["noise_density"] == (0.15 if rate is None else rate)
+
+
+@pytest.mark.parametrize(
+    ("family", "train", "needle"),
+    [
+        ("gpt2", {"mlm_probability": 0.4}, "train.mlm_probability is for the bert family"),
+        ("bert", {"noise_density": 0.4}, "train.noise_density is for the t5 family"),
+        ("bert", {"mlm_probability": 1.0}, "train.mlm_probability must lie strictly between"),
+    ],
+)
+def test_a_rate_of_another_family_or_out_of_range_is_refused(
+    tokenizers, corpus, family, train, needle
+):
+    tok = tokenizers[family]
+    model = build_model(family, len(tok), {"hidden_size": 32}, True, special_token_ids(tok), 0)
+    with pytest.raises(ValueError, match=needle):
+        pretrain(
+            model,
+            tok,
+            corpus["train"],
+            corpus["valid"],
+            {**TINY, **train},
+            seed=0,
+            log=lambda s: None,
+        )
+
+
+def test_rate_keys_agree_with_the_config_check():
+    from embtransfer.config.validation import RATE_KEYS as CHECKED
+    from embtransfer.world.pretrain import RATE_KEYS
+
+    assert CHECKED == RATE_KEYS

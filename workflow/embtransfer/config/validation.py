@@ -37,6 +37,8 @@ from embtransfer.transfer.catalog import (
 )
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+# A mini model's train keys that apply to one family's objective (world/pretrain.py, RATE_KEYS).
+RATE_KEYS = {"mlm_probability": "bert", "noise_density": "t5"}
 
 
 def _embed(root: dict[str, Any], sub: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -266,6 +268,12 @@ def check_references(config: dict[str, Any]) -> None:
                 f"config key models.{key}: a 'mini' model needs the language of the corpus "
                 f"it is pretrained on (models.{key}.language)",
             )
+            for rate, family in RATE_KEYS.items():
+                _require(
+                    (spec.get("train") or {}).get(rate) is None or spec["family"] == family,
+                    f"config key models.{key}.train.{rate}: a {family} model's setting, "
+                    f"not a {spec['family']} one's",
+                )
     uses_world = any(lang["corpus"]["type"] == "mini" for lang in languages.values())
     if uses_world:
         world_langs = set(config["world"]["languages"])

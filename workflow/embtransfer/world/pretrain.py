@@ -5,7 +5,8 @@ checkpoints (Llama, Gemma, GPT-2, XGLM, BERT, T5), only small, so every later
 stage handles them exactly as it handles hub models.
 
 Objectives by family: causal LM for decoder-only models, masked LM (15%,
-80/10/10) for BERT, span corruption with sentinel ids for T5. Text is packed
+80/10/10) for BERT, span corruption with sentinel ids for T5 (15% noise); the train config's
+``mlm_probability`` and ``noise_density`` change the two rates. Text is packed
 into fixed-length blocks (for causal LMs, of whole lines: :func:`_pack_lines`); the
 data order and every random mask come from generators seeded with ``seed``, so a rerun
 trains the same model.
@@ -50,12 +51,33 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "threads": None,  # None: leave torch's setting alone
     "valid_batches": 8,
     "log_every": 50,
+    "mlm_probability": None,  # None: MLM_PROBABILITY (BERT only)
+    "noise_density": None,  # None: NOISE_DENSITY (T5 only)
 }
 
 # T5-style span corruption (Raffel et al.): 15% noise in spans of mean length 3.
 NOISE_DENSITY = 0.15
 MEAN_SPAN = 3.0
 MLM_PROBABILITY = 0.15
+# The train key that changes each family's rate, and the family it applies to.
+RATE_KEYS = {"mlm_probability": "bert", "noise_density": "t5"}
+
+
+def _rates(family: str, cfg: dict[str, Any]) -> dict[str, float]:
+    """The objective's masking rate (BERT) and noise density (T5): the train config's, or
+    the family's standard 15 % where it is null. A rate set for another family is refused."""
+    for key, owner in RATE_KEYS.items():
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if family != owner:
+            raise ValueError(f"train.{key} is for the {owner} family, not {family!r}")
+        if not 0.0 < float(value) < 1.0:
+            raise ValueError(f"train.{key} must lie strictly between 0 and 1, got {value!r}")
+    standard = {"mlm_probability": MLM_PROBABILITY, "noise_density": NOISE_DENSITY}
+    return {
+        key: rate if cfg.get(key) is None else float(cfg[key]) for key, rate in standard.items()
+    }
 
 
 def _arch(architecture: dict | None) -> dict[str, Any]:
@@ -302,11 +324,20 @@ def _pack_lines(docs: list[list[int]], sep: int, block: int) -> torch.Tensor:
 class _Objective:
     """Turns a batch of packed blocks into model inputs and labels."""
 
-    def __init__(self, family: str, tokenizer: PreTrainedTokenizerBase, seq_len: int):
+    def __init__(
+        self,
+        family: str,
+        tokenizer: PreTrainedTokenizerBase,
+        seq_len: int,
+        mlm_probability: float = MLM_PROBABILITY,
+        noise_density: float = NOISE_DENSITY,
+    ):
         self.family = family
         self.tok = tokenizer
         self.seq_len = seq_len
         self.vocab = len(tokenizer)
+        self.mlm_probability = mlm_probability
+        self.noise_density = noise_density
         if family in DECODER_ONLY and tokenizer.eos_token_id is None:
             raise ValueError("causal LM pretraining needs an eos token (it ends every line)")
         if family == "bert":
@@ -357,7 +388,7 @@ class _Objective:
         ids = torch.cat([cls, x, sep], dim=1)
         labels = ids.clone()
         maskable = ~torch.isin(ids, self.special)
-        chosen = (torch.rand(ids.shape, generator=gen) < MLM_PROBABILITY) & maskable
+        chosen = (torch.rand(ids.shape, generator=gen) < self.mlm_probability) & maskable
         labels[~chosen] = -100
         roll = torch.rand(ids.shape, generator=gen)
         to_mask = chosen & (roll < 0.8)
@@ -369,8 +400,9 @@ class _Objective:
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
     def _noise_mask(self, length: int, gen: torch.Generator) -> list[bool]:
-        """Random spans covering ~15% of ``length``, as in T5's random_spans_noise_mask."""
-        n_noise = max(1, min(length - 1, round(length * NOISE_DENSITY)))
+        """Random spans covering ``noise_density`` of ``length`` (15% by default), as in T5's
+        random_spans_noise_mask."""
+        n_noise = max(1, min(length - 1, round(length * self.noise_density)))
         n_spans = max(1, min(len(self.sentinels), round(n_noise / MEAN_SPAN)))
         n_clean = length - n_noise
 
@@ -470,9 +502,10 @@ def pretrain(
         torch.set_num_threads(int(threads))
     family = model_family(model)
     _check_fits(model, tokenizer, cfg["seq_len"])
+    rates = _rates(family, cfg)
 
     torch.manual_seed(seed)
-    objective = _Objective(family, tokenizer, cfg["seq_len"])
+    objective = _Objective(family, tokenizer, cfg["seq_len"], **rates)
     train_blocks = objective.blocks(train_file)
     valid_blocks = objective.blocks(valid_file)
     steps, bs = int(cfg["steps"]), int(cfg["batch_size"])
@@ -489,6 +522,8 @@ def pretrain(
     metrics = {
         "family": family,
         "objective": {"bert": "masked_lm", "t5": "span_corruption"}.get(family, "causal_lm"),
+        # the rate the objective used (the family's standard where the config left it null)
+        **{key: rate for key, rate in rates.items() if RATE_KEYS[key] == family},
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": steps,
         "batch_size": bs,
