@@ -19,6 +19,7 @@ from embtransfer.vocab.kinds import (
     script_of,
     shared_kinds,
     shared_token_figures,
+    text_kind_shares,
     token_kind,
 )
 from embtransfer.world.languages import build_world
@@ -145,6 +146,22 @@ def test_figures_on_a_hand_checked_pair():
     assert fig["text_word_pct"] == 25.0
     assert fig["shared_text_tokens"] == 6
     assert [fig[f"{k}_pct"] for k in KINDS] == [16.67] * 6
+
+
+def test_text_kind_shares_count_occurrences_on_the_hand_checked_pair():
+    """The running text of the pair above, token by token: haus x10 (shared word), ung x5
+    (shared piece), . x5 (shared punct), der x20 (a word the source lacks)."""
+    target = vocab([
+        (b"", False, "special"), (b"haus", True, "normal"), (b"ung", False, "normal"),
+        (b".", False, "normal"), (b"der", True, "normal"),
+    ])  # fmt: skip
+    overlap = pd.DataFrame(
+        {"target_id": [0, 1, 2, 3], "source_id": [0, 1, 2, 3], "how": ["special"] + ["exact"] * 3}
+    )
+    shares = text_kind_shares(target, overlap, np.array([7, 10, 5, 5, 20]), GERMAN)
+    assert set(shares) == {f"{side}_{k}" for side in ("shared", "other") for k in KINDS}
+    expected = {"shared_word": 25.0, "shared_piece": 12.5, "shared_punct": 12.5, "other_word": 50.0}
+    assert shares == {key: expected.get(key, 0.0) for key in shares}
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,10 @@ import pytest
 from embtransfer.world.corpus import (
     _FRAME_DRAWERS,
     FRAME_WEIGHTS,
+    MAX_CLAUSES,
     PASSAGE_REMENTIONS,
     _Index,
+    _person_subject,
     dictionary,
     fact_frame,
     fact_question,
@@ -452,3 +454,60 @@ def test_concepts_are_drawn_by_their_zipf_weight(s: float):
     assert chi2 < 60  # 29 degrees of freedom: p < 1e-3 above 58
     if s:
         assert counts[animals[0]["id"]] > 10 * counts[animals[-1]["id"]]
+
+
+def test_target_passage_fraction_sets_the_targets_share_only():
+    """world.target_passage_fraction: the targets' passage lines at their own share, the
+    source's at passage_fraction; null (the default) gives the targets passage_fraction."""
+    world = build_world({"target_passage_fraction": 0.05, "passage_fraction": 0.3}, SEED)
+    for lang, share in ((SRC, 0.3), (AR, 0.05), (VI, 0.05)):
+        lines = generate_sentences(world, lang, 4000, seed=3)
+        long = sum(line.count(". ") >= 5 for line in lines)
+        assert abs(long / len(lines) - share) < 0.01, (lang, long / len(lines), share)
+    default = build_world({"passage_fraction": 0.3}, SEED)
+    explicit = build_world({"passage_fraction": 0.3, "target_passage_fraction": 0.3}, SEED)
+    assert generate_sentences(default, AR, 500, seed=3) == generate_sentences(
+        explicit, AR, 500, seed=3
+    )
+
+
+@pytest.mark.parametrize("more", [0.0, 0.6])
+def test_generic_sentences_join_clauses_by_clause_continuation(more: float):
+    """world.clause_continuation p: a generic sentence has k clauses joined by the language's
+    "and" with probability p^(k-1)(1-p) (at most MAX_CLAUSES, the last taking the rest); one
+    sentence, one final full stop; 0 gives single clauses."""
+    world = build_world(
+        {"clause_continuation": more, "passage_fraction": 0.0, "fact_sentence_fraction": 0.0},
+        SEED,
+    )
+    for lang in (SRC, VI):
+        conj = world["languages"][lang]["lexicon"]["fn_and"]
+        lines = generate_sentences(world, lang, 4000, seed=11)
+        assert all(line.endswith(".") and line.count(". ") == 0 for line in lines)
+        clauses = Counter(1 + line.split().count(conj) for line in lines)
+        expected = [more ** (k - 1) * (1 - more) for k in range(1, MAX_CLAUSES)]
+        expected.append(more ** (MAX_CLAUSES - 1))
+        for k, p in enumerate(expected, start=1):
+            se = (p * (1 - p) / len(lines)) ** 0.5
+            assert abs(clauses[k] / len(lines) - p) <= 4 * se + 1e-9, (lang, k, clauses, p)
+
+
+def test_a_sentence_of_clauses_is_one_capitalised_sentence(world: dict):
+    """Frames rendered together: each clause's words in order, joined by "and", one capital
+    and one full stop for the sentence."""
+    rng = random.Random(2)
+    frames = [sample_frame(world, rng) for _ in range(3)]
+    conj = world["languages"][VI]["lexicon"]["fn_and"]
+    joined = render(world, frames, VI)
+    expected = f" {conj} ".join(render(world, f, VI).rstrip(".") for f in frames)
+    assert joined.rstrip(".").casefold() == expected.casefold()
+    assert joined[0].isupper() and joined.endswith(".") and joined.count(".") == 1
+
+
+@pytest.mark.parametrize("q", [0.15, 0.45])
+def test_person_subjects_are_names_by_name_subject_probability(q: float):
+    """world.name_subject_probability: the share of person subjects that are names."""
+    world = build_world({"name_subject_probability": q}, SEED)
+    idx, rng, n = _Index(world), random.Random(4), 20_000
+    names = sum("name" in _person_subject(rng, idx)[0] for _ in range(n))
+    assert abs(names / n - q) < 4 * (q * (1 - q) / n) ** 0.5

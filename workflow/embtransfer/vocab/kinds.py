@@ -170,6 +170,32 @@ def shared_token_figures(
     return figures
 
 
+def text_kind_shares(
+    target_vocab: pd.DataFrame, overlap: pd.DataFrame, counts: np.ndarray, lexicon: Lexicon
+) -> dict[str, float]:
+    """What running text is made of: the percentage of its target tokens (``counts`` per
+    target id, as :func:`shared_token_figures` reads them) of each kind, shared with the
+    source (``shared_word`` ...) or not (``other_word`` ...); special tokens left out. Where
+    :func:`shared_token_figures` counts vocabulary entries, this counts their occurrences."""
+    counts = np.asarray(counts, dtype=np.int64)
+    shared = set(overlap["target_id"].tolist())
+    rows = target_vocab[(target_vocab["kind"] != "special") & (target_vocab["id"] < len(counts))]
+    tally: Counter[str] = Counter()
+    for id_, raw, start, kind in zip(
+        rows["id"], rows["bytes"], rows["start"], rows["kind"], strict=True
+    ):
+        if counts[id_]:
+            side = "shared" if id_ in shared else "other"
+            label = token_kind(raw, bool(start), lexicon, byte=kind == "byte")
+            tally[f"{side}_{label}"] += int(counts[id_])
+    total = sum(tally.values())
+    return {
+        f"{side}_{kind}": _pct(tally[f"{side}_{kind}"], total)
+        for side in ("shared", "other")
+        for kind in KINDS
+    }
+
+
 def wordfreq_lexicon(lang: str, min_zipf: float = MIN_ZIPF, other: str = "en") -> Lexicon:
     """A real language's lexicon from ``wordfreq``: the words at least ``min_zipf`` frequent
     in ``lang`` and more frequent there than in ``other`` (English: the sources' main

@@ -26,6 +26,8 @@ FRAME_WEIGHTS = {
     "profession": 1, "live": 1, "colour": 2, "count": 2, "number_word": 1, "arith": 1,
 }
 PUNCTUATION = ".,"
+#: At most this many clauses in one generic sentence (``world.clause_continuation``).
+MAX_CLAUSES = 4
 
 
 def _rng(*parts: object) -> random.Random:
@@ -41,6 +43,7 @@ class _Index:
     def __init__(self, world: dict[str, Any]) -> None:
         self.affinity = world["config"]["group_affinity"]
         self.zipf = world["config"]["concept_zipf"]
+        self.name_subject = world["config"]["name_subject_probability"]
         self.by_class: dict[str, list[dict[str, Any]]] = {}
         self.by_group: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for c in world["concepts"]:
@@ -92,7 +95,7 @@ def _maybe_adj(rng: random.Random, idx: _Index, group: int, p: float = 0.3) -> s
 
 def _person_subject(rng: random.Random, idx: _Index, free: bool = False) -> tuple[NP, int]:
     """A name or a person/profession noun phrase, and the semantic group it brings."""
-    if rng.random() < 0.45:
+    if rng.random() < idx.name_subject:
         names = idx.free_names if free else idx.names
         return {"name": rng.choice(names)}, rng.randrange(len(idx.by_class["profession"]))
     cls = "profession" if rng.random() < 0.7 else "person"
@@ -344,9 +347,8 @@ def _is_plural(np: NP) -> bool:
     return bool(np.get("pl"))
 
 
-def render(world: dict[str, Any], frame: Frame, lang: str) -> str:
-    """Realise a frame as one sentence of ``lang`` (word order, morphology, punctuation)."""
-    L = world["languages"][lang]
+def _clause_words(L: dict[str, Any], frame: Frame) -> list[str]:
+    """One clause of language ``L`` as words, in its word order (no final punctuation)."""
     m = L["morphology"]
     cell = m["verb"][f"{frame['tense']}_{'pl' if _is_plural(frame['subj']) else 'sg'}"]
     verb = [_affixed(L["lexicon"][frame["verb"]], cell, L["script"])]
@@ -365,10 +367,31 @@ def render(world: dict[str, Any], frame: Frame, lang: str) -> str:
             words = [t + ",", *words]  # a fronted adverb takes a comma, as in many languages
         else:
             words.append(t)
+    return words
+
+
+def render(world: dict[str, Any], frame: Frame | list[Frame], lang: str) -> str:
+    """Realise a frame as one sentence of ``lang`` (word order, morphology, punctuation);
+    a list of frames as one sentence of their clauses joined by the language's "and"."""
+    L = world["languages"][lang]
+    frames = frame if isinstance(frame, list) else [frame]
+    words = _clause_words(L, frames[0])
+    for more in frames[1:]:
+        words += [L["lexicon"]["fn_and"], *_clause_words(L, more)]
     text = " ".join(words) + "."
     if L["script"] != "arabic":
         text = text[0].upper() + text[1:]  # not str.capitalize(): it lowercases names
     return text
+
+
+def _generic_frames(world: dict[str, Any], rng: random.Random, idx: _Index) -> list[Frame]:
+    """The clauses of one generic sentence: one, and another while a draw falls under
+    ``clause_continuation`` (up to :data:`MAX_CLAUSES`), as real sentences join clauses."""
+    frames = [sample_frame(world, rng, idx)]
+    more = world["config"]["clause_continuation"]
+    while more and len(frames) < MAX_CLAUSES and rng.random() < more:
+        frames.append(sample_frame(world, rng, idx))
+    return frames
 
 
 # --- public API -------------------------------------------------------------------------
@@ -466,7 +489,10 @@ def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int,
                          else cfg["target_fact_sentence_fraction"])
     rng = _rng(seed, "sentences", lang)
     n_facts = round(n * fact_fraction) if world["facts"] else 0
-    n_passages = min(n - n_facts, round(n * cfg["passage_fraction"]))
+    passages = cfg["passage_fraction"]
+    if lang != world["source_language"] and cfg["target_passage_fraction"] is not None:
+        passages = cfg["target_passage_fraction"]
+    n_passages = min(n - n_facts, round(n * passages))
     kinds = ["fact"] * n_facts + ["passage"] * n_passages + ["generic"] * (n - n_facts - n_passages)
     rng.shuffle(kinds)
     idx = _Index(world)
@@ -481,7 +507,7 @@ def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int,
         elif kind == "passage":
             out.append(passage_text(world, rng, lang))
         else:
-            out.append(render(world, sample_frame(world, rng, idx), lang))
+            out.append(render(world, _generic_frames(world, rng, idx), lang))
     return out
 
 
