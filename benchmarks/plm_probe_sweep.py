@@ -11,6 +11,9 @@ prints one JSON line: the changes, pretraining seconds, valid loss and both prob
 
     .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --tie true \
         --architecture embedding_init_std=0.05
+
+    .venv/bin/python benchmarks/plm_probe_sweep.py bert_ar_mini --train mlm_probability=0.4
+    .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --train noise_density=0.5 lr=0.001
 """
 
 from __future__ import annotations
