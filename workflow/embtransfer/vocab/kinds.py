@@ -131,11 +131,15 @@ def shared_kinds(target_vocab: pd.DataFrame, overlap: pd.DataFrame, lexicon: Lex
     paired by role, left out)."""
     rows = target_vocab.set_index("id").loc[overlap["target_id"].to_numpy()]
     rows = rows[rows["kind"] != "special"]
-    kinds = [
+    return pd.Series(_row_kinds(rows, lexicon), index=rows.index, dtype=object, name="kind")
+
+
+def _row_kinds(rows: pd.DataFrame, lexicon: Lexicon) -> list[str]:
+    """:func:`token_kind` of every row of a vocab table."""
+    return [
         token_kind(raw, bool(start), lexicon, byte=kind == "byte")
         for raw, start, kind in zip(rows["bytes"], rows["start"], rows["kind"], strict=True)
     ]
-    return pd.Series(kinds, index=rows.index, dtype=object, name="kind")
 
 
 def _pct(part: float, whole: float) -> float:
@@ -178,19 +182,14 @@ def text_kind_shares(
     source (``shared_word`` ...) or not (``other_word`` ...); special tokens left out. Where
     :func:`shared_token_figures` counts vocabulary entries, this counts their occurrences."""
     counts = np.asarray(counts, dtype=np.int64)
-    shared = set(overlap["target_id"].tolist())
     rows = target_vocab[(target_vocab["kind"] != "special") & (target_vocab["id"] < len(counts))]
-    tally: Counter[str] = Counter()
-    for id_, raw, start, kind in zip(
-        rows["id"], rows["bytes"], rows["start"], rows["kind"], strict=True
-    ):
-        if counts[id_]:
-            side = "shared" if id_ in shared else "other"
-            label = token_kind(raw, bool(start), lexicon, byte=kind == "byte")
-            tally[f"{side}_{label}"] += int(counts[id_])
-    total = sum(tally.values())
+    seen = counts[rows["id"].to_numpy()]
+    rows, seen = rows[seen > 0], seen[seen > 0]
+    sides = np.where(rows["id"].isin(overlap["target_id"]), "shared", "other")
+    labels = [f"{side}_{kind}" for side, kind in zip(sides, _row_kinds(rows, lexicon), strict=True)]
+    tally = pd.Series(seen, index=labels).groupby(level=0).sum()
     return {
-        f"{side}_{kind}": _pct(tally[f"{side}_{kind}"], total)
+        f"{side}_{kind}": _pct(tally.get(f"{side}_{kind}", 0), int(seen.sum()))
         for side in ("shared", "other")
         for kind in KINDS
     }

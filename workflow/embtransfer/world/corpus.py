@@ -44,6 +44,7 @@ class _Index:
         self.affinity = world["config"]["group_affinity"]
         self.zipf = world["config"]["concept_zipf"]
         self.name_subject = world["config"]["name_subject_probability"]
+        self.clause_continuation = world["config"]["clause_continuation"]
         self.by_class: dict[str, list[dict[str, Any]]] = {}
         self.by_group: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for c in world["concepts"]:
@@ -388,7 +389,7 @@ def _generic_frames(world: dict[str, Any], rng: random.Random, idx: _Index) -> l
     """The clauses of one generic sentence: one, and another while a draw falls under
     ``clause_continuation`` (up to :data:`MAX_CLAUSES`), as real sentences join clauses."""
     frames = [sample_frame(world, rng, idx)]
-    more = world["config"]["clause_continuation"]
+    more = idx.clause_continuation
     while more and len(frames) < MAX_CLAUSES and rng.random() < more:
         frames.append(sample_frame(world, rng, idx))
     return frames
