@@ -24,8 +24,11 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,38 +54,50 @@ def target_tokenizer(work: Path, lang: str, family: str, text: list[str]):
     return load_tokenizer(folder)
 
 
-def measure(work: Path) -> pd.DataFrame:
-    """Every (source, target) pair's figures, one row each (:data:`COLUMNS`)."""
-    from embtransfer.models.loading import load_tokenizer
+def measured_targets(
+    work: Path, langs: tuple[str, ...] = real_targets.LANGS
+) -> Iterator[tuple[str, str, pd.DataFrame, np.ndarray, Any]]:
+    """Per language (of ``langs``) and target family: (lang, family, the target's vocab table, its
+    running-text counts on the held-out lines, the language's lexicon), in table order."""
     from embtransfer.vocab.canonical import vocab_table
-    from embtransfer.vocab.kinds import shared_token_figures, wordfreq_lexicon
-    from embtransfer.vocab.overlap import compute_overlap, count_tokens
+    from embtransfer.vocab.kinds import wordfreq_lexicon
+    from embtransfer.vocab.overlap import count_tokens
 
-    sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in SOURCES}
-    rows = []
-    for lang in real_targets.LANGS:
+    for lang in langs:
         text, valid = real_targets.split_corpus(lang)
         valid_file = work / f"{lang}_valid.txt"
         valid_file.write_text("\n".join(valid) + "\n", encoding="utf-8")
         lexicon = wordfreq_lexicon(lang)
         for family in real_targets.FAMILIES:
-            start = time.perf_counter()
             tokenizer = target_tokenizer(work, lang, family, text)
-            target = vocab_table(tokenizer)
-            counts = count_tokens(tokenizer, valid_file)
-            for name, source in sources.items():
-                pairs = compute_overlap(source, target, "fuzzy")
-                figures = shared_token_figures(target, pairs, counts, lexicon)
-                rows.append(
-                    {
-                        "lang": lang,
-                        "source": name,
-                        "target": f"{lang}_{family}",
-                        "scheme": target.attrs["scheme"],
-                        **figures,
-                    }
-                )
-            print(f"{lang}_{family}: {time.perf_counter() - start:.0f} s", flush=True)
+            yield lang, family, vocab_table(tokenizer), count_tokens(tokenizer, valid_file), lexicon
+
+
+def measure(work: Path) -> pd.DataFrame:
+    """Every (source, target) pair's figures, one row each (:data:`COLUMNS`)."""
+    from embtransfer.models.loading import load_tokenizer
+    from embtransfer.vocab.canonical import vocab_table
+    from embtransfer.vocab.kinds import shared_token_figures
+    from embtransfer.vocab.overlap import compute_overlap
+
+    sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in SOURCES}
+    rows = []
+    start = time.perf_counter()
+    for lang, family, target, counts, lexicon in measured_targets(work):
+        for name, source in sources.items():
+            pairs = compute_overlap(source, target, "fuzzy")
+            figures = shared_token_figures(target, pairs, counts, lexicon)
+            rows.append(
+                {
+                    "lang": lang,
+                    "source": name,
+                    "target": f"{lang}_{family}",
+                    "scheme": target.attrs["scheme"],
+                    **figures,
+                }
+            )
+        print(f"{lang}_{family}: {time.perf_counter() - start:.0f} s", flush=True)
+        start = time.perf_counter()
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

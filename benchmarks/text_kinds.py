@@ -61,27 +61,18 @@ def world_rows(results: Path) -> list[dict]:
 def real_rows(work: Path) -> list[dict]:
     """Gemma 3 and Qwen 3 against the real Arabic and Vietnamese targets."""
     import fetch
-    import real_targets
-    from real_shared_tokens import target_tokenizer
+    from real_shared_tokens import measured_targets
 
     from embtransfer.vocab.canonical import vocab_table
-    from embtransfer.vocab.kinds import wordfreq_lexicon
     from embtransfer.vocab.overlap import compute_overlap
 
     sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in ("gemma3", "qwen3")}
     rows = []
-    for lang in ("ar", "vi"):
-        text, valid = real_targets.split_corpus(lang)
-        valid_file = work / f"{lang}_valid.txt"
-        valid_file.write_text("\n".join(valid) + "\n", encoding="utf-8")
-        lexicon = wordfreq_lexicon(lang)
-        for family in real_targets.FAMILIES:
-            tokenizer = target_tokenizer(work, lang, family, text)
-            target, counts = vocab_table(tokenizer), count_tokens(tokenizer, valid_file)
-            for name, source in sources.items():
-                pairs = compute_overlap(source, target, "fuzzy")
-                shares = text_kind_shares(target, pairs, counts, lexicon)
-                rows.append({"lang": lang, "source": name, "target": f"{lang}_{family}", **shares})
+    for lang, family, target, counts, lexicon in measured_targets(work, ("ar", "vi")):
+        for name, source in sources.items():
+            pairs = compute_overlap(source, target, "fuzzy")
+            shares = text_kind_shares(target, pairs, counts, lexicon)
+            rows.append({"lang": lang, "source": name, "target": f"{lang}_{family}", **shares})
     return rows
 
 
