@@ -56,8 +56,8 @@ def _corpus(path: Path, n_lines: int, seed: int) -> Path:
 
 
 def _make_model(root: Path, family: str, vocab: int, arch: dict, tied: bool | None) -> Path:
-    from embtransfer.world.pretrain import build_model
-    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+    from embtransfer.models.pretrain import build_model
+    from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
 
     tok = train_tokenizer("bytelevel_bpe", [str(root / "train.txt")], min(vocab, 2000), "gpt2")
     model = build_model(family, max(vocab, len(tok)), arch, tied, special_token_ids(tok), 0)
@@ -182,7 +182,7 @@ def gemma_2b(steps: int, micro: int, peak_tflops: float, chunk: int, checkpointi
         return
     import transformers as tf
 
-    from embtransfer.world.tokenizers import train_tokenizer
+    from embtransfer.models.tokenizer_training import train_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

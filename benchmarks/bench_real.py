@@ -190,7 +190,7 @@ def tables_methods_read(config: dict[str, Any]) -> set[str]:
     ``rule all`` builds every target's tables, also those only Heuristics targets have."""
     from embtransfer.core import paths
     from embtransfer.core.grid import transfer_runs
-    from embtransfer.transfer.catalog import method_needs
+    from embtransfer.transfer.method_catalog import method_needs
 
     read = set()
     for run in transfer_runs(config):

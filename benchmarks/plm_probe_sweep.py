@@ -35,11 +35,11 @@ from embtransfer.core import paths  # noqa: E402
 from embtransfer.core.atomic import read_json  # noqa: E402
 from embtransfer.evaluation.plm_probes import PROBES, concept_classes, probe_plm  # noqa: E402
 from embtransfer.models.loading import load_tokenizer  # noqa: E402
+from embtransfer.models.pretrain import build_model, pretrain  # noqa: E402
+from embtransfer.models.tokenizer_training import special_token_ids  # noqa: E402
 from embtransfer.neighbors.search import Neighbors, read_neighbors  # noqa: E402
-from embtransfer.transfer.catalog import defaults  # noqa: E402
+from embtransfer.transfer.method_catalog import defaults  # noqa: E402
 from embtransfer.vocab.overlap import read_overlap  # noqa: E402
-from embtransfer.world.pretrain import build_model, pretrain  # noqa: E402
-from embtransfer.world.tokenizers import special_token_ids  # noqa: E402
 from embtransfer.world.truth import read_truth  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
-from embtransfer.world.pretrain import build_model  # noqa: E402
+from embtransfer.models.pretrain import build_model  # noqa: E402
 
 NAMES = list(range(10, 50))
 RELATIONS = [(50 + i, 56 + i) for i in range(6)]  # (verb, preposition) tokens per relation

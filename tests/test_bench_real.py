@@ -27,7 +27,7 @@ from embtransfer.transfer.aligned import (
     softmax_neighbors,
     write_search,
 )
-from embtransfer.transfer.catalog import DEFAULT_METHODS
+from embtransfer.transfer.method_catalog import DEFAULT_METHODS
 from embtransfer.transfer.shared_search import search_inputs, search_options
 
 REPO = Path(__file__).resolve().parents[1]

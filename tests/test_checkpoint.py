@@ -1,5 +1,5 @@
 """Transferred models written as complete Hugging Face checkpoints
-(embtransfer.transfer.checkpoint)."""
+(embtransfer.transfer.transferred_model)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from embtransfer.models.loading import (
     load_embeddings,
     load_tokenizer,
 )
-from embtransfer.transfer.checkpoint import checkpoint_summary, write_transferred_checkpoint
+from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
+from embtransfer.transfer.transferred_model import checkpoint_summary, write_transferred_checkpoint
 from embtransfer.vocab.extend import extend_tokenizer, new_target_tokens
-from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
 
 H = 32
 SOURCE_WORDS = ["the", "cat", "sat", "on", "mat", "house", "water", "river", "green", "42"]

@@ -291,7 +291,7 @@ def schema_has(node: dict[str, Any], keys: list[str], defs: dict[str, Any]) -> b
 def config_key(span: str, schema: dict[str, Any]) -> str | None:
     """The dotted config key ``span`` names (``lapt.max_steps``, ``evaluation.scoring.nfc:
     true``), if it reads as one: a config section, then keys; not a file name, not a module
-    of the package (``evaluation.catalog``)."""
+    of the package (``evaluation.task_catalog``)."""
     key = span.split(":", 1)[0].strip()
     if not re.fullmatch(r"[a-z_]+(\.[\w{}<>,*-]+)+", key) or FILE_NAME.search(key):
         return None

@@ -15,20 +15,21 @@ from transformers import PreTrainedTokenizerFast
 from embtransfer.config.validation import ConfigError, validate_config
 from embtransfer.core.atomic import write_json
 from embtransfer.core.grid import evaluated_runs, evaluated_sources
-from embtransfer.evaluation import catalog, taskindex
-from embtransfer.evaluation.catalog import (
-    CATALOG,
-    PAPER_TASKS,
-    resolve,
-    shipped_task_names,
-    stock_task_names,
-)
+from embtransfer.evaluation import task_catalog as catalog
+from embtransfer.evaluation import taskindex
 from embtransfer.evaluation.record import (
     ScoreError,
     check_record,
     extract_scores,
     make_record,
     pick_metric,
+)
+from embtransfer.evaluation.task_catalog import (
+    CATALOG,
+    PAPER_TASKS,
+    resolve,
+    shipped_task_names,
+    stock_task_names,
 )
 from embtransfer.evaluation.tokenizer_stats import count, tokenizer_stats
 from embtransfer.evaluation.world_tasks import (
@@ -37,8 +38,8 @@ from embtransfer.evaluation.world_tasks import (
     relocated_include_dir,
     world_task_docs,
 )
-from embtransfer.world.corpus import fact_frame, render
 from embtransfer.world.languages import build_world
+from embtransfer.world.running_text import fact_frame, render
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -373,7 +374,7 @@ def test_passage_people_schema_bound_is_the_number_of_passage_relations():
     # One relation a person: a passage cannot talk about more people than there are
     # relations, and the config check must say so rather than the passage quietly shrink.
     from embtransfer.config.validation import load_schema
-    from embtransfer.world.corpus import PASSAGE_RELATIONS
+    from embtransfer.world.running_text import PASSAGE_RELATIONS
 
     world_cfg = load_schema()["properties"]["evaluation"]["properties"]["world"]
     assert world_cfg["properties"]["passage_people"]["maximum"] == len(PASSAGE_RELATIONS)
@@ -465,9 +466,9 @@ def test_lm_eval_scores_exactly_the_continuation_whatever_the_tokenizer_adds(
     from lm_eval.models.huggingface import HFLM
 
     from embtransfer.evaluation.runner import hflm_kwargs
-    from embtransfer.world.corpus import generate_sentences
-    from embtransfer.world.pretrain import build_model
-    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+    from embtransfer.models.pretrain import build_model
+    from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
+    from embtransfer.world.running_text import generate_sentences
 
     text = tmp_path / "text.txt"
     text.write_text("\n".join(generate_sentences(world, "en_mini", 400, 1)) + "\n")
@@ -490,9 +491,9 @@ def test_reusing_hflm_encodes_as_lm_eval_does_once_per_string(world, tmp_path):
     from lm_eval.models.huggingface import HFLM
 
     from embtransfer.evaluation.runner import ReusingHFLM, hflm_kwargs
-    from embtransfer.world.corpus import generate_sentences
-    from embtransfer.world.pretrain import build_model
-    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+    from embtransfer.models.pretrain import build_model
+    from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
+    from embtransfer.world.running_text import generate_sentences
 
     lines = generate_sentences(world, "en_mini", 200, 1)
     text = tmp_path / "text.txt"
@@ -524,9 +525,9 @@ def test_checkpoints_are_evaluated_in_float32_on_the_cpu(world, tmp_path, monkey
     checkpoint's own dtype elsewhere; evaluate_text shares the rule (tests/test_intrinsic.py)."""
     from embtransfer.core.devices import inference_dtype
     from embtransfer.evaluation import runner
-    from embtransfer.world.corpus import generate_sentences
-    from embtransfer.world.pretrain import build_model
-    from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+    from embtransfer.models.pretrain import build_model
+    from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
+    from embtransfer.world.running_text import generate_sentences
 
     text = tmp_path / "text.txt"
     text.write_text("\n".join(generate_sentences(world, "en_mini", 200, 1)) + "\n")

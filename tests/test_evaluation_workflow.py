@@ -14,13 +14,13 @@ import torch
 import yaml
 
 from embtransfer.config.validation import validate_config
-from embtransfer.evaluation.catalog import resolve
 from embtransfer.evaluation.record import check_record
 from embtransfer.evaluation.runner import evaluate_checkpoint
+from embtransfer.evaluation.task_catalog import resolve
 from embtransfer.evaluation.world_tasks import build_world_tasks
-from embtransfer.world.corpus import generate_sentences
+from embtransfer.models.tokenizer_training import train_tokenizer
 from embtransfer.world.languages import build_world
-from embtransfer.world.tokenizers import train_tokenizer
+from embtransfer.world.running_text import generate_sentences
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

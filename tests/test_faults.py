@@ -39,8 +39,8 @@ from test_workflow import REPO, copy_workflow, small_config, snakemake
 
 from embtransfer.config.validation import ConfigError, validate_config
 from embtransfer.models.loading import NonFiniteEmbeddingsError, load_embeddings
+from embtransfer.transfer.method_runner import NonFiniteRowsError, run_method
 from embtransfer.transfer.methods.base import TransferInputs
-from embtransfer.transfer.run import NonFiniteRowsError, run_method
 
 # -- config: keys, types, methods, options and their values -------------------------------
 
@@ -82,7 +82,7 @@ def test_config_faults_name_the_key(key, value, words):
 
 
 def test_the_catalog_types_every_option_and_accepts_its_defaults():
-    from embtransfer.transfer.catalog import METHODS, defaults, resolve_options
+    from embtransfer.transfer.method_catalog import METHODS, defaults, resolve_options
 
     options = {name: defaults(name) for name in METHODS}
     for name, values in options.items():
@@ -100,7 +100,7 @@ def tiny_gpt2(tmp_path_factory) -> Path:
     """A saved GPT-2 checkpoint (safetensors) with its byte-level BPE tokenizer."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from embtransfer.world.tokenizers import train_tokenizer
+    from embtransfer.models.tokenizer_training import train_tokenizer
 
     root = tmp_path_factory.mktemp("tiny")
     text = root / "text.txt"

@@ -45,7 +45,7 @@ print(json.dumps({{
                           env=env, cwd=REPO, check=True)
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     # The statements were found and run (a broken pattern would import nothing).
-    for module in ("embtransfer.config.validation", "embtransfer.evaluation.catalog",
+    for module in ("embtransfer.config.validation", "embtransfer.evaluation.task_catalog",
                    "embtransfer.report.build", "embtransfer.data.download"):
         assert module in seen["package"], (module, statements)
     assert seen["heavy"] == [], (

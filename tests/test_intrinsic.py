@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from embtransfer.evaluation.intrinsic import evaluate_text, fertility
-from embtransfer.world.tokenizers import train_tokenizer
+from embtransfer.models.tokenizer_training import train_tokenizer
 
 WORDS = ["người", "nước", "tiếng", "Việt", "đẹp", "trường", "học", "sông", "xanh", "42"]
 LINES = ["người Việt học tiếng Việt", "", "sông xanh 42 đẹp .", "   ",

@@ -22,8 +22,8 @@ from embtransfer.lapt.checkpointing import CheckpointError
 from embtransfer.lapt.data import CorpusTooSmallError, epoch_order, replay_count
 from embtransfer.lapt.settings import LaptSettings, Replay
 from embtransfer.lapt.trainer import MicroBatchOOMError, train_lapt
-from embtransfer.world.pretrain import build_model
-from embtransfer.world.tokenizers import special_token_ids, train_tokenizer
+from embtransfer.models.pretrain import build_model
+from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
 
 WORDS = "ka lo mi tu ren sal vor ix bema tori quel nap dru fen go shi".split()
 CFG = {
@@ -790,7 +790,7 @@ def test_failed_run_keeps_its_checkpoint_and_a_rerun_resumes(
 
 def test_lapt_modules_import_no_private_names():
     """The trainer's modules use other modules' public names only (shared helpers have a
-    public home; world/pretrain.py's privates stay its own)."""
+    public home; models/pretrain.py's privates stay its own)."""
     import ast
 
     pkg = Path(__file__).resolve().parents[1] / "workflow" / "embtransfer"

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec, resolve
 from embtransfer.evaluation.datasets import DatasetMissing
 from embtransfer.evaluation.record import ScoreError
 from embtransfer.evaluation.runner import evaluate_checkpoint
-from embtransfer.world.tokenizers import train_tokenizer
+from embtransfer.evaluation.task_catalog import SHIPPED_TASK_DIR, TaskSpec, resolve
+from embtransfer.models.tokenizer_training import train_tokenizer
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lm_eval"

@@ -19,8 +19,8 @@ from embtransfer.models.loading import (
     load_embeddings,
     load_tokenizer,
 )
-from embtransfer.world.pretrain import build_model, pretrain, save_checkpoint
-from embtransfer.world.tokenizers import (
+from embtransfer.models.pretrain import build_model, pretrain, save_checkpoint
+from embtransfer.models.tokenizer_training import (
     BYTE_TOKENS,
     DEFAULT_ALGORITHM,
     DEFAULT_SPLIT_DIGITS,
@@ -206,7 +206,7 @@ def test_unigram_training_is_deterministic_across_processes(corpus, tmp_path):
 
     code = (
         "import sys\n"
-        "from embtransfer.world.tokenizers import train_tokenizer\n"
+        "from embtransfer.models.tokenizer_training import train_tokenizer\n"
         "t = train_tokenizer('unigram', [sys.argv[1]], 400, 't5')\n"
         "open(sys.argv[2], 'w', encoding='utf-8').write(t.backend_tokenizer.to_str())\n"
     )
@@ -358,7 +358,7 @@ def test_pretraining_follows_the_one_lr_schedule(tokenizers, corpus):
 
 
 def test_causal_blocks_never_cut_a_line_and_fill_counts_no_loss():
-    from embtransfer.world.pretrain import FILL, _pack_lines
+    from embtransfer.models.pretrain import FILL, _pack_lines
 
     rng = random.Random(0)
     docs = [[rng.randrange(3, 50) for _ in range(rng.randrange(1, 9))] for _ in range(200)]
@@ -386,7 +386,7 @@ def test_causal_blocks_never_cut_a_line_and_fill_counts_no_loss():
         def __len__(self) -> int:
             return 50
 
-    from embtransfer.world.pretrain import _Objective
+    from embtransfer.models.pretrain import _Objective
 
     batch = _Objective("llama", Tok(), 10).batch(blocks, torch.Generator())
     assert int((batch["input_ids"] == FILL).sum()) == 0
@@ -466,7 +466,7 @@ def test_model_schema_validates_entries():
 
 @pytest.mark.parametrize("family", ["llama", "gemma", "gpt2", "xglm", "bert", "t5"])
 def test_null_tie_setting_takes_the_family_default(family):
-    from embtransfer.world.pretrain import DEFAULT_TIED, build_model
+    from embtransfer.models.pretrain import DEFAULT_TIED, build_model
 
     model = build_model(family, 300, {"hidden_size": 16, "num_layers": 1, "num_heads": 2,
                                       "intermediate_size": 32}, None,
@@ -517,7 +517,7 @@ def test_split_digits_default_follows_the_real_families():
 def _rate_batches(tok, family, corpus, rate_key, rate, monkeypatch):
     """The batches a short pretraining of ``family`` trains on with ``train.rate_key=rate``
     (None: the key left null), through :func:`pretrain` itself, and its metrics."""
-    from embtransfer.world import pretrain as pt
+    from embtransfer.models import pretrain as pt
 
     batches: list[dict] = []
     original = pt._Objective.batch
@@ -630,6 +630,6 @@ def test_a_rate_of_another_family_or_out_of_range_is_refused(
 
 def test_rate_keys_agree_with_the_config_check():
     from embtransfer.config.validation import RATE_KEYS as CHECKED
-    from embtransfer.world.pretrain import RATE_KEYS
+    from embtransfer.models.pretrain import RATE_KEYS
 
     assert CHECKED == RATE_KEYS

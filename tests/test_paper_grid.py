@@ -22,7 +22,7 @@ import yaml
 from test_workflow import job_stats
 
 from embtransfer.config.validation import validate_config
-from embtransfer.evaluation.catalog import CATALOG
+from embtransfer.evaluation.task_catalog import CATALOG
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = ["config", "mini_full", "paper_salt", "paper_cva", "cluster_check"]

@@ -89,7 +89,7 @@ def test_a_workflow_run_pins_the_config_to_the_recorded_download(tmp_path, monke
     from test_workflow import copy_workflow, small_config, snakemake
 
     from embtransfer.core import paths
-    from embtransfer.world.tokenizers import train_tokenizer
+    from embtransfer.models.tokenizer_training import train_tokenizer
 
     for name, value in OFFLINE.items():
         monkeypatch.setenv(name, value)

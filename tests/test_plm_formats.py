@@ -22,7 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from embtransfer.models.loading import is_fast, load_tokenizer
-from embtransfer.transfer.checkpoint import write_transferred_checkpoint
+from embtransfer.transfer.transferred_model import write_transferred_checkpoint
 from embtransfer.vocab.canonical import vocab_table
 from embtransfer.vocab.overlap import compute_overlap, count_tokens, coverage
 

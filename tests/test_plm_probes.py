@@ -23,9 +23,9 @@ from embtransfer.evaluation.plm_probes import (
     span_probe,
     span_shares,
 )
+from embtransfer.models.pretrain import build_model
 from embtransfer.neighbors.search import Neighbors
-from embtransfer.report.plm_probes import COLUMNS, probe_frame, write_probes
-from embtransfer.world.pretrain import build_model
+from embtransfer.report.probe_table import COLUMNS, probe_frame, write_probes
 
 RCOND = 1e-6
 

@@ -227,7 +227,7 @@ def test_shared_kinds_read_the_world_pairs_only(config):
 
 def test_plm_probes_of_the_world_pairs_with_salts_rcond(config):
     from embtransfer.core.grid import world_pairs
-    from embtransfer.transfer.catalog import resolve_options
+    from embtransfer.transfer.method_catalog import resolve_options
 
     assert evaluation.all_plm_probes(config) == [
         f"results/probes/{lang}/{s}/{t}.json" for lang, s, t in world_pairs(config)

@@ -15,13 +15,6 @@ import pytest
 import yaml
 
 from embtransfer.config.validation import ConfigError, validate_config
-from embtransfer.evaluation.catalog import (
-    CATALOG,
-    DATASET_PROTOCOL,
-    SHIPPED_TASK_DIR,
-    XQUAD_LANGS,
-    resolve,
-)
 from embtransfer.evaluation.squad import (
     MLQA,
     OFFICIAL_LANGS,
@@ -32,6 +25,13 @@ from embtransfer.evaluation.squad import (
     normalize_answer,
     process_results_for,
     score,
+)
+from embtransfer.evaluation.task_catalog import (
+    CATALOG,
+    DATASET_PROTOCOL,
+    SHIPPED_TASK_DIR,
+    XQUAD_LANGS,
+    resolve,
 )
 
 REPO = Path(__file__).resolve().parents[1]

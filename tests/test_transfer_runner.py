@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from embtransfer.config.validation import load_schema
-from embtransfer.transfer import catalog as method_catalog
-from embtransfer.transfer.catalog import METHODS, NEEDS, Option, OptionError, resolve_options
+from embtransfer.transfer import method_catalog
+from embtransfer.transfer.method_catalog import METHODS, NEEDS, Option, OptionError, resolve_options
+from embtransfer.transfer.method_runner import NonFiniteRowsError, run_method
 from embtransfer.transfer.methods import base, common
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method
-from embtransfer.transfer.run import NonFiniteRowsError, run_method
 
 
 def make_inputs(untied: bool = True) -> TransferInputs:
@@ -67,7 +67,7 @@ def test_catalog_and_registry_name_the_same_methods():
         assert set(METHODS[name]["needs"]) <= set(NEEDS) | {"neighbors"}, name
         assert spec.needs <= set(NEEDS) and spec.description, name
         assert resolve_options(name, None) == spec.defaults  # the defaults pass the checks
-    with pytest.raises(ValueError, match="not in embtransfer.transfer.catalog.METHODS"):
+    with pytest.raises(ValueError, match="not in embtransfer.transfer.method_catalog.METHODS"):
         base.register("salty")
 
 

@@ -16,8 +16,8 @@ from embtransfer.core.paired import binomial_two_sided, mcnemar, paired_bootstra
 from embtransfer.evaluation.alignment import score_checkpoints, summary, token_scores
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
-from embtransfer.report.alignment import alignment_frame, alignment_markdown
-from embtransfer.transfer.catalog import DEFAULT_METHODS, METHODS
+from embtransfer.report.alignment_table import alignment_frame, alignment_markdown
+from embtransfer.transfer.method_catalog import DEFAULT_METHODS, METHODS
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 from embtransfer.world.languages import build_world, value_pool
 from embtransfer.world.split import concept_split

@@ -11,7 +11,7 @@ import pytest
 import embtransfer.transfer.methods.ofa as ofa_module
 import embtransfer.transfer.methods.wechsel  # noqa: F401  (registers "wechsel")
 from embtransfer.transfer.aligned import AlignedVectors
-from embtransfer.transfer.catalog import OptionError, resolve_options
+from embtransfer.transfer.method_catalog import OptionError, resolve_options
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 
 V_S, V_T, H, D = 150, 60, 24, 8

@@ -255,7 +255,7 @@ def test_misspelled_config_key_stops_before_any_job(tmp_path):
 def test_bad_inputs_fail_clearly_and_leave_no_artifact(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from embtransfer.world.tokenizers import train_tokenizer
+    from embtransfer.models.tokenizer_training import train_tokenizer
 
     workdir = copy_workflow(tmp_path / "wf")
     text = tmp_path / "text.txt"

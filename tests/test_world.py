@@ -15,7 +15,14 @@ from collections import Counter
 import jsonschema
 import pytest
 
-from embtransfer.world.corpus import (
+from embtransfer.world.languages import (
+    WorldConfigError,
+    build_world,
+    value_pool,
+    world_config,
+    world_schema,
+)
+from embtransfer.world.running_text import (
     _FRAME_DRAWERS,
     FRAME_WEIGHTS,
     MAX_CLAUSES,
@@ -33,13 +40,6 @@ from embtransfer.world.corpus import (
     sample_frame,
     word_types,
     words,
-)
-from embtransfer.world.languages import (
-    WorldConfigError,
-    build_world,
-    value_pool,
-    world_config,
-    world_schema,
 )
 
 SEED = 1234
@@ -117,7 +117,7 @@ def test_world_and_corpus_are_the_same_in_a_fresh_process(world: dict):
     code = (
         "import hashlib, json\n"
         "from embtransfer.world.languages import build_world\n"
-        "from embtransfer.world.corpus import generate_sentences\n"
+        "from embtransfer.world.running_text import generate_sentences\n"
         f"w = build_world({{}}, {SEED})\n"
         "obj = [w, generate_sentences(w, 'vi_mini', 200, 3)]\n"
         "print(hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False)"

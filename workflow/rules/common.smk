@@ -15,7 +15,7 @@ from embtransfer.data.inputs import (
     mixed_languages,
     wikipedia_languages,
 )
-from embtransfer.evaluation.catalog import (
+from embtransfer.evaluation.task_catalog import (
     CATALOG as EVAL_CATALOG,
     SHIPPED_TASK_DIR,
     shipped_task_names,
@@ -67,7 +67,7 @@ from embtransfer.data.real_text import (
 from embtransfer.neighbors.inputs import all_neighbors
 from embtransfer.report.build import config_subset, output_names
 from embtransfer.report.inputs import all_report, report_entry, report_inputs
-from embtransfer.transfer.catalog import METHODS as METHOD_CATALOG
+from embtransfer.transfer.method_catalog import METHODS as METHOD_CATALOG
 from embtransfer.transfer.inputs import (
     aligned_tokenizers,
     all_zeroshot,

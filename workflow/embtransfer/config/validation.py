@@ -28,7 +28,7 @@ from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
 from embtransfer.report.check import check_report
-from embtransfer.transfer.catalog import (
+from embtransfer.transfer.method_catalog import (
     DEFAULT_METHODS,
     METHODS,
     OptionError,
@@ -37,7 +37,7 @@ from embtransfer.transfer.catalog import (
 )
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-# A mini model's train keys that apply to one family's objective (world/pretrain.py, RATE_KEYS).
+# A mini model's train keys that apply to one family's objective (models/pretrain.py, RATE_KEYS).
 RATE_KEYS = {"mlm_probability": "bert", "noise_density": "t5"}
 
 

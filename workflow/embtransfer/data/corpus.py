@@ -18,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from embtransfer.world.corpus import generate_sentences
+from embtransfer.world.running_text import generate_sentences
 
 
 def split_sequential(lines: list[str], valid_fraction: float) -> tuple[list[str], list[str]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from embtransfer.core import paths
 from embtransfer.data.download import needed_languages
-from embtransfer.evaluation.catalog import shipped_task_names, stock_task_names
+from embtransfer.evaluation.task_catalog import shipped_task_names, stock_task_names
 from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir
 

@@ -14,7 +14,7 @@ from typing import Any
 from embtransfer.core.errors import ConfigError
 from embtransfer.core.grid import evaluation_languages
 from embtransfer.evaluation import taskindex  # the module: tests replace its index
-from embtransfer.evaluation.catalog import CATALOG, SHIPPED_TASK_DIR, resolve
+from embtransfer.evaluation.task_catalog import CATALOG, SHIPPED_TASK_DIR, resolve
 
 
 def check_evaluation(config: dict[str, Any]) -> None:

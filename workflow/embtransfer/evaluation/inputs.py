@@ -18,7 +18,7 @@ from embtransfer.core.grid import (
     transfer_runs,
     world_pairs,
 )
-from embtransfer.evaluation.catalog import (
+from embtransfer.evaluation.task_catalog import (
     CATALOG,
     shipped_tasks_hash,
     spec_dicts,

@@ -30,7 +30,7 @@ import math
 from typing import Any
 
 from embtransfer.core.grid import STAGES
-from embtransfer.evaluation.catalog import KINDS, TaskSpec
+from embtransfer.evaluation.task_catalog import KINDS, TaskSpec
 
 REQUIRED = {
     "task": str, "lm_eval_task": str, "stage": str, "lang": str, "source": str,

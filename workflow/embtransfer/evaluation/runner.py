@@ -35,10 +35,10 @@ from lm_eval.tasks import TaskManager
 
 from embtransfer.core.atomic import write_json
 from embtransfer.core.devices import inference_dtype, resolve_device
-from embtransfer.evaluation.catalog import SHIPPED_TASK_DIR, TaskSpec
 from embtransfer.evaluation.datasets import local_dataset_overrides, task_config
 from embtransfer.evaluation.record import make_record
 from embtransfer.evaluation.squad import process_results_for
+from embtransfer.evaluation.task_catalog import SHIPPED_TASK_DIR, TaskSpec
 from embtransfer.evaluation.world_tasks import relocated_include_dir
 from embtransfer.models.loading import load_tokenizer
 

@@ -1,5 +1,5 @@
 """Extractive-QA answer scoring (exact match and token F1) of MLQA and XQuAD, each by its own
-published protocol (``catalog.DATASET_PROTOCOL``); the other protocol is a config option
+published protocol (``task_catalog.DATASET_PROTOCOL``); the other protocol is a config option
 (``evaluation.scoring.{mlqa,xquad}``), so a score can be compared with either literature.
 
 Two protocols, named in every record (``scoring.protocol``) and under the report's tables:

@@ -7,7 +7,7 @@ writes one directory per task key under ``out_dir`` (``results/benchmarks/{L}/{k
 
 * ``world_facts`` / ``world_facts_en``: facts of the fact base whose answers are shared
   material (names, cities, companies, numbers, loanwords) as cloze questions
-  (:func:`embtransfer.world.corpus.fact_question`) in ``L`` / in ``S``: knowledge that must
+  (:func:`embtransfer.world.running_text.fact_question`) in ``L`` / in ``S``: knowledge that must
   transfer from the source model, answered by tokens both vocabularies share.
 * ``world_words`` / ``world_words_en``: the facts whose answers are native lexicon words
   (professions, foods, animals, objects no language borrows), with native distractors of the
@@ -38,8 +38,8 @@ from typing import Any
 import yaml
 
 from embtransfer.core.atomic import atomic_path
-from embtransfer.world.corpus import fact_frame, fact_question, passage_facts, render
 from embtransfer.world.languages import value_pool
+from embtransfer.world.running_text import fact_frame, fact_question, passage_facts, render
 
 DEFAULT_SIZES = {"size": 100, "fact_questions": None, "fewshot_pool": 20, "passage_people": 3}
 
@@ -158,7 +158,7 @@ def _ask_in(world: dict[str, Any], fact: dict[str, Any], doc: dict[str, Any],
 
 def passage_items(world: dict[str, Any], n: int, seed: int, split: str,
                   passage_people: int) -> list[dict[str, Any]]:
-    """Language-independent passages (:func:`embtransfer.world.corpus.passage_facts`): per
+    """Language-independent passages (:func:`embtransfer.world.running_text.passage_facts`): per
     item the stated facts, the asked one and the ordered choice values (its value and
     others of its type, which the passage does not state)."""
     n_choices = world["config"]["n_choices"]

@@ -13,8 +13,8 @@ embedding-only first stage (``embedding_only_steps``), English replay at an exac
 at the end).
 
 This module is the loop: :func:`train_lapt` sets up a
-:class:`~embtransfer.lapt.run.TrainingRun` (model, blocks, plan, optimizer, resume
-checkpoint: :mod:`embtransfer.lapt.run`), starts it (:func:`_start`: seed; resume or set
+:class:`~embtransfer.lapt.training_run.TrainingRun` (model, blocks, plan, optimizer, resume
+checkpoint: :mod:`embtransfer.lapt.training_run`), starts it (:func:`_start`: seed; resume or set
 aside), then, step by step, calls :func:`_train_step` and :func:`_evaluate_and_checkpoint`,
 and at the end :func:`_finish`. Around it, one module per concern:
 :mod:`~embtransfer.lapt.data` (blocks and the data order), :mod:`~embtransfer.lapt.plan`
@@ -70,8 +70,14 @@ from embtransfer.lapt.metrics import (
     log_train_loss,
 )
 from embtransfer.lapt.preemption import StopRequest
-from embtransfer.lapt.run import ModelTrainer, TrainingRun, log_start, set_up_run, wrap_loss
 from embtransfer.lapt.settings import LaptSettings
+from embtransfer.lapt.training_run import (
+    ModelTrainer,
+    TrainingRun,
+    log_start,
+    set_up_run,
+    wrap_loss,
+)
 from embtransfer.models.hf import save_safetensors
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid, evaluated_stages, report_stages
-from embtransfer.report.alignment import write_alignment
+from embtransfer.report.alignment_table import write_alignment
 from embtransfer.report.calibration import write_calibration
 from embtransfer.report.figures import (
     VS_BEST_MARK,
@@ -24,7 +24,7 @@ from embtransfer.report.figures import (
     write_methods_figure,
 )
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.plm_probes import write_probes
+from embtransfer.report.probe_table import write_probes
 from embtransfer.report.records import (
     MalformedResultError,
     coverage_identity,

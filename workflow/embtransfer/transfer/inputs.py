@@ -12,7 +12,7 @@ from embtransfer.core import codehash, paths
 from embtransfer.core.grid import target_pairs, transfer_runs
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.models.inputs import model_dir, tokenizer_dir
-from embtransfer.transfer.catalog import METHODS, method_needs, resolve_options
+from embtransfer.transfer.method_catalog import METHODS, method_needs, resolve_options
 
 # A language without a `dictionary` entry takes the miniature world's.
 WORLD_DICTIONARY = {"type": "world"}

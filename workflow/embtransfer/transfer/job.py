@@ -3,7 +3,7 @@
 Separate from the Snakemake script so it can be called (and tested) directly.
 ``paths`` holds the rule's named inputs: ``source``, ``target_tokenizer``,
 ``source_vocab``, ``target_vocab``, ``overlap`` and those the method needs, named as in
-:data:`embtransfer.transfer.catalog.NEEDS`.
+:data:`embtransfer.transfer.method_catalog.NEEDS`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from embtransfer.models.loading import (
 )
 from embtransfer.neighbors.search import Neighbors, read_neighbors
 from embtransfer.transfer.aligned import read_aligned, read_search
-from embtransfer.transfer.checkpoint import write_transferred_checkpoint
+from embtransfer.transfer.method_runner import run_method
 from embtransfer.transfer.methods.base import TransferInputs
 from embtransfer.transfer.regression import read_coefficients
-from embtransfer.transfer.run import run_method
+from embtransfer.transfer.transferred_model import write_transferred_checkpoint
 from embtransfer.vocab.canonical import read_vocab
 from embtransfer.vocab.overlap import read_overlap
 from embtransfer.world.truth import read_truth

@@ -76,7 +76,7 @@ from embtransfer.core.devices import resolve_device
 from embtransfer.core.logs import without_run_values
 from embtransfer.core.workspace import Workspace
 from embtransfer.neighbors.search import Neighbors, count_summary
-from embtransfer.transfer.catalog import defaults
+from embtransfer.transfer.method_catalog import defaults
 
 #: SALT's options with their defaults (the method catalog holds them): salt_project's defaults.
 SALT = defaults("salt")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.transfer.catalog import resolve_options
+from embtransfer.transfer.method_catalog import resolve_options
 
 #: the methods that search the aligned space
 SEARCHING = ("wechsel", "ofa")

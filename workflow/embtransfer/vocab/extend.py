@@ -1,6 +1,6 @@
 """Extend a byte-level BPE tokenizer with the target tokens it lacks (Gosal et al.).
 
-The transfer stage's ``extend`` vocabulary mode (:mod:`embtransfer.transfer.checkpoint`)
+The transfer stage's ``extend`` vocabulary mode (:mod:`embtransfer.transfer.transferred_model`)
 keeps the source tokenizer and appends the target's new tokens after its ids:
 :func:`new_target_tokens` says which, :func:`extend_tokenizer` appends them, with the
 target merges that build them, so ordinary tokenisation produces them.

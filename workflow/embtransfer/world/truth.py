@@ -38,8 +38,8 @@ import pandas as pd
 
 from embtransfer.core.atomic import read_parquet_metadata, write_parquet
 from embtransfer.vocab.canonical import token_text
-from embtransfer.world.corpus import _affixed
 from embtransfer.world.languages import _affix_cells
+from embtransfer.world.running_text import _affixed
 from embtransfer.world.split import SPLITS, meaning_split
 
 #: Interpretation kinds, in the order the counts list them.

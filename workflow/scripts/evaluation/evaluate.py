@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.catalog import TaskSpec
 from embtransfer.evaluation.runner import evaluate_checkpoint
+from embtransfer.evaluation.task_catalog import TaskSpec
 
 sm = snakemake  # noqa: F821
 

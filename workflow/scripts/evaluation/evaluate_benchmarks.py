@@ -6,7 +6,7 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 
 from embtransfer.core.atomic import atomic_path, read_json, write_json
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.catalog import CATALOG
+from embtransfer.evaluation.task_catalog import CATALOG
 from embtransfer.evaluation.world_tasks import build_world_tasks
 from embtransfer.models.hf import encode_texts
 from embtransfer.models.loading import load_tokenizer

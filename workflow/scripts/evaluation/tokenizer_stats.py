@@ -15,9 +15,9 @@ from pathlib import Path
 
 from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.catalog import TaskSpec
 from embtransfer.evaluation.intrinsic import read_documents
 from embtransfer.evaluation.runner import task_manager, task_spec
+from embtransfer.evaluation.task_catalog import TaskSpec
 from embtransfer.evaluation.tokenizer_stats import load_task_texts, tokenizer_stats
 
 sm = snakemake  # noqa: F821

@@ -6,8 +6,8 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import load_tokenizer
-from embtransfer.world.pretrain import build_model, pretrain, save_checkpoint
-from embtransfer.world.tokenizers import special_token_ids
+from embtransfer.models.pretrain import build_model, pretrain, save_checkpoint
+from embtransfer.models.tokenizer_training import special_token_ids
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

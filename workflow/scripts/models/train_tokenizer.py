@@ -6,7 +6,11 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.logs import job_logger
-from embtransfer.world.tokenizers import DEFAULT_ALGORITHM, DEFAULT_SPLIT_DIGITS, train_tokenizer
+from embtransfer.models.tokenizer_training import (
+    DEFAULT_ALGORITHM,
+    DEFAULT_SPLIT_DIGITS,
+    train_tokenizer,
+)
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

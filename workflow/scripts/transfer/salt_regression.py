@@ -11,7 +11,7 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import check_tokenizer_model_agreement, load_embeddings
 from embtransfer.neighbors.search import Neighbors, read_neighbors
-from embtransfer.transfer.catalog import resolve_options
+from embtransfer.transfer.method_catalog import resolve_options
 from embtransfer.transfer.regression import salt_coefficients, write_coefficients
 
 sm = snakemake  # noqa: F821

@@ -9,7 +9,7 @@ made (``copied``, ``projected``, ``weighted``, ``random``, ``mean``,
 
 Each method's function is registered with :func:`register` in its own module under
 ``embtransfer.transfer.methods``; its name, description, options and needs are in
-:mod:`embtransfer.transfer.catalog`, and :func:`get_method` refuses unknown names with
+:mod:`embtransfer.transfer.method_catalog`, and :func:`get_method` refuses unknown names with
 the list of known ones.
 """
 
@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.neighbors.search import Neighbors
-from embtransfer.transfer import catalog as method_catalog
+from embtransfer.transfer import method_catalog
 from embtransfer.transfer.aligned import AlignedVectors
-from embtransfer.transfer.catalog import METHODS
+from embtransfer.transfer.method_catalog import METHODS
 
 SIDES = ("input", "output")
 
@@ -129,7 +129,7 @@ class MethodSpec:
 def register(name: str) -> Callable[[Method], Method]:
     """Register ``fn`` as the method ``name``, which the catalog must describe."""
     if name not in METHODS:
-        raise ValueError(f"method {name!r} is not in embtransfer.transfer.catalog.METHODS")
+        raise ValueError(f"method {name!r} is not in embtransfer.transfer.method_catalog.METHODS")
 
     def wrap(fn: Method) -> Method:
         if name in REGISTRY:

@@ -23,7 +23,7 @@ generator and the population std, deepfocus ``torch.normal`` and the sample std.
 Parameter ``vectors``: which neighbour table, ``token`` (FOCUS's own token-level
 fastText trained on the target corpus, the paper's default) or ``word``
 (word-level fastText, SALT's auxiliary space); the catalog
-(:func:`embtransfer.transfer.catalog.method_needs`) turns it into the input
+(:func:`embtransfer.transfer.method_catalog.method_needs`) turns it into the input
 ``neighbors_token`` or ``neighbors_word``.
 
 The weighted sums are one sparse (CSR) x dense product over the distinct

@@ -1,7 +1,7 @@
 """Run one initialisation method on both embedding sides and check what it made.
 
 The runner is the single place that (a) merges a method's defaults with the
-config's options (:func:`embtransfer.transfer.catalog.resolve_options` checks them),
+config's options (:func:`embtransfer.transfer.method_catalog.resolve_options` checks them),
 (b) calls it for the input and, for untied sources, the output embeddings,
 (c) refuses NaN/Inf rows naming the tokens, and (d) picks the rows the vocabulary
 mode keeps (``replace``: every target token; ``extend``: the target tokens the
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from embtransfer.models.loading import name_rows, nonfinite_rows
-from embtransfer.transfer.catalog import resolve_options
+from embtransfer.transfer.method_catalog import resolve_options
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method
 
 

@@ -181,7 +181,7 @@ def resolve_options(method: str, options: dict[str, Any] | None) -> dict[str, An
 
     The one check of method options: the config is checked with it when it is read
     (:func:`embtransfer.config.validation.check_transfer`) and every run goes through it
-    (:func:`embtransfer.transfer.run.run_method`, the SALT regression script). Raises
+    (:func:`embtransfer.transfer.method_runner.run_method`, the SALT regression script). Raises
     :class:`OptionError` naming ``transfer.options.<method>[.<option>]`` and the method's
     options.
     """
