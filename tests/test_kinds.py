@@ -4,6 +4,7 @@ Arabic and Vietnamese script, its figures on a hand-checked pair, and the world'
 from __future__ import annotations
 
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,8 @@ from embtransfer.vocab.kinds import (
 )
 from embtransfer.world.languages import build_world
 from embtransfer.world.lexicon import world_lexicon
+
+REPO = Path(__file__).resolve().parents[1]
 
 GERMAN = Lexicon(
     frozenset({"der", "haus", "datei", "berlin"}), "LATIN", foreign=frozenset({"file", "the"})
@@ -265,3 +268,51 @@ def test_calibration_table_flags_each_world_figure_outside_its_family_s_range(tm
     assert pd.read_csv(tmp_path / "c.csv")["in_range"].dtype == bool
     write_calibration([], [], tmp_path / "c.csv", tmp_path / "c.md")
     assert "(no world pairs in this run)" in (tmp_path / "c.md").read_text()
+
+
+def _docs_world_tables() -> tuple[pd.DataFrame, dict[str, set[tuple[str, str]]]]:
+    """The default world's figures as docs/calibration.md's "Where the default world stands"
+    prints them, and per language the (target, figure) cells it marks †."""
+    text = (REPO / "docs" / "calibration.md").read_text()
+    section = text.split("### Where the default world stands", 1)[1]
+    rows, marked = {}, {}
+    for world_lang in WORLD_LANGUAGES:
+        block = section.split(f"`{world_lang}` beside", 1)[1].split("\n\n", 2)[1]
+        lines = [line.strip("|").split("|") for line in block.splitlines()]
+        targets = [c.strip() for c in lines[0][3:]]
+        marked[world_lang] = set()
+        for cells in lines[2:]:
+            figure = cells[0].strip()
+            for target, cell in zip(targets, cells[3:], strict=True):
+                rows.setdefault((world_lang, target), {})[figure] = float(cell.strip(" †"))
+                if "†" in cell:
+                    marked[world_lang].add((target, figure))
+    world = pd.DataFrame([{"lang": lang, "source": "llama_mini", "target": target, **figures}
+                          for (lang, target), figures in rows.items()])
+    return world, marked
+
+
+def test_the_calibration_headline_counts_every_figure_of_its_table():
+    """The headline counts each world language's † over every figure its table shows, and the
+    docs quote the count of the default world's table they print."""
+    from embtransfer.report.calibration import SHOWN, calibration_frame, outside_counts
+
+    real = pd.read_csv(_real_script().TABLE)
+    world, marked = _docs_world_tables()
+    frame = calibration_frame(real, world)
+    for world_lang, cells in marked.items():  # the docs' † are the code's
+        lines = frame[frame["lang"] == world_lang]
+        outside = {(t, f) for t, f, ok in zip(lines["target"], lines["figure"],
+                                              lines["in_range"], strict=True) if not ok}
+        assert outside == cells, world_lang
+    counts = outside_counts(frame)
+    assert counts == {"ar_mini": (14, 27), "vi_mini": (7, 27)}
+    assert counts["ar_mini"][1] == 3 * len(SHOWN)  # vocabulary coverage counted too
+    sentence = "14 of 27 Arabic and 7 of 27 Vietnamese figures"
+    for doc in ("README.md", "docs/calibration.md"):
+        assert sentence in " ".join((REPO / doc).read_text().split()), doc
+    text = compare(real, world)
+    for world_lang, (out, total) in counts.items():
+        section = text.split(f"{world_lang} beside", 1)[1].split(" beside ", 1)[0]
+        assert section.count("†") == out
+        assert f"{out} of {total} figures outside" in section

@@ -104,17 +104,28 @@ def real_ranges(real: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def outside_counts(frame: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Per world language of a :func:`calibration_frame`: how many of its lines lie outside
+    the multilingual range, and how many lines it has (every shown figure of every pair)."""
+    return {lang: (int((~lines["in_range"]).sum()), len(lines))
+            for lang, lines in frame.groupby("lang", sort=False)}
+
+
 def compare(real: pd.DataFrame, world: pd.DataFrame) -> str:
-    """Markdown: per world language, each shown figure's real range for the multilingual
-    sources and for Llama 2 (every family), and the world's value per target (its source in
-    brackets), marked † outside the multilingual range."""
+    """Markdown: per world language, how many of its figures lie outside the multilingual
+    range, then each shown figure's real range for the multilingual sources and for Llama 2
+    (every family), and the world's value per target (its source in brackets), marked †
+    outside the multilingual range."""
     frame = calibration_frame(real, world)
+    counts = outside_counts(frame)
     parts = []
     for world_lang, lines in frame.groupby("lang", sort=False):
         pairs = list(dict.fromkeys(zip(lines["source"], lines["target"], strict=True)))
         names = [f"{target} ({source})" for source, target in pairs]
+        outside, total = counts[world_lang]
         parts += [
-            f"{world_lang} beside {WORLD_LANGUAGES[world_lang]}",
+            f"{world_lang} beside {WORLD_LANGUAGES[world_lang]}: {outside} of {total} figures "
+            "outside the multilingual range",
             "",
             "| figure | Gemma 3, Qwen 3 | Llama 2 | " + " | ".join(names) + " |",
             "|---|---|---|" + "---|" * len(names),
