@@ -8,9 +8,9 @@ every --eval-every steps, how often it picks the right value:
 
 * ``repeat``: random sequences repeated (``a b c ... a b c ...``); scored on the second half.
 * ``binding``: passages ``name verb prep value .`` for 2-3 people sharing one relation, then
-  the statements again in another order (the old world's format); scored on questions
+  the statements again in another order; scored on questions
   ``... name verb prep`` -> that person's value, among the passage's values.
-* ``relation``: the same with one relation per person (the world's format now); scored
+* ``relation``: the same with one relation per person (the world's passages); scored
   among the values of the asked relation's type (one stated, three not).
 
     python benchmarks/probe_copying.py --task binding --steps 3000

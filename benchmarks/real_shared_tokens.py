@@ -1,4 +1,4 @@
-"""The real figures of shared tokens, measured as the world's are (issue 35, docs/calibration.md).
+"""The real figures of shared tokens, measured as the world's are (docs/calibration.md).
 
 Sources: the real Gemma 3, Llama 2, Llama 3 and Qwen 3 tokenizers (``make fixtures``).
 Targets: per language (de, ar, vi) a byte-level BPE, a WordPiece and a Unigram tokenizer

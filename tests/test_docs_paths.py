@@ -14,8 +14,8 @@ is recognised by one narrow rule each, never by a list of allowed names:
   another repository's when the same line names that repository (``malteos/clp-transfer``).
 
 And the README's Status paragraph leaves what the default run shows to that section: it
-states no score and calls no table "at chance" (it once did while the section it points to
-reported the source reading its passages at 100 %).
+states no score and calls no table "at chance", which the section it points to could
+contradict.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def test_ids_beyond_the_rows_are_refused_with_the_numbers(tiny_gpt2, tmp_path):
 
 def test_the_transfer_job_counts_ids_by_the_vocabulary_table(tiny_gpt2, tmp_path):
     """The transfer job refuses a source with fewer rows than its vocabulary table has ids
-    (one per id: the tokenizer's count, which it no longer builds the tokenizer for)."""
+    (one per id: the tokenizer's count, without building the tokenizer)."""
     from transformers import AutoTokenizer
 
     from embtransfer.models.hf import n_token_ids

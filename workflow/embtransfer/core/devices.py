@@ -16,6 +16,6 @@ def resolve_device(device: str | torch.device) -> str:
 def inference_dtype(device: str) -> str:
     """The dtype a checkpoint is evaluated in on ``device`` (a resolved name): its own
     ("auto") on an accelerator, float32 on the CPU, which emulates half precision without
-    bf16 units several times slower (the earlier hand-wired real-scale bench's zero-shot stage
-    on bf16 checkpoints: 126 s in bf16, 28 s in float32)."""
+    bf16 units several times slower (the hand-wired real-scale bench's zero-shot stage on bf16
+    checkpoints: 126 s in bf16, 28 s in float32)."""
     return "float32" if str(device).startswith("cpu") else "auto"

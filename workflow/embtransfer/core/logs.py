@@ -50,8 +50,10 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
-#: Keys of run-to-run values (wall-clock times, throughput, thread counts). Jobs log them;
-#: artifacts never hold them, so the same config gives byte-identical files.
+#: Keys of run-to-run values (wall-clock times, throughput, thread counts). Jobs log them and
+#: the artifacts written through :func:`without_run_values` leave them out, so the same config
+#: gives byte-identical files; LAPT's ``metrics.jsonl`` keeps them beside the losses
+#: (:mod:`embtransfer.lapt.metrics`), and the report reads its losses only.
 RUN_VALUES = frozenset({"seconds", "elapsed_s", "tokens_per_second", "tokens_per_s", "eta_s",
                         "threads", "peak_memory_bytes", "sequences_this_run"})
 

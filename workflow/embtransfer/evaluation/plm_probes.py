@@ -42,7 +42,7 @@ from embtransfer.core.paired import difference
 if TYPE_CHECKING:  # the report imports this module's constants: no torch at its start-up
     from embtransfer.neighbors.search import Neighbors
 
-#: A probe is cleared at this many standard errors above its random baseline (issue 35).
+#: A probe is cleared at this many standard errors above its random baseline.
 Z_CLEARS = 3.0
 #: Float64 neighbour rows gathered per batch of the span probe.
 BATCH_BYTES = 32 * 2**20

@@ -1,4 +1,4 @@
-"""What the tokens a target vocabulary shares with a source vocabulary are (issue 35).
+"""What the tokens a target vocabulary shares with a source vocabulary are.
 
 The methods that build a row from shared tokens (SALT, FOCUS, CLP) rely on what those
 tokens are: a whole word of the target language carries its meaning into the target, a
