@@ -301,8 +301,8 @@ def test_fasttext_corpus_and_fertility_take_every_format(plms, name, tmp_path):
 def test_vietnamese_bert_column_runs_in_the_workflow(tmp_path):
     """A PhoBERT-format target PLM (slow tokenizer, RoBERTa weights) through the workflow.
 
-    The paper grid's Vietnamese BERT column (vinai/phobert-base-v2) used to stop
-    at the vocab stage: load_tokenizer refused slow tokenizers.
+    The paper grid's Vietnamese BERT column (vinai/phobert-base-v2) needs load_tokenizer
+    to take slow tokenizers: refusing them stops the column at the vocab stage.
     """
     import yaml
     from test_workflow import copy_workflow, small_config, snakemake

@@ -54,7 +54,7 @@ def test_written_table_has_the_expected_text(tmp_path):
                record("salt", 2.0, target="bert_x")]
     write_zeroshot_table(records, tmp_path / "t.csv", tmp_path / "t.md")
     text = (tmp_path / "t.md").read_text()
-    # salt ran alone with bert_x: shown, not ranked, not a win (it was credited one before)
+    # salt ran alone with bert_x: shown, not ranked, not a win (a method alone wins nothing)
     assert ("| method | mean_rank | wins | ranked_settings | mean_bits_per_byte | "
             "unranked_settings |") in text
     assert "| salt | 1.0000 | 1 | 1 | 1.0000 | 1 |" in text
