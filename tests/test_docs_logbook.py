@@ -34,6 +34,8 @@ LOGBOOK = {
                                           r"|\b\d[\d.,]* until (?:the|it|LAPT)\b",
     "a state at a commit": rf"\bat (?={HEX}*[a-f])(?={HEX}*\d){HEX}{{7,40}}\b",
     "a hand-over": r"\bhand-over\b",
+    "what the code used to do": r"(?<!is )(?<!are )(?<!was )(?<!were )(?<!be )(?<!been )"
+                                r"\bused to\b|\bonce did\b",
 }
 PATTERN = re.compile("|".join(f"(?:{p})" for p in LOGBOOK.values()), re.IGNORECASE)
 MARKDOWN = ["README.md", "benchmarks/README.md", *sorted(
@@ -78,6 +80,8 @@ def test_no_logbook_words():
     ("Zipf exponent 1.1 (the default now)", True),
     ("max_steps: 12  # 40 until the oracle came", True),
     ("`config/config.yaml` at 939c327 builds both", True),
+    ("the column used to stop at the vocab stage", True),
+    ("the dictionary is used to align the spaces", False),
     ("sampled with py-spy (snakemake/snakemake#3744)", False),
     ("`time make run` with commit 6718f1b (2026-11-26)", False),
     ("the checkpoint holds the state before the interrupted step", False),
