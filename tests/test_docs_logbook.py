@@ -52,7 +52,7 @@ def prose() -> Iterator[tuple[str, str]]:
     for name in MARKDOWN:
         for number, line in enumerate((REPO / name).read_text().splitlines(), start=1):
             yield f"{name}:{number}", line
-    for path in _files("config/*.yaml", "workflow/**/*.yaml", "profiles/**/*.yaml",
+    for path in _files("config/*.yaml", ".test/*.yaml", "workflow/**/*.yaml", "profiles/**/*.yaml",
                        "slurm/*.yaml", "Snakefile", "workflow/rules/*.smk"):
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if comment := YAML_COMMENT.search(line):
