@@ -1,0 +1,154 @@
+"""The set-up's lock files: what `make lock` writes into their headers, and the checks
+that keep them true to their inputs (tests/test_lock.py).
+
+A lock is `uv pip compile` output (one pinned, hashed entry per package, with markers)
+plus two header lines this module adds: the digest of the inputs it was resolved from
+and the digest of its own entries. A lock whose inputs changed since `make lock`, or
+whose pins were edited by hand, no longer matches its header.
+
+    python -m embtransfer.core.lockfile stamp LOCK...   # add the digests (make lock)
+
+Standard library only at import: `make lock` stamps before anything else is imported,
+and the report records the lock's digest (report/environment.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The main environment's lock (pyproject.toml's dependencies and dev extra) and the
+#: reference packages' lock (tests/reference-requirements.txt); `make lock` writes both.
+MAIN_LOCK = "envs/requirements.lock"
+REFERENCE_LOCK = "envs/reference.lock"
+#: Each lock's inputs, relative to the repository root (its digest covers them).
+LOCK_INPUTS = {
+    MAIN_LOCK: ("pyproject.toml", "envs/constraints.txt", "envs/torch.txt"),
+    REFERENCE_LOCK: ("tests/reference-requirements.txt",),
+}
+INPUTS_KEY = "inputs-sha256"
+ENTRIES_KEY = "entries-sha256"
+
+_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One pinned package of a lock."""
+
+    name: str  # normalised (PEP 503)
+    version: str
+    marker: str | None
+    hashes: tuple[str, ...]
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_lines(text: str) -> list[str]:
+    """The lock's entries as logical lines (continuations joined), comments dropped."""
+    logical: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        current = f"{current} {line}".strip() if current else line
+        if current.endswith("\\"):
+            current = current[:-1].strip()
+            continue
+        logical.append(current)
+        current = ""
+    if current:
+        logical.append(current)
+    return logical
+
+
+def parse(text: str) -> list[Entry]:
+    """Every ``name==version [; marker] --hash=...`` entry of a lock."""
+    entries = []
+    for line in _requirement_lines(text):
+        parts = line.split(" --hash=")
+        match = _ENTRY.match(parts[0].strip())
+        if match is None:
+            raise ValueError(f"not a pinned lock entry: {line!r}")
+        name, version, marker = match.groups()
+        entries.append(Entry(normalise(name), version, marker, tuple(h.strip() for h in parts[1:])))
+    return entries
+
+
+def entries_digest(text: str) -> str:
+    """sha256 of the lock's entries (pins, markers, hashes), comments and layout left out:
+    a pin changed by hand changes it."""
+    return hashlib.sha256("\n".join(_requirement_lines(text)).encode()).hexdigest()
+
+
+def _plain_lines(path: Path) -> list[str]:
+    return [s for s in (ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines()) if s]
+
+
+def inputs_digest(paths: list[Path]) -> str:
+    """sha256 of what a lock is resolved from: of a pyproject.toml its Python range, its
+    dependencies and its dev extra (not the rest of the file); of a requirements file its
+    lines without comments."""
+    parts: dict[str, object] = {}
+    for path in paths:
+        if path.suffix == ".toml":
+            project = tomllib.loads(path.read_text())["project"]
+            parts[path.name] = {
+                "requires-python": project.get("requires-python"),
+                "dependencies": project.get("dependencies", []),
+                "dev": project.get("optional-dependencies", {}).get("dev", []),
+            }
+        else:
+            parts[path.name] = _plain_lines(path)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def header_value(text: str, key: str) -> str | None:
+    match = re.search(rf"^# {re.escape(key)}: ([0-9a-f]{{64}})", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def lock_inputs(lock: str, root: Path) -> list[Path]:
+    return [root / p for p in LOCK_INPUTS[lock]]
+
+
+def stamp(lock: Path, inputs: list[Path], names: tuple[str, ...]) -> None:
+    """Write both digests into the header of ``lock`` (after uv's own header lines)."""
+    text = lock.read_text()
+    body = "\n".join(
+        ln for ln in text.splitlines() if not ln.startswith((f"# {INPUTS_KEY}", f"# {ENTRIES_KEY}"))
+    )
+    head = (
+        f"# {INPUTS_KEY}: {inputs_digest(inputs)}  ({', '.join(names)})\n"
+        f"# {ENTRIES_KEY}: {entries_digest(body)}  (the entries below; `make lock` rewrites both)\n"
+    )
+    lines = body.splitlines(keepends=False)
+    at = next((i for i, ln in enumerate(lines) if not ln.startswith("#")), len(lines))
+    lock.write_text("\n".join(lines[:at]) + ("\n" if at else "") + head
+                    + "\n".join(lines[at:]) + "\n")
+
+
+def lock_digest(lock: Path) -> str | None:
+    """The lock's entries digest as its header records it (None: no such lock)."""
+    return header_value(lock.read_text(), ENTRIES_KEY) if lock.is_file() else None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] != "stamp" or not set(argv[1:]) <= set(LOCK_INPUTS):
+        print(__doc__, f"locks: {sorted(LOCK_INPUTS)}", file=sys.stderr)
+        return 2
+    for lock in argv[1:]:
+        stamp(Path(lock), lock_inputs(lock, Path()), LOCK_INPUTS[lock])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
