@@ -74,13 +74,16 @@ $(REF_VENV)/.installed: $(REF_LOCK) $(VENV)/.installed
 reference-env: $(REF_VENV)/.installed
 
 # Both locks resolved again from their inputs, then stamped with the inputs' and the
-# entries' digests (embtransfer/core/lockfile.py).
+# entries' digests, and the conda environments envs/cpu.yaml and envs/cuda.yaml written with
+# the lock's pins (embtransfer/core/lockfile.py). The reference lock is made from
+# tests/reference-requirements.txt alone: after a change there, `make lock` again.
 lock: $(BIN)/activate
 	$(BIN)/pip install --quiet --no-compile --no-deps "uv==0.13.9"
 	$(UV) pip compile $(LOCK_FLAGS) pyproject.toml --extra dev --constraint envs/constraints.txt \
 	  --override envs/torch.txt --find-links "$(TORCH_WHEELS)" -o $(LOCK)
 	$(UV) pip compile $(LOCK_FLAGS) --no-deps tests/reference-requirements.txt -o $(REF_LOCK)
 	PYTHONPATH=workflow $(BIN)/python -m embtransfer.core.lockfile stamp $(LOCK) $(REF_LOCK)
+	PYTHONPATH=workflow $(BIN)/python -m embtransfer.core.lockfile conda
 
 # The package's bytecode, written where it is stale: where Python runs with
 # PYTHONDONTWRITEBYTECODE, each Snakemake process (a SLURM job, a test's run) would

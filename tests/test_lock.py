@@ -204,3 +204,20 @@ def test_report_environment_records_versions_and_the_lock(tmp_path: Path) -> Non
     write_environment(out, other)
     assert read_json(out)["lock"]["installed_off_lock"]["pyyaml"] == {
         "installed": installed, "lock": "0.0.1"}
+
+
+@pytest.mark.parametrize("path", sorted(lockfile.CONDA_ENVS))
+def test_conda_envs_pin_what_the_lock_pins(path: str) -> None:
+    """envs/cpu.yaml and envs/cuda.yaml install the lock's versions (Python 3.11, Linux)."""
+    import yaml
+
+    entries = lockfile.parse((ROOT / lockfile.MAIN_LOCK).read_text())
+    text = (ROOT / path).read_text()
+    assert text == lockfile.conda_yaml(path, entries), f"{path} is not the lock's: {REMEDY}"
+    env = yaml.safe_load(text)
+    assert env["channels"] == ["conda-forge"]  # not the retired `pytorch` channel
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    pins = dict(line.split("==") for line in pip if "==" in line)
+    lock = {name: versions[0] for name, versions in pins_in(entries, linux_env("3.11")).items()}
+    assert Version(pins.pop("torch")).public == Version(lock.pop("torch")).public
+    assert pins == lock

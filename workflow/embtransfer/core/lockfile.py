@@ -7,9 +7,9 @@ and the digest of its own entries. A lock whose inputs changed since `make lock`
 whose pins were edited by hand, no longer matches its header.
 
     python -m embtransfer.core.lockfile stamp LOCK...   # add the digests (make lock)
+    python -m embtransfer.core.lockfile conda           # envs/cpu.yaml, envs/cuda.yaml
 
-Standard library only at import: `make lock` stamps before anything else is imported,
-and the report records the lock's digest (report/environment.py).
+Standard library only at import: `make lock` runs it before the package is installed.
 """
 
 from __future__ import annotations
@@ -141,7 +141,68 @@ def lock_digest(lock: Path) -> str | None:
     return header_value(lock.read_text(), ENTRIES_KEY) if lock.is_file() else None
 
 
+#: The conda environments (`snakemake --sdm conda`): Python from conda-forge, torch from
+#: the PyTorch wheel index of each build, every other package at the lock's pin for
+#: Linux x86-64 and CONDA_PYTHON (`make lock` writes them; tests/test_lock.py compares).
+CONDA_PYTHON = "3.11"
+CONDA_ENVS = {
+    "envs/cpu.yaml": ("embtransfer-cpu", "CPU machines", "https://download.pytorch.org/whl/cpu"),
+    "envs/cuda.yaml": ("embtransfer-cuda", "CUDA 12.8 GPU nodes",
+                       "https://download.pytorch.org/whl/cu128"),
+}
+
+
+def _linux_env(python: str) -> dict[str, str]:
+    return {
+        "python_version": python, "python_full_version": f"{python}.0",
+        "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+        "os_name": "posix", "implementation_name": "cpython",
+        "platform_python_implementation": "CPython", "extra": "",
+    }
+
+
+def linux_pins(entries: list[Entry], python: str) -> dict[str, str]:
+    """name -> version of the entries that apply on Linux x86-64 CPython ``python``."""
+    from packaging.markers import Marker  # noqa: PLC0415 (stdlib only at import: stamp)
+
+    env = _linux_env(python)
+    return {
+        e.name: e.version for e in entries if e.marker is None or Marker(e.marker).evaluate(env)
+    }
+
+
+def conda_yaml(path: str, entries: list[Entry]) -> str:
+    """The conda environment file ``path`` of :data:`CONDA_ENVS`, pinned as the lock."""
+    name, where, index = CONDA_ENVS[path]
+    pins = linux_pins(entries, CONDA_PYTHON)
+    torch = pins.pop("torch")
+    if not index.endswith("/cpu"):
+        torch = torch.split("+")[0]  # the CUDA index's build of the same version
+    lines = [
+        f"# Conda environment for `snakemake --sdm conda` on {where}. Written by `make lock`",
+        f"# from {MAIN_LOCK} (Python {CONDA_PYTHON}, Linux x86-64): torch from the PyTorch",
+        "# wheels of this build, every other package at the lock's version (without hashes:",
+        "# the torch build's own dependencies are not in the lock).",
+        f"name: {name}",
+        "channels: [conda-forge]",
+        "dependencies:",
+        f"  - python={CONDA_PYTHON}",
+        "  - pip",
+        "  - pip:",
+        f"      - --extra-index-url {index}",
+        f"      - torch=={torch}",
+        *(f"      - {n}=={v}" for n, v in sorted(pins.items())),
+        "      - -e ../",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["conda"] and len(argv) == 1:
+        entries = parse(Path(MAIN_LOCK).read_text())
+        for path in CONDA_ENVS:
+            Path(path).write_text(conda_yaml(path, entries))
+        return 0
     if len(argv) < 2 or argv[0] != "stamp" or not set(argv[1:]) <= set(LOCK_INPUTS):
         print(__doc__, f"locks: {sorted(LOCK_INPUTS)}", file=sys.stderr)
         return 2
