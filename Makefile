@@ -44,8 +44,9 @@ LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes \
 
 # pip installs torch (it reads the machine's pip configuration: a local wheel, a CUDA index;
 # the lock's torch hash is that of the wheel the lock was resolved with, which another build
-# of the same version does not have), --no-deps: its dependencies are the lock's. uv installs
-# everything else the lock lists, each file checked against the lock's hashes, in parallel
+# of the same version does not have) with its dependencies (a CUDA build's CUDA libraries are
+# not in the lock); uv then installs every other package the lock lists at the lock's version,
+# over pip's where they differ, each file checked against the lock's hashes, in parallel
 # (pip took 2 min 46 s of a 3.5-min set-up), then this package editable; it compiles the
 # bytecode of every module it installs: where Python runs with PYTHONDONTWRITEBYTECODE,
 # nothing else would, and every process would compile its imports. torch comes from pip
@@ -53,7 +54,7 @@ LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes \
 # imports torch outside the job server's fork).
 UV_INSTALL = $(UV) pip install --quiet --compile-bytecode
 $(VENV)/.installed: $(BIN)/activate $(LOCK) pyproject.toml
-	$(BIN)/pip install --quiet --no-compile --no-deps "$(TORCH_SPEC)" "uv==0.13.9"
+	$(BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)" "uv==0.13.9"
 	$(UV_INSTALL) --python $(BIN)/python --require-hashes --no-deps --excludes envs/torch.txt -r $(LOCK)
 	$(UV_INSTALL) --python $(BIN)/python --no-deps -e .
 	touch $@

@@ -104,7 +104,7 @@ def test_lock_entries_are_as_make_lock_wrote_them(lock: tuple[str, str]) -> None
 
 def test_every_entry_is_pinned_with_hashes(lock: tuple[str, str]) -> None:
     name, text = lock
-    entries = lockfile.parse(text)
+    entries = lockfile.parse_lock(text)
     assert len(entries) > 50
     assert [e.name for e in entries if not e.hashes] == []
     assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for e in entries for h in e.hashes)
@@ -112,11 +112,11 @@ def test_every_entry_is_pinned_with_hashes(lock: tuple[str, str]) -> None:
 
 def test_lock_satisfies_every_requirement(lock: tuple[str, str]) -> None:
     name, text = lock
-    assert unmet(requirements_of(name), lockfile.parse(text)) == [], REMEDY
+    assert unmet(requirements_of(name), lockfile.parse_lock(text)) == [], REMEDY
 
 
 def test_reference_lock_pins_exactly_the_reference_requirements() -> None:
-    entries = lockfile.parse((ROOT / lockfile.REFERENCE_LOCK).read_text())
+    entries = lockfile.parse_lock((ROOT / lockfile.REFERENCE_LOCK).read_text())
     reqs = requirements_of(lockfile.REFERENCE_LOCK)
     for python in PYTHONS:
         env = linux_env(python)
@@ -132,7 +132,7 @@ def test_makefile_installs_the_locked_torch() -> None:
     lock's version (the lock's +cpu build is what the CPU wheels call it)."""
     spec = re.search(r"^TORCH_SPEC \?= torch==(\S+)$", (ROOT / "Makefile").read_text(), re.M)
     assert spec is not None
-    entries = lockfile.parse((ROOT / lockfile.MAIN_LOCK).read_text())
+    entries = lockfile.parse_lock((ROOT / lockfile.MAIN_LOCK).read_text())
     torch = [e for e in entries if e.name == "torch"]
     assert len(torch) == 1 and Version(torch[0].version).public == spec.group(1)
 
@@ -142,14 +142,14 @@ def test_makefile_installs_the_locked_torch() -> None:
 
 def test_a_pin_changed_by_hand_is_caught() -> None:
     text = (ROOT / lockfile.MAIN_LOCK).read_text()
-    entry = next(e for e in lockfile.parse(text) if e.name == "numpy")
+    entry = next(e for e in lockfile.parse_lock(text) if e.name == "numpy")
     edited = text.replace(f"numpy=={entry.version}", "numpy==1.26.0", 1)
     assert edited != text
     assert lockfile.entries_digest(edited) != lockfile.header_value(edited, lockfile.ENTRIES_KEY)
 
 
 def test_a_pin_outside_a_specifier_is_caught() -> None:
-    entries = lockfile.parse((ROOT / lockfile.MAIN_LOCK).read_text())
+    entries = lockfile.parse_lock((ROOT / lockfile.MAIN_LOCK).read_text())
     reqs = requirements_of(lockfile.MAIN_LOCK)
     assert unmet(reqs, entries) == []
     low = [lockfile.Entry(e.name, "1.25.0", e.marker, e.hashes) if e.name == "numpy" else e
@@ -182,7 +182,8 @@ def test_stamp_writes_digests_that_check(tmp_path: Path) -> None:
     assert text.count(lockfile.ENTRIES_KEY) == 1 and text.startswith("# header\n# inputs")
     assert lockfile.header_value(text, lockfile.ENTRIES_KEY) == lockfile.entries_digest(text)
     assert lockfile.header_value(text, lockfile.INPUTS_KEY) == lockfile.inputs_digest([req])
-    assert lockfile.parse(text) == [lockfile.Entry("six", "1.17.0", None, ("sha256:" + "a" * 64,))]
+    six = lockfile.Entry("six", "1.17.0", None, ("sha256:" + "a" * 64,))
+    assert lockfile.parse_lock(text) == [six]
 
 
 def test_report_environment_records_versions_and_the_lock(tmp_path: Path) -> None:
@@ -211,7 +212,7 @@ def test_conda_envs_pin_what_the_lock_pins(path: str) -> None:
     """envs/cpu.yaml and envs/cuda.yaml install the lock's versions (Python 3.11, Linux)."""
     import yaml
 
-    entries = lockfile.parse((ROOT / lockfile.MAIN_LOCK).read_text())
+    entries = lockfile.parse_lock((ROOT / lockfile.MAIN_LOCK).read_text())
     text = (ROOT / path).read_text()
     assert text == lockfile.conda_yaml(path, entries), f"{path} is not the lock's: {REMEDY}"
     env = yaml.safe_load(text)

@@ -70,7 +70,7 @@ def _requirement_lines(text: str) -> list[str]:
     return logical
 
 
-def parse(text: str) -> list[Entry]:
+def parse_lock(text: str) -> list[Entry]:
     """Every ``name==version [; marker] --hash=...`` entry of a lock."""
     entries = []
     for line in _requirement_lines(text):
@@ -199,7 +199,7 @@ def conda_yaml(path: str, entries: list[Entry]) -> str:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["conda"] and len(argv) == 1:
-        entries = parse(Path(MAIN_LOCK).read_text())
+        entries = parse_lock(Path(MAIN_LOCK).read_text())
         for path in CONDA_ENVS:
             Path(path).write_text(conda_yaml(path, entries))
         return 0

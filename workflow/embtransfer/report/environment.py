@@ -45,7 +45,7 @@ def environment(lock: Path) -> dict[str, Any]:
     installed = _installed()
     pins: dict[str, str] = {}
     if lock.is_file():
-        for entry in lockfile.parse(lock.read_text()):
+        for entry in lockfile.parse_lock(lock.read_text()):
             if entry.marker is None or Marker(entry.marker).evaluate():  # this Python's pin
                 pins[entry.name] = entry.version
     off_lock = {
