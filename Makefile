@@ -29,17 +29,20 @@ $(BIN)/activate:
 # (envs/requirements.lock from pyproject.toml's dependencies and dev extra with
 # envs/constraints.txt; envs/reference.lock from tests/reference-requirements.txt). Resolved
 # for Python 3.11-3.13 on every platform (--universal); the same lock gives the same packages
-# on any machine and day. `make lock` resolves both again: after changing pyproject.toml,
-# envs/constraints.txt, envs/torch.txt or tests/reference-requirements.txt (then commit
-# them), or to move to newer releases. tests/test_lock.py fails while a lock disagrees with
-# its inputs or was edited by hand (the digests in its header).
+# on any machine and day. `make lock` resolves both again after a change to pyproject.toml,
+# envs/constraints.txt, envs/torch.txt or tests/reference-requirements.txt (commit the locks
+# with it): uv keeps every pin of the old lock that the inputs still allow, so only what the
+# change needs moves; `make lock LOCK_UPGRADE=--upgrade` moves every package to its newest
+# release. tests/test_lock.py fails while a lock disagrees with its inputs or was edited by
+# hand (the digests in its header).
 LOCK := envs/requirements.lock
 REF_LOCK := envs/reference.lock
 # Where `make lock` finds the CPU torch wheels: the machine's pip find-links if set, else the
 # PyTorch wheel page (its +cpu files; envs/torch.txt names the build).
 TORCH_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/torch/)
 UV := $(BIN)/uv
-LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes \
+LOCK_UPGRADE ?=
+LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes $(LOCK_UPGRADE) \
 	--custom-compile-command "make lock"
 
 # pip installs torch (it reads the machine's pip configuration: a local wheel, a CUDA index;
