@@ -11,8 +11,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= all
-# torch is installed first, pinned: an unpinned torch requirement pulls
-# several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
+# torch is installed first, pinned to the lock's version (tests/test_lock.py): an unpinned
+# torch requirement pulls several GB of CUDA wheels. For a CUDA build of it on a GPU machine,
+# point pip at the build's index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu128.
 TORCH_SPEC ?= torch==2.13.0
 
 # The published packages the reference tests compare with (tests/test_reference_packages.py)

@@ -1,5 +1,5 @@
-"""The set-up's lock files: what `make lock` writes into their headers, and the checks
-that keep them true to their inputs (tests/test_lock.py).
+"""The set-up's lock files: what `make lock` writes into their headers and beside them (the
+conda environments), and the parsing tests/test_lock.py checks them with.
 
 A lock is `uv pip compile` output (one pinned, hashed entry per package, with markers)
 plus two header lines this module adds: the digest of the inputs it was resolved from
