@@ -1,4 +1,6 @@
 # Set-up and the two everyday commands. Everything runs inside .venv.
+#   make setup  install .venv exactly as envs/requirements.lock lists it, hash-checked
+#   make lock   resolve envs/requirements.lock and envs/reference.lock again (see LOCK below)
 #   make run    set up, then run the default workflow (the miniature world) end to end
 #   make test   set up (also the reference packages' .venv-ref), fetch the test fixtures, lint
 #               (make lint: ruff, snakefmt --check, snakemake --lint), then run the test suite
@@ -9,8 +11,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= all
-# torch is installed first, pinned: an unpinned torch requirement pulls
-# several GB of CUDA wheels. Override TORCH_SPEC for a CUDA build on a GPU machine.
+# torch is installed first, pinned to the lock's version (tests/test_lock.py): an unpinned
+# torch requirement pulls several GB of CUDA wheels. For a CUDA build of it on a GPU machine,
+# point pip at the build's index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu128.
 TORCH_SPEC ?= torch==2.13.0
 
 # The published packages the reference tests compare with (tests/test_reference_packages.py)
@@ -18,37 +21,74 @@ TORCH_SPEC ?= torch==2.13.0
 # tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
-.PHONY: setup bytecode reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean
+.PHONY: setup lock bytecode reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
-# pip installs torch (it reads the machine's pip configuration: a local wheel, a CUDA index);
-# uv resolves, fetches and installs the rest in parallel (pip took 2 min 46 s of a 3.5-min
-# set-up) and compiles the bytecode of every module it installs: where Python runs with
-# PYTHONDONTWRITEBYTECODE, nothing else would, and every process would compile its imports.
-# torch and its dependencies come from pip with --no-compile and stay uncompiled (~2,400
-# modules, 7-9 s of CPU in each process that imports torch outside the job server's fork).
-# envs/constraints.txt keeps uv's resolution where pip's was (benchmarks/README.md).
+# The locks: every package and version the set-up installs, with the sha256 of each file
+# (envs/requirements.lock from pyproject.toml's dependencies and dev extra with
+# envs/constraints.txt; envs/reference.lock from tests/reference-requirements.txt). Resolved
+# for Python 3.11-3.13 on every platform (--universal); the same lock gives the same packages
+# on any machine and day. `make lock` resolves both again after a change to pyproject.toml,
+# envs/constraints.txt, envs/torch.txt or tests/reference-requirements.txt (commit the locks
+# with it): uv keeps every pin of the old lock that the inputs still allow, so only what the
+# change needs moves; `make lock LOCK_UPGRADE=--upgrade` moves every package to its newest
+# release. tests/test_lock.py fails while a lock disagrees with its inputs or was edited by
+# hand (the digests in its header).
+LOCK := envs/requirements.lock
+REF_LOCK := envs/reference.lock
+# Where `make lock` finds the CPU torch wheels: the machine's pip find-links if set, else the
+# PyTorch wheel page (its +cpu files; envs/torch.txt names the build).
+TORCH_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/torch/)
 UV := $(BIN)/uv
-UV_INSTALL = $(UV) pip install --quiet --compile-bytecode --constraint envs/constraints.txt
-$(VENV)/.installed: $(BIN)/activate pyproject.toml envs/constraints.txt
+LOCK_UPGRADE ?=
+LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes $(LOCK_UPGRADE) \
+	--custom-compile-command "make lock"
+
+# pip installs torch (it reads the machine's pip configuration: a local wheel, a CUDA index;
+# the lock's torch hash is that of the wheel the lock was resolved with, which another build
+# of the same version does not have) with its dependencies (a CUDA build's CUDA libraries are
+# not in the lock); uv then installs every other package the lock lists at the lock's version,
+# over pip's where they differ, each file checked against the lock's hashes, in parallel
+# (pip took 2 min 46 s of a 3.5-min set-up), then this package editable; it compiles the
+# bytecode of every module it installs: where Python runs with PYTHONDONTWRITEBYTECODE,
+# nothing else would, and every process would compile its imports. torch comes from pip
+# with --no-compile and stays uncompiled (~2,400 modules, 7-9 s of CPU in each process that
+# imports torch outside the job server's fork).
+UV_INSTALL = $(UV) pip install --quiet --compile-bytecode
+$(VENV)/.installed: $(BIN)/activate $(LOCK) pyproject.toml
 	$(BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)" "uv==0.13.9"
-	$(UV_INSTALL) --python $(BIN)/python -e ".[dev]"
+	$(UV_INSTALL) --python $(BIN)/python --require-hashes --no-deps --excludes envs/torch.txt -r $(LOCK)
+	$(UV_INSTALL) --python $(BIN)/python --no-deps -e .
 	touch $@
 
 setup: $(VENV)/.installed
 
+# The reference packages from envs/reference.lock (tests/reference-requirements.txt, hashed),
 # --no-deps: the file pins every package; the reference packages ask for `fasttext`,
-# which the prebuilt fasttext-wheel provides (tests/test_fasttext_build.py)
-$(REF_VENV)/.installed: tests/reference-requirements.txt $(VENV)/.installed
+# which the prebuilt fasttext-wheel provides (tests/test_fasttext_build.py). A change to
+# tests/reference-requirements.txt needs `make lock` (tests/test_lock.py says so).
+$(REF_VENV)/.installed: $(REF_LOCK) $(VENV)/.installed
 	rm -rf $(REF_VENV)
 	$(PYTHON) -m venv $(REF_VENV)
 	$(REF_VENV)/bin/pip install --quiet --no-compile "$(TORCH_SPEC)"
-	$(UV_INSTALL) --python $(REF_VENV)/bin/python --no-deps -r tests/reference-requirements.txt
+	$(UV_INSTALL) --python $(REF_VENV)/bin/python --require-hashes --no-deps -r $(REF_LOCK)
 	touch $@
 
 reference-env: $(REF_VENV)/.installed
+
+# Both locks resolved again from their inputs, then stamped with the inputs' and the
+# entries' digests, and the conda environments envs/cpu.yaml and envs/cuda.yaml written with
+# the lock's pins (embtransfer/core/lockfile.py). The reference lock is made from
+# tests/reference-requirements.txt alone: after a change there, `make lock` again.
+lock: $(BIN)/activate
+	$(BIN)/pip install --quiet --no-compile --no-deps "uv==0.13.9"
+	$(UV) pip compile $(LOCK_FLAGS) pyproject.toml --extra dev --constraint envs/constraints.txt \
+	  --override envs/torch.txt --find-links "$(TORCH_WHEELS)" -o $(LOCK)
+	$(UV) pip compile $(LOCK_FLAGS) --no-deps tests/reference-requirements.txt -o $(REF_LOCK)
+	PYTHONPATH=workflow $(BIN)/python -m embtransfer.core.lockfile stamp $(LOCK) $(REF_LOCK)
+	PYTHONPATH=workflow $(BIN)/python -m embtransfer.core.lockfile conda
 
 # The package's bytecode, written where it is stale: where Python runs with
 # PYTHONDONTWRITEBYTECODE, each Snakemake process (a SLURM job, a test's run) would

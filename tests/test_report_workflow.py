@@ -179,3 +179,17 @@ def test_snakemake_report_includes_tables_figure_and_captions(workdir):
                  "Cross-lingual embedding transfer (SALT and baselines)", "Methods compared",
                  "Calibration of the world", "Alignment with the world's truth"):
         assert text in html
+
+
+def test_the_report_rule_records_its_environment(workdir):
+    """results/report/environment.json: the versions this run's report ran with and the
+    digest of the lock it was installed from (embtransfer/report/environment.py)."""
+    from importlib import metadata
+
+    from embtransfer.core import lockfile
+
+    env = json.loads((workdir / "results" / "report" / "environment.json").read_text())
+    assert env["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert env["packages"]["torch"] == metadata.version("torch")
+    assert env["packages"]["transformers"] == metadata.version("transformers")
+    assert env["lock"]["entries_sha256"] == lockfile.lock_digest(REPO / lockfile.MAIN_LOCK)

@@ -9,11 +9,14 @@ rule report:
         **report_inputs(config),
     output:
         **{name: report_output(name) for name in REPORT_OUTPUTS},
+        # Python, machine and package versions of this run (embtransfer/report/environment.py)
+        environment=f"{paths.REPORT_DIR}/environment.json",
     params:
         config=config_subset(config),
         # the results folder the report's grid builds its input paths under
         results=lambda w, output: str(Path(output.report_md).parents[1]),
         code=script_hash("report/report.py"),
+        lock=str(Path(workflow.basedir) / "envs" / "requirements.lock"),
     conda:
         CONDA_ENV
     log:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from embtransfer.core.topk import topk_lowest_index
 from embtransfer.core.workspace import Workspace
 
 #: Default memory for one block of fallback rows (float64 copy + masks).
@@ -190,7 +191,7 @@ FIRST_K = 64
 def _topk(tz: torch.Tensor, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     # all rows (``rows`` only ever holds distinct rows in order): no copy
     block = tz if rows.size == tz.shape[0] else tz[torch.from_numpy(rows)]
-    v, i = torch.topk(block, k, dim=1, largest=True, sorted=True)
+    v, i = topk_lowest_index(block, k)  # ties in index order: the table's rows, everywhere
     return v.numpy(), i.numpy()
 
 

@@ -48,6 +48,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from embtransfer.core.atomic import atomic_path
+from embtransfer.core.topk import topk_lowest_index
 from embtransfer.core.workspace import Workspace
 from embtransfer.fasttext.vectors import MIN_NORM, token_vectors
 
@@ -165,13 +166,14 @@ def _running_topk(
             if rows.numel() == 0:
                 continue
             sims = sims[rows]
-        s, i = torch.topk(sims, min(kk, sims.shape[1]), dim=1)
+        s, i = topk_lowest_index(sims, min(kk, sims.shape[1]))  # ties: the lower key
         i = i + c0
         if best_s is not None and best_i is not None:
             old_s = best_s if rows is None else best_s[rows]
             old_i = best_i if rows is None else best_i[rows]
             both = torch.cat([old_s, s], 1)
-            s, j = torch.topk(both, min(kk, both.shape[1]), dim=1)
+            # the running list's keys precede the block's: position order is key order
+            s, j = topk_lowest_index(both, min(kk, both.shape[1]))
             i = torch.gather(torch.cat([old_i, i], 1), 1, j)
         if rows is None:
             best_s, best_i = s, i

@@ -6,6 +6,7 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 
 from embtransfer.core.logs import job_logger
 from embtransfer.report.build import Inputs, write_report
+from embtransfer.report.environment import write_environment
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
@@ -29,3 +30,4 @@ for number, table in tables.items():
     lacking = sum(len(row.missing) for row in table.rows)
     log.info("table %d: %d rows, %d with missing cells", number, len(table.rows), lacking)
 log.info("figure 2: %d panels", len(curves))
+write_environment(sm.output.environment, sm.params.lock)

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from embtransfer.core.topk import topk_lowest_index
 from embtransfer.core.workspace import Workspace
 from embtransfer.neighbors.sparsemax import sparsemax_block
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
@@ -141,7 +142,7 @@ def clp(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
                 weights = sims_t / total.to(torch.float32).unsqueeze(1)
                 out = (weights[ok] @ cand_rows).numpy()
             else:
-                top, idx = torch.topk(sims_t, int(k), dim=1)  # ties: lower index (target id)
+                top, idx = topk_lowest_index(sims_t, int(k))  # ties: lower index (target id)
                 total = top.sum(dim=1, dtype=torch.float64)
                 ok = (total.abs() >= MIN_SIM_SUM).numpy()
                 weights = (top / total.to(torch.float32).unsqueeze(1))[ok].numpy()
