@@ -1,0 +1,92 @@
+"""OMP's solve at bench-real's pair sizes, and mergekit's ``batch_omp`` on the same inputs.
+
+Random rows (float32, PLM width 768, k = 64) at the non-shared x shared sizes of
+``make bench-real``'s three PLMs. Ours runs on every token; the reference (mergekit 0.1.5,
+in ``.venv-ref``) on a slice of ``--ref-tokens`` tokens, timed there and scaled
+linearly to the full count (its cost is linear in the tokens: one batch, the same k
+steps). Usage: ``python benchmarks/bench_omp.py [--pairs bert_ar t5_de] [--ref-tokens
+256] [--no-reference]``. The script reruns itself under ``.venv-ref``'s interpreter
+with ``--as-reference`` for the reference's timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+REF_PYTHON = REPO / ".venv-ref" / "bin" / "python"
+#: name -> (non-shared target tokens, shared candidates, PLM width): benchmarks/README.md
+PAIRS = {"gpt2_de": (31766, 18234, 768), "bert_ar": (25172, 4828, 768),
+         "t5_de": (23948, 8052, 768)}
+K = 64
+
+
+def rows(pair: str) -> tuple[np.ndarray, np.ndarray]:
+    n_targets, n_candidates, h = PAIRS[pair]
+    rng = np.random.default_rng(0)
+    # unequal norms, as trained embeddings have
+    cands = rng.standard_normal((n_candidates, h)) * rng.uniform(0.5, 1.5, (n_candidates, 1))
+    targets = rng.standard_normal((n_targets, h))
+    return targets.astype(np.float32), cands.astype(np.float32)
+
+
+def reference_seconds(pair: str, n: int, dtype: str) -> float:
+    """Run inside .venv-ref: batch_omp on the first n targets."""
+    from mergekit.tokensurgeon import batch_omp
+
+    targets, cands = rows(pair)
+    dt = getattr(torch, dtype)
+    x = torch.from_numpy(targets[:n]).to(dt)
+    d = torch.from_numpy(cands).to(dt)
+    start = time.perf_counter()
+    batch_omp(x, d, K)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--ref-tokens", type=int, default=256)
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--as-reference", nargs=3, metavar=("PAIR", "N", "DTYPE"))
+    args = parser.parse_args()
+    if args.as_reference:
+        pair, n, dtype = args.as_reference
+        print(json.dumps({"seconds": reference_seconds(pair, int(n), dtype)}))
+        return
+
+    from embtransfer.transfer.omp import omp_select
+
+    print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}")
+    for pair in args.pairs:
+        targets, cands = rows(pair)
+        start = time.perf_counter()
+        omp_select(targets, cands, K)
+        ours = time.perf_counter() - start
+        line = f"{pair}: {targets.shape[0]} targets x {cands.shape[0]} candidates: omp {ours:.1f} s"
+        if not args.no_reference and REF_PYTHON.exists():
+            n = min(args.ref_tokens, targets.shape[0])
+            for dtype in ("float32", "float64"):
+                out = subprocess.run(
+                    [str(REF_PYTHON), __file__, "--as-reference", pair, str(n), dtype],
+                    capture_output=True, text=True, check=True,
+                )
+                ref = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+                full = ref * targets.shape[0] / n
+                line += (f"; batch_omp {dtype} {ref:.1f} s on {n} tokens, "
+                         f"{full:.0f} s scaled ({full / ours:.1f}x ours)")
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO / "workflow"))
+    main()
