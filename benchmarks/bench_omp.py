@@ -4,9 +4,10 @@ Random rows (float32, PLM width 768, k = 64) at the non-shared x shared sizes of
 ``make bench-real``'s three PLMs. Ours runs on every token; the reference (mergekit 0.1.5,
 in ``.venv-ref``) on a slice of ``--ref-tokens`` tokens, timed there and scaled
 linearly to the full count (its cost is linear in the tokens: one batch, the same k
-steps). Usage: ``python benchmarks/bench_omp.py [--pairs bert_ar t5_de] [--ref-tokens
-256] [--no-reference]``. The script reruns itself under ``.venv-ref``'s interpreter
-with ``--as-reference`` for the reference's timing.
+steps). Usage: ``python benchmarks/bench_omp.py [--pairs bert_ar t5_de] [--tokens N]
+[--ref-tokens 256] [--no-reference]`` (``--tokens``: ours on a slice too, scaled). The
+script reruns itself under
+``.venv-ref``'s interpreter with ``--as-reference`` for the reference's timing.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def reference_seconds(pair: str, n: int, dtype: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="time ours on this many tokens and scale linearly (default all)")
     parser.add_argument("--ref-tokens", type=int, default=256)
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--as-reference", nargs=3, metavar=("PAIR", "N", "DTYPE"))
@@ -69,10 +72,13 @@ def main() -> None:
     print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}")
     for pair in args.pairs:
         targets, cands = rows(pair)
+        n_ours = min(args.tokens or targets.shape[0], targets.shape[0])
         start = time.perf_counter()
-        omp_select(targets, cands, K)
-        ours = time.perf_counter() - start
+        omp_select(targets[:n_ours], cands, K)
+        ours = (time.perf_counter() - start) * targets.shape[0] / n_ours
         line = f"{pair}: {targets.shape[0]} targets x {cands.shape[0]} candidates: omp {ours:.1f} s"
+        if n_ours < targets.shape[0]:
+            line += f" (scaled from {n_ours} tokens)"
         if not args.no_reference and REF_PYTHON.exists():
             n = min(args.ref_tokens, targets.shape[0])
             for dtype in ("float32", "float64"):
