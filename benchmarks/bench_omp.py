@@ -40,17 +40,17 @@ def rows(pair: str) -> tuple[np.ndarray, np.ndarray]:
     return targets.astype(np.float32), cands.astype(np.float32)
 
 
-def reference_seconds(pair: str, n: int, dtype: str) -> float:
-    """Run inside .venv-ref: batch_omp on the first n targets."""
+def reference_seconds(pair: str, n: int, dtype: str) -> tuple[float, float]:
+    """Run inside .venv-ref: batch_omp on the first n targets; (wall, CPU) seconds."""
     from mergekit.tokensurgeon import batch_omp
 
     targets, cands = rows(pair)
     dt = getattr(torch, dtype)
     x = torch.from_numpy(targets[:n]).to(dt)
     d = torch.from_numpy(cands).to(dt)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     batch_omp(x, d, K)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def main() -> None:
@@ -60,8 +60,12 @@ def main() -> None:
                         help="time ours on this many tokens and scale linearly (default all)")
     parser.add_argument("--ref-tokens", type=int, default=256)
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads, both sides (CPU seconds are load-robust at 1)")
     parser.add_argument("--as-reference", nargs=3, metavar=("PAIR", "N", "DTYPE"))
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.as_reference:
         pair, n, dtype = args.as_reference
         print(json.dumps({"seconds": reference_seconds(pair, int(n), dtype)}))
@@ -69,27 +73,32 @@ def main() -> None:
 
     from embtransfer.transfer.omp import omp_select
 
-    print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}")
+    print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}",
+          flush=True)
     for pair in args.pairs:
         targets, cands = rows(pair)
         n_ours = min(args.tokens or targets.shape[0], targets.shape[0])
-        start = time.perf_counter()
+        scale = targets.shape[0] / n_ours
+        start, cpu = time.perf_counter(), time.process_time()
         omp_select(targets[:n_ours], cands, K)
-        ours = (time.perf_counter() - start) * targets.shape[0] / n_ours
-        line = f"{pair}: {targets.shape[0]} targets x {cands.shape[0]} candidates: omp {ours:.1f} s"
+        ours = (time.perf_counter() - start) * scale
+        ours_cpu = (time.process_time() - cpu) * scale
+        line = (f"{pair}: {targets.shape[0]} targets x {cands.shape[0]} candidates: omp "
+                f"{ours:.1f} s wall, {ours_cpu:.1f} s CPU")
         if n_ours < targets.shape[0]:
             line += f" (scaled from {n_ours} tokens)"
         if not args.no_reference and REF_PYTHON.exists():
             n = min(args.ref_tokens, targets.shape[0])
             for dtype in ("float32", "float64"):
+                threads = ["--threads", str(args.threads)] if args.threads else []
                 out = subprocess.run(
-                    [str(REF_PYTHON), __file__, "--as-reference", pair, str(n), dtype],
+                    [str(REF_PYTHON), __file__, *threads, "--as-reference", pair, str(n), dtype],
                     capture_output=True, text=True, check=True,
                 )
-                ref = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
-                full = ref * targets.shape[0] / n
-                line += (f"; batch_omp {dtype} {ref:.1f} s on {n} tokens, "
-                         f"{full:.0f} s scaled ({full / ours:.1f}x ours)")
+                wall, cpu_ref = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+                full, full_cpu = wall * targets.shape[0] / n, cpu_ref * targets.shape[0] / n
+                line += (f"; batch_omp {dtype} on {n} tokens scaled: {full:.0f} s wall, "
+                         f"{full_cpu:.0f} s CPU ({full_cpu / ours_cpu:.1f}x ours in CPU)")
         print(line, flush=True)
 
 

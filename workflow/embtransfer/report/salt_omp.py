@@ -42,10 +42,12 @@ def _line(stage: str, metric: str, setting: tuple, method: str, items: int, salt
 
 
 def zeroshot_lines(files: list[str], stage: str, seed: int) -> list[dict[str, Any]]:
-    """Bits per byte, OMP minus SALT (negative: OMP better), per setting with both."""
+    """Bits per byte, OMP minus SALT (negative: OMP better), per setting with both; records
+    without per-document losses (older LAPT records) cannot be paired and are left out."""
     settings: dict[tuple, dict[str, dict[str, Any]]] = {}
-    for record in read_records(files, required=(*ZEROSHOT_KEYS, *DOCUMENT_KEYS)):
-        if record["method"] not in (SALT, *OMP_METHODS):
+    for record in read_records(files, required=ZEROSHOT_KEYS):
+        if record["method"] not in (SALT, *OMP_METHODS) or not all(
+                key in record for key in DOCUMENT_KEYS):
             continue
         setting = (record["lang"], record["source"], record.get("target"))
         settings.setdefault(setting, {})[record["method"]] = record

@@ -449,7 +449,8 @@ def _salt_stats(
     padded = solved["padded_entries"]
     return {
         "n_tokens": int(table.target_ids.size),
-        "counts": {s: int((table.status == i).sum()) for i, s in enumerate(STATUSES)},
+        # SALT's own statuses (zero_row is OMP's)
+        "counts": {s: int((table.status == i).sum()) for i, s in enumerate(STATUSES[:ZERO_ROW])},
         "n_capped": int(table.capped.sum()),
         "n_rank_deficient": int(solved["n_rank_deficient"]),
         "k_used": count_summary(k_projected),
