@@ -13,12 +13,12 @@ Arithmetic. Each step's scores ``R D^T`` (a batch of residuals against every can
 are one matrix product and dominate the cost (``k`` products of batch x h x N). They run
 in float32, at twice float64's speed; where a token's best float32 scores lie closer
 than float32's error bound (:data:`TIE_MARGIN`), those candidates are rescored in
-float64, so the choice is the float64 one. The basis of picked rows is orthogonalised in float64
-(classical Gram-Schmidt, one pass, as the reference), the residual updated
-from it, and the coefficients solved from the triangular factor at the end. A Gram-matrix
-formulation (Rubinstein, Zibulevsky & Elad 2008) does ``k/2 / h`` of this arithmetic but
-gathers a private ``N x t`` block per token and step: memory-bound, it measured slower
-here (benchmarks/README.md, ``bench_omp.py``).
+float64, so the choice is the float64 one. The basis of picked rows is orthogonalised in
+float64 (classical Gram-Schmidt, one pass, as the reference), the residual updated from
+it, and the coefficients solved from the triangular factor at the end. A Gram-matrix
+formulation (Rubinstein, Zibulevsky & Elad 2008) does ``k/2 / h`` of the score arithmetic
+but reads a private ``N x t`` block per token and step: memory-bound by estimate, not
+tried (benchmarks/README.md, ``bench_omp.py``).
 
 Early stop. A token stops before ``k`` when its residual vanishes (relative
 :data:`RESIDUAL_TOL`) or the next pick is linearly dependent on those before (its
