@@ -1,8 +1,9 @@
 """Runs a published package on inputs written by tests/test_reference_packages.py.
 
 Executed by the reference environment's interpreter (``make reference-env``:
-``deepfocus`` 1.0.1, ``wechsel`` 0.0.4 and their dependencies), never imported
-by the test suite. Usage: ``python reference_driver.py {focus|wechsel} WORK_DIR``.
+``deepfocus`` 1.0.1, ``wechsel`` 0.0.4, ``mergekit`` 0.1.5 and their dependencies), never
+imported by the test suite. Usage: ``python reference_driver.py {focus|wechsel|omp}
+WORK_DIR``.
 Reads WORK_DIR/inputs.json, writes WORK_DIR/reference.npz.
 """
 
@@ -79,10 +80,20 @@ def wechsel(work: Path, spec: dict) -> dict[str, np.ndarray]:
     }
 
 
+def omp(work: Path, spec: dict) -> dict[str, np.ndarray]:
+    from mergekit.tokensurgeon import batch_omp
+
+    with np.load(spec["rows"]) as data:
+        targets = torch.from_numpy(data["targets"])  # float64: the comparison's precision
+        candidates = torch.from_numpy(data["candidates"])
+    picked, coef = batch_omp(targets, candidates, spec["k"])
+    return {"picked": picked.numpy(), "coef": coef.numpy()}
+
+
 def main() -> None:
     kind, work = sys.argv[1], Path(sys.argv[2])
     spec = json.loads((work / "inputs.json").read_text())
-    out = {"focus": focus, "wechsel": wechsel}[kind](work, spec)
+    out = {"focus": focus, "wechsel": wechsel, "omp": omp}[kind](work, spec)
     np.savez(work / "reference.npz", **out)
 
 

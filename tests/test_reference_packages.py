@@ -1,4 +1,4 @@
-"""FOCUS and WECHSEL against their published packages, on identical inputs built here.
+"""FOCUS, WECHSEL and OMP against their published packages, on identical inputs built here.
 
 ``deepfocus`` 1.0.1 and ``wechsel`` 0.0.4 bring their own dependencies (numba,
 fastdist, gensim, scikit-learn), so they live in their own environment (``make
@@ -238,3 +238,85 @@ def test_wechsel_equals_package(world: dict) -> None:
     assert err.max() <= RTOL, f"{(err > RTOL).sum()} of {compared.size} rows differ"
     copy_err = relative_error(result.rows[copied], ref["rows"][copied])
     assert copy_err.max() == 0
+
+
+# ----------------------------------------------------------------------------- OMP
+
+#: OMP against mergekit's batch_omp: supports (as sets) equal on this share of tokens at
+#: least; where they agree, rows within OMP_RTOL and reconstructions within OMP_FIT_RTOL
+OMP_SUPPORT_SHARE = 0.999
+OMP_RTOL = 1e-4
+OMP_FIT_RTOL = 1e-6
+
+
+def mergekit_omp(work: Path, targets: np.ndarray, candidates: np.ndarray,
+                 k: int) -> dict[str, np.ndarray]:
+    np.savez(work / "omp_rows.npz", targets=targets.astype(np.float64),
+             candidates=candidates.astype(np.float64))
+    return reference("omp", work, {"rows": str(work / "omp_rows.npz"), "k": k})
+
+
+def compare_supports(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    same = np.array([set(a.tolist()) == set(b.tolist()) for a, b in zip(ours, ref,
+                                                                         strict=True)])
+    assert same.mean() >= OMP_SUPPORT_SHARE, f"{(~same).sum()} of {same.size} supports differ"
+    return same
+
+
+def test_omp_equals_mergekit_on_random_rows(tmp_path: Path) -> None:
+    from embtransfer.transfer.omp import omp_select
+
+    rng = np.random.default_rng(5)
+    candidates = rng.standard_normal((1500, 192)) * rng.uniform(0.3, 2.0, (1500, 1))
+    targets = rng.standard_normal((1200, 192))
+    ref = mergekit_omp(tmp_path, targets, candidates, 64)
+    picked, coef, used = omp_select(targets, candidates, 64)
+    assert (used == 64).all()
+    same = compare_supports(picked, ref["picked"])
+    fit = np.einsum("bk,bkh->bh", coef, candidates[picked])
+    ref_fit = np.einsum("bk,bkh->bh", ref["coef"], candidates[ref["picked"]])
+    err = relative_error(fit[same], ref_fit[same])
+    print(f"OMP random: {same.sum()} of {same.size} supports equal, reconstruction max "
+          f"relative difference {err.max():.2e}")
+    assert err.max() <= OMP_FIT_RTOL
+
+
+def test_omp_method_equals_mergekit_on_a_world_pair(world: dict) -> None:
+    """The ``omp`` method on the reference tests' tokenizer pair, with a PLM matrix for the
+    target vocabulary: mergekit's batch_omp on the same candidates (the method's shared
+    text tokens) and targets (the non-shared tokens)."""
+    from embtransfer.transfer.methods.common import nonshared_ids
+    from embtransfer.transfer.methods.omp import candidates
+
+    work = world["work"]
+    rng = np.random.default_rng(6)
+    n_target = len(world["target_vocab"])
+    plm = (rng.standard_normal((n_target, 96)) * rng.uniform(0.3, 2.0, (n_target, 1))).astype(
+        np.float32)
+    inputs = TransferInputs(
+        source_input=world["embeddings"], source_output=None,
+        source_vocab=world["source_vocab"], target_vocab=world["target_vocab"],
+        overlap=compute_overlap(world["source_vocab"], world["target_vocab"]), seed=0,
+        plm_input=plm,
+    )
+    cand_t, cand_s = candidates(inputs)
+    targets = nonshared_ids(inputs)
+    assert cand_t.size > 64 and targets.size > 100
+    k = 32
+    ref = mergekit_omp(work, plm[targets].astype(np.float64), plm[cand_t].astype(np.float64), k)
+    result = get_method("omp").fn(inputs, {"k": k, "centered": False}, "input")
+    fit = next(iter(inputs.memo.values()))
+    assert (fit["k_used"] == k).all()
+    ours_picked = fit["candidate_ids"].reshape(-1, k)
+    same = compare_supports(ours_picked, ref["picked"])
+    ref_rows = np.einsum("bk,bkh->bh", ref["coef"],
+                         world["embeddings"][cand_s[ref["picked"]]].astype(np.float64))
+    err = relative_error(result.rows[targets[same]], ref_rows[same])
+    coef = fit["coefficients"].reshape(-1, k)
+    fit_ours = np.einsum("bk,bkh->bh", coef, plm[cand_t[ours_picked]].astype(np.float64))
+    fit_ref = np.einsum("bk,bkh->bh", ref["coef"], plm[cand_t[ref["picked"]]].astype(np.float64))
+    fit_err = relative_error(fit_ours[same], fit_ref[same])
+    print(f"OMP world: {same.sum()} of {same.size} supports equal; rows max relative "
+          f"difference {err.max():.2e}, reconstruction {fit_err.max():.2e}")
+    assert err.max() <= OMP_RTOL
+    assert fit_err.max() <= OMP_FIT_RTOL

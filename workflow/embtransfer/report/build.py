@@ -37,6 +37,7 @@ from embtransfer.report.records import (
     read_zeroshot,
     zeroshot_identity,
 )
+from embtransfer.report.salt_omp import write_salt_vs_omp
 from embtransfer.report.tables import (
     TABLE_SPECS,
     Table,
@@ -53,7 +54,8 @@ TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
     alignment_csv, plm_probes_md, plm_probes_csv, zeroshot_md, zeroshot_csv, calibration_md,
-    calibration_csv, figure2, methods (the methods figure), report_md."""
+    calibration_csv, salt_vs_omp_md, salt_vs_omp_csv, figure2, methods (the methods figure),
+    report_md."""
     names = {}
     for n in TABLE_NUMBERS:
         names[f"table{n}_md"] = f"{directory}/table{n}.md"
@@ -65,6 +67,8 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     for table in ("zeroshot", "calibration"):
         names[f"{table}_md"] = f"{directory}/{table}.md"
         names[f"{table}_csv"] = f"{directory}/{table}.csv"
+    names["salt_vs_omp_md"] = f"{directory}/salt_vs_omp.md"
+    names["salt_vs_omp_csv"] = f"{directory}/salt_vs_omp.csv"
     names["figure2"] = f"{directory}/figure2.png"
     names["methods"] = f"{directory}/methods.png"
     names["report_md"] = f"{directory}/report.md"
@@ -195,6 +199,11 @@ def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str
         "calibration": write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
                                          outputs["calibration_csv"], outputs["calibration_md"]),
     }
+    written["salt_vs_omp"] = write_salt_vs_omp(
+        # the LAPT checkpoints' records where written, as Table 5 reads them
+        inputs.transfer_zeroshot, [p for p in inputs.zeroshot if Path(p).is_file()],
+        inputs.alignment,
+        outputs["salt_vs_omp_csv"], outputs["salt_vs_omp_md"], config.get("seed", 0))
     write_methods_figure(outputs["methods"], written["alignment"], written["zeroshot"], dpi=dpi)
     return written
 
@@ -220,6 +229,10 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
                           f"Per method and setting in [zeroshot.md]({name['zeroshot_md']}) "
                           f"({len(zeroshot)} lines): standard errors over the documents, "
                           "paired tests against the best method and Random.")
+    if len(written["salt_vs_omp"]):
+        parts += _section("SALT against OMP",
+                          f"Paired, per setting, in [salt_vs_omp.md]({name['salt_vs_omp_md']}) "
+                          f"({len(written['salt_vs_omp'])} lines): zero-shot, LAPT and alignment.")
     if len(probes):
         parts += _section("Do the target PLMs carry meaning?",
                           "Two probes per target PLM in "

@@ -80,6 +80,12 @@ def report_entry(name: str) -> dict[str, Any]:
             "category": "Methods compared",
             "labels": {"table": "zero-shot bits per byte", "format": kind},
         }
+    if name.startswith("salt_vs_omp"):
+        return {
+            "caption": "../report/salt_vs_omp.rst",
+            "category": "Methods compared",
+            "labels": {"table": "SALT against OMP", "format": kind},
+        }
     if name == "methods":
         return {
             "caption": "../report/methods.rst",

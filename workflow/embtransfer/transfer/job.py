@@ -75,8 +75,9 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
             }
     if "plm" in paths:
         _check_vocab_fits(target_vocab, paths["target_vocab"], paths["plm"])
-        inputs.plm_input = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
-                                           allow_pickle=allow_pickle).input
+        plm = load_embeddings(paths["plm"], trust_remote_code=trust_remote_code,
+                              allow_pickle=allow_pickle)
+        inputs.plm_input, inputs.plm_output = plm.input, plm.output
     if "projected" in paths:
         # refuses coefficients whose source ids do not fit this source, naming the file
         inputs.projected = read_coefficients(paths["projected"], source.input.shape[0])

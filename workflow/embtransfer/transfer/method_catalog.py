@@ -69,6 +69,19 @@ METHODS: dict[str, dict[str, Any]] = {
             "dtype": Option("float64", {"enum": ["float32", "float64"]}),
         },
     },
+    "omp": {
+        "module": "omp", "needs": ["plm"],
+        "description": "OMP (mergekit-tokensurgeon's default): copy shared rows; others = "
+        "least squares on k shared tokens picked by orthogonal matching pursuit in the PLM "
+        "space, applied to their source rows",
+        "options": {"k": Option(64, COUNT), "centered": Option(False, FLAG)},
+    },
+    "omp_salt_k": {
+        "module": "omp", "needs": ["plm", "projected"],
+        "description": "OMP with k = the median support size of SALT's projected tokens "
+        "(read from SALT's projection): the support's size as SALT's, its choice OMP's",
+        "options": {"centered": Option(False, FLAG)},
+    },
     "focus": {
         "module": "focus", "needs": ["neighbors"],
         "description": "FOCUS: copy shared rows; others = sparsemax-weighted sum of the "

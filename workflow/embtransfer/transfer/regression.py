@@ -94,8 +94,9 @@ DEFAULT_BATCH_BYTES = {"cpu": 16 * 2**20, "cuda": 512 * 2**20}
 SIDES = ("input", "output")
 
 #: Per-token status; the projection file stores the index into this tuple (int8).
-STATUSES = ("projected", "missing_vector", "too_few_neighbors")
-PROJECTED, MISSING_VECTOR, TOO_FEW_NEIGHBORS = range(len(STATUSES))
+#: ``zero_row``: OMP's (embtransfer.transfer.omp) token whose PLM row is zero or not finite.
+STATUSES = ("projected", "missing_vector", "too_few_neighbors", "zero_row")
+PROJECTED, MISSING_VECTOR, TOO_FEW_NEIGHBORS, ZERO_ROW = range(len(STATUSES))
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -448,7 +449,8 @@ def _salt_stats(
     padded = solved["padded_entries"]
     return {
         "n_tokens": int(table.target_ids.size),
-        "counts": {s: int((table.status == i).sum()) for i, s in enumerate(STATUSES)},
+        # SALT's own statuses (zero_row is OMP's)
+        "counts": {s: int((table.status == i).sum()) for i, s in enumerate(STATUSES[:ZERO_ROW])},
         "n_capped": int(table.capped.sum()),
         "n_rank_deficient": int(solved["n_rank_deficient"]),
         "k_used": count_summary(k_projected),

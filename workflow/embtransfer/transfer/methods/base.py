@@ -44,10 +44,12 @@ class TransferInputs:
     seed: int
     neighbors: dict[str, Neighbors] = field(default_factory=dict)  # by "word" / "token"
     plm_input: np.ndarray | None = None  # (V_t, h_t) target PLM input embeddings
+    plm_output: np.ndarray | None = None  # (V_t, h_t) the PLM's untied output head, if any
     projected: dict[str, np.ndarray] | None = None  # SALT regression: per-token coefficients
     aligned: AlignedVectors | None = None
     source_tokenizer: Any | None = None
     truth: pd.DataFrame | None = None  # the miniature world's ground truth (world_oracle)
+    memo: dict[Any, Any] = field(default_factory=dict)  # a method's work shared by both sides
 
     def statistic_ids(self) -> np.ndarray:
         """Source ids whose rows enter statistics over the source's embeddings (ascending).

@@ -1,0 +1,107 @@
+"""OMP's solve at bench-real's pair sizes, and mergekit's ``batch_omp`` on the same inputs.
+
+Random rows (float32, PLM width 768, k = 64) at the non-shared x shared sizes of
+``make bench-real``'s three PLMs. Ours runs on every token; the reference (mergekit 0.1.5,
+in ``.venv-ref``) on a slice of ``--ref-tokens`` tokens, timed there and scaled
+linearly to the full count (its cost is linear in the tokens: one batch, the same k
+steps). Usage: ``python benchmarks/bench_omp.py [--pairs bert_ar t5_de] [--tokens N]
+[--ref-tokens 256] [--no-reference]`` (``--tokens``: ours on a slice too, scaled). The
+script reruns itself under
+``.venv-ref``'s interpreter with ``--as-reference`` for the reference's timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+REF_PYTHON = REPO / ".venv-ref" / "bin" / "python"
+#: name -> (non-shared target tokens, shared candidates, PLM width): benchmarks/README.md
+PAIRS = {"gpt2_de": (31766, 18234, 768), "bert_ar": (25172, 4828, 768),
+         "t5_de": (23948, 8052, 768)}
+K = 64
+
+
+def rows(pair: str) -> tuple[np.ndarray, np.ndarray]:
+    n_targets, n_candidates, h = PAIRS[pair]
+    rng = np.random.default_rng(0)
+    # unequal norms, as trained embeddings have
+    cands = rng.standard_normal((n_candidates, h)) * rng.uniform(0.5, 1.5, (n_candidates, 1))
+    targets = rng.standard_normal((n_targets, h))
+    return targets.astype(np.float32), cands.astype(np.float32)
+
+
+def reference_seconds(pair: str, n: int, dtype: str) -> tuple[float, float]:
+    """Run inside .venv-ref: batch_omp on the first n targets; (wall, CPU) seconds."""
+    from mergekit.tokensurgeon import batch_omp
+
+    targets, cands = rows(pair)
+    dt = getattr(torch, dtype)
+    x = torch.from_numpy(targets[:n]).to(dt)
+    d = torch.from_numpy(cands).to(dt)
+    start, cpu = time.perf_counter(), time.process_time()
+    batch_omp(x, d, K)
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="time ours on this many tokens and scale linearly (default all)")
+    parser.add_argument("--ref-tokens", type=int, default=256)
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads, both sides (CPU seconds are load-robust at 1)")
+    parser.add_argument("--as-reference", nargs=3, metavar=("PAIR", "N", "DTYPE"))
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.as_reference:
+        pair, n, dtype = args.as_reference
+        print(json.dumps({"seconds": reference_seconds(pair, int(n), dtype)}))
+        return
+
+    from embtransfer.transfer.omp import omp_select
+
+    print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}",
+          flush=True)
+    for pair in args.pairs:
+        targets, cands = rows(pair)
+        n_ours = min(args.tokens or targets.shape[0], targets.shape[0])
+        scale = targets.shape[0] / n_ours
+        start, cpu = time.perf_counter(), time.process_time()
+        omp_select(targets[:n_ours], cands, K)
+        ours = (time.perf_counter() - start) * scale
+        ours_cpu = (time.process_time() - cpu) * scale
+        line = (f"{pair}: {targets.shape[0]} targets x {cands.shape[0]} candidates: omp "
+                f"{ours:.1f} s wall, {ours_cpu:.1f} s CPU")
+        if n_ours < targets.shape[0]:
+            line += f" (scaled from {n_ours} tokens)"
+        if not args.no_reference and REF_PYTHON.exists():
+            n = min(args.ref_tokens, targets.shape[0])
+            for dtype in ("float32", "float64"):
+                threads = ["--threads", str(args.threads)] if args.threads else []
+                out = subprocess.run(
+                    [str(REF_PYTHON), __file__, *threads, "--as-reference", pair, str(n), dtype],
+                    capture_output=True, text=True, check=True,
+                )
+                wall, cpu_ref = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+                full, full_cpu = wall * targets.shape[0] / n, cpu_ref * targets.shape[0] / n
+                line += (f"; batch_omp {dtype} on {n} tokens scaled: {full:.0f} s wall, "
+                         f"{full_cpu:.0f} s CPU ({full_cpu / ours_cpu:.1f}x ours in CPU)")
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO / "workflow"))
+    main()

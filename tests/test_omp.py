@@ -1,0 +1,194 @@
+"""OMP (embtransfer.transfer.omp and the ``omp`` methods) against a slow, obviously
+correct OMP written out here; the comparison with mergekit's own ``batch_omp`` is in
+tests/test_reference_packages.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embtransfer.transfer.methods.base import TransferInputs, get_method
+from embtransfer.transfer.omp import omp_coefficients, omp_select
+
+
+def slow_omp(x: np.ndarray, d: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
+    """Textbook OMP: pick argmax |d_j . r| among rows not yet picked, refit x by
+    least squares on all picked rows, recompute the residual."""
+    picked: list[int] = []
+    r = x.copy()
+    c = np.zeros(0)
+    for _ in range(min(k, d.shape[0])):
+        score = np.abs(d @ r)
+        score[picked] = -1
+        picked.append(int(np.argmax(score)))
+        c, *_ = np.linalg.lstsq(d[picked].T, x, rcond=None)
+        r = x - d[picked].T @ c
+    return picked, c
+
+
+def cosine_topk_lstsq(x: np.ndarray, d: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
+    """The stand-in the tests must reject: least squares on the k most cosine-similar rows."""
+    cos = (d @ x) / np.linalg.norm(d, axis=1) / np.linalg.norm(x)
+    picked = [int(i) for i in np.argsort(-cos)[:k]]
+    c, *_ = np.linalg.lstsq(d[picked].T, x, rcond=None)
+    return picked, c
+
+
+def correlated_rows(rng: np.random.Generator, n: int, h: int) -> np.ndarray:
+    """Rows in clusters of near-duplicates with spread norms: the most cosine-similar rows
+    of a target are redundant, so OMP's greedy residual choice picks others."""
+    centres = rng.standard_normal((n // 4, h))
+    rows = np.repeat(centres, 4, axis=0) + 0.15 * rng.standard_normal((n // 4 * 4, h))
+    return rows * rng.uniform(0.3, 3.0, (rows.shape[0], 1))
+
+
+def test_omp_equals_slow_omp_on_random_rows() -> None:
+    rng = np.random.default_rng(0)
+    d = rng.standard_normal((300, 48)) * rng.uniform(0.2, 2.0, (300, 1))
+    x = rng.standard_normal((40, 48))
+    picked, coef, used = omp_select(x, d, 16)
+    assert (used == 16).all()
+    for i in range(x.shape[0]):
+        ref_picked, ref_c = slow_omp(x[i], d, 16)
+        assert picked[i].tolist() == ref_picked  # the same rows in the same order
+        np.testing.assert_allclose(coef[i], ref_c, rtol=1e-8, atol=1e-10)
+
+
+def test_omp_is_not_cosine_topk() -> None:
+    """Where the top-k cosine neighbours are not OMP's picks, the fit must be OMP's:
+    a least-squares fit over the cosine top k fails this test."""
+    rng = np.random.default_rng(1)
+    d = correlated_rows(rng, 400, 32)
+    x = d[rng.choice(400, (30, 3))].sum(axis=1) + 0.3 * rng.standard_normal((30, 32))
+    k = 8
+    picked, coef, _ = omp_select(x, d, k)
+    differ = 0
+    for i in range(x.shape[0]):
+        ref_picked, ref_c = slow_omp(x[i], d, k)
+        cos_picked, _ = cosine_topk_lstsq(x[i], d, k)
+        differ += set(cos_picked) != set(ref_picked)
+        assert set(picked[i].tolist()) == set(ref_picked)
+        ours = coef[i] @ d[picked[i]]
+        np.testing.assert_allclose(ours, np.asarray(ref_c) @ d[ref_picked], rtol=1e-8)
+    # the inputs do tell the two apart (otherwise the test above proves nothing)
+    assert differ >= x.shape[0] // 2
+
+
+def test_float32_scores_take_the_float64_choice_on_near_ties() -> None:
+    """Two candidates whose scores tie to float32 precision: the float64 winner is picked."""
+    rng = np.random.default_rng(2)
+    h = 64
+    a = rng.standard_normal(h)
+    a[0] = abs(a[0]) + 0.5  # so b's larger first entry makes its score the larger one
+    b = a.copy()
+    b[0] += 1e-7  # |x . b| exceeds |x . a| by ~1e-7 relative: float32 cannot tell
+    d = np.vstack([a, b, rng.standard_normal((20, h)) * 0.01])
+    x = a + 1e-3 * np.eye(h)[0]
+    assert np.float32(a) @ np.float32(x) == np.float32(b) @ np.float32(x)  # a float32 tie
+    picked, _, _ = omp_select(x[None], d, 1)
+    assert picked[0, 0] == int(np.argmax(np.abs(d @ x))) == 1
+
+
+def test_early_stop_when_k_exceeds_the_width() -> None:
+    rng = np.random.default_rng(3)
+    d = rng.standard_normal((50, 6))
+    x = rng.standard_normal((5, 6))
+    picked, coef, used = omp_select(x, d, 20)
+    assert (used == 6).all() and (picked[:, 6:] == -1).all() and (coef[:, 6:] == 0).all()
+    for i in range(5):  # six independent rows in six dimensions reproduce x exactly
+        np.testing.assert_allclose(coef[i, :6] @ d[picked[i, :6]], x[i], rtol=1e-9, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- the method
+
+
+def vocab(n: int, special: tuple[int, ...] = ()) -> pd.DataFrame:
+    kind = ["special" if i in special else "text" for i in range(n)]
+    return pd.DataFrame({"id": np.arange(n), "kind": kind})
+
+
+def make_inputs(h_t: int = 16, untied_plm: bool = False) -> TransferInputs:
+    rng = np.random.default_rng(4)
+    n_t, n_s, n_shared = 60, 80, 40
+    shared_t = np.arange(n_shared)
+    shared_s = rng.permutation(n_s)[:n_shared]
+    plm = rng.standard_normal((n_t, h_t)).astype(np.float32)
+    plm[45] = 0  # a token with a zero PLM row: SALT's fallback
+    head = rng.standard_normal((n_t, h_t)).astype(np.float32)
+    head[45] = 0
+    return TransferInputs(
+        source_input=rng.standard_normal((n_s, 12)).astype(np.float32),
+        source_output=rng.standard_normal((n_s, 12)).astype(np.float32),
+        source_vocab=vocab(n_s),
+        target_vocab=vocab(n_t, special=(0,)),
+        overlap=pd.DataFrame({"target_id": shared_t, "source_id": shared_s, "how": "exact"}),
+        seed=0,
+        plm_input=plm,
+        plm_output=head if untied_plm else None,
+    )
+
+
+def expected_row(inputs: TransferInputs, donor: np.ndarray, side: str, t: int,
+                 k: int) -> np.ndarray:
+    """The slow OMP's row of token t: its coefficients on the candidates' source rows."""
+    cand_t = np.arange(1, 40)  # shared minus the special token 0
+    cand_s = inputs.overlap["source_id"].to_numpy()[1:40]
+    picked, c = slow_omp(donor[t].astype(np.float64), donor[cand_t].astype(np.float64), k)
+    return np.asarray(c) @ inputs.source_matrix(side)[cand_s[picked]].astype(np.float64)
+
+
+@pytest.mark.parametrize("untied_plm", [False, True])
+def test_method_rows(untied_plm: bool) -> None:
+    inputs = make_inputs(untied_plm=untied_plm)
+    method = get_method("omp")
+    params = {**method.defaults, "k": 5}
+    for side in ("input", "output"):
+        result = method.fn(inputs, params, side)
+        source = inputs.source_matrix(side)
+        shared_t, shared_s = inputs.shared()
+        np.testing.assert_array_equal(result.rows[shared_t], source[shared_s])
+        assert result.stats["counts"] == {"copied": 40, "projected": 19, "zero_row": 1}
+        donor = inputs.plm_output if side == "output" and untied_plm else inputs.plm_input
+        for t in (40, 50, 59):
+            np.testing.assert_allclose(result.rows[t], expected_row(inputs, donor, side, t, 5),
+                                       rtol=1e-5, atol=1e-5)
+        # the zero row is drawn, not fitted: not the zero combination
+        assert result.how[45] == "zero_row" and np.abs(result.rows[45]).sum() > 0
+
+
+def test_special_tokens_are_no_candidates() -> None:
+    inputs = make_inputs()
+    inputs.plm_input[41] = inputs.plm_input[0]  # only the special token 0 fits it at once
+    result = get_method("omp").fn(inputs, {"k": 1, "centered": False}, "input")
+    row = expected_row(inputs, inputs.plm_input, "input", 41, 1)
+    np.testing.assert_allclose(result.rows[41], row, rtol=1e-5, atol=1e-6)
+
+
+def test_centered_fit_is_affine() -> None:
+    """Source = donor: with k >= width + 1 the centred (affine) fit reproduces the row."""
+    inputs = make_inputs(h_t=12)
+    plm = inputs.plm_input
+    source = np.zeros((80, 12), np.float32)
+    shared_t, shared_s = inputs.shared()
+    source[shared_s] = plm[shared_t]
+    inputs.source_input = source
+    result = get_method("omp").fn(inputs, {"k": 20, "centered": True}, "input")
+    np.testing.assert_allclose(result.rows[40:45], plm[40:45], rtol=1e-4, atol=1e-4)
+
+
+def test_omp_salt_k_reads_salts_median() -> None:
+    inputs = make_inputs()
+    inputs.projected = {"k_used": np.array([2, 3, 3, 9, 0]),
+                        "status": np.array(["projected"] * 4 + ["missing_vector"], object)}
+    result = get_method("omp_salt_k").fn(inputs, {"centered": False}, "input")
+    assert result.stats["k"] == 3
+
+
+def test_coefficients_keep_salts_format() -> None:
+    inputs = make_inputs()
+    fit = omp_coefficients(inputs.plm_input, np.arange(40, 60), np.arange(1, 40),
+                           inputs.overlap["source_id"].to_numpy()[1:40], k=4)
+    assert fit["k_used"].sum() == fit["coefficients"].size == fit["source_ids"].size
+    assert fit["k_used"].tolist() == [4] * 5 + [0] + [4] * 14
+    assert fit["stats"]["n_zero_row"] == 1

@@ -1,0 +1,121 @@
+"""OMP (mergekit-tokensurgeon's default; Goddard & Neto 2025): copy shared tokens, fit the
+others by orthogonal matching pursuit over the shared tokens in the target PLM's space.
+
+Reference: ``mergekit.tokensurgeon.batch_omp`` (mergekit 0.1.5), with the target PLM as
+the donor (the model that already has the new tokenizer) and the source LLM as the base.
+:func:`embtransfer.transfer.omp.omp_coefficients` picks each non-shared token's support
+(``k`` shared tokens) and least-squares coefficients on the PLM's rows, in the format of
+SALT's projection; :func:`embtransfer.transfer.regression.apply_coefficients` combines the
+same tokens' source rows with them, as for ``salt``. SALT's coefficients are least squares
+on its support too: the two differ only in how the support is chosen (sparsemax over
+fastText cosines there, greedy residual correlation in the PLM space here) and its size.
+
+* Candidates: the shared tokens of the overlap stage that are not special tokens (a
+  special token's row is learnt for its role, not its text; the pairing by role,
+  cls -> bos, would put unrelated rows behind equal coefficients).
+* The output side of an untied source: a second, independent OMP on the PLM's own
+  output head where it has an untied one; otherwise the input side's coefficients.
+* ``centered``: the candidates' mean PLM row is subtracted before the fit, and the
+  candidates' mean source row times ``1 - sum(c)`` added to the combination (an affine
+  fit; the reference does not centre).
+* A token whose PLM row is zero or not finite (``zero_row``) is drawn from N(mean, std)
+  of the source rows, as SALT's fallback, with ``inputs.rng(name, side)``.
+
+``omp_salt_k`` is the same method with ``k`` the median of SALT's ``k_used`` over its
+projected tokens (read from SALT's projection), so a report can tell the support's
+size from its choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
+from embtransfer.transfer.methods.common import (
+    copy_shared,
+    count_labels,
+    empty_result,
+    nonshared_ids,
+    source_normal,
+)
+from embtransfer.transfer.omp import omp_coefficients
+from embtransfer.transfer.regression import apply_coefficients
+
+
+def candidates(inputs: TransferInputs) -> tuple[np.ndarray, np.ndarray]:
+    """(target ids, source ids) of the shared tokens OMP may pick: no special tokens."""
+    target_ids, source_ids = inputs.shared()
+    vocab = inputs.target_vocab
+    if "kind" in vocab.columns:
+        special = set(vocab.loc[vocab["kind"] == "special", "id"].astype(int).tolist())
+        keep = np.array([t not in special for t in target_ids.tolist()], bool)
+        target_ids, source_ids = target_ids[keep], source_ids[keep]
+    return target_ids, source_ids
+
+
+def salt_median_k(inputs: TransferInputs) -> int:
+    """The median support size of SALT's projected tokens (rounded, at least 1)."""
+    projected = inputs.projected
+    if projected is None:
+        raise ValueError("omp_salt_k needs SALT's projection (inputs.projected)")
+    k_used = np.asarray(projected["k_used"])[np.asarray(projected["status"]) == "projected"]
+    if k_used.size == 0:
+        raise ValueError("omp_salt_k: SALT projected no token, so it has no median k")
+    return max(1, round(float(np.median(k_used))))
+
+
+def _fit(inputs: TransferInputs, donor: np.ndarray, k: int, centered: bool) -> dict[str, Any]:
+    """OMP coefficients for one donor matrix, computed once for both sides."""
+    key = ("omp", id(donor), k, centered)
+    if key not in inputs.memo:
+        cand_t, cand_s = candidates(inputs)
+        inputs.memo[key] = omp_coefficients(
+            donor, nonshared_ids(inputs), cand_t, cand_s, k=k, centered=centered
+        )
+    return inputs.memo[key]
+
+
+def run_omp(
+    inputs: TransferInputs, params: dict[str, Any], side: str, name: str, k: int
+) -> SideResult:
+    if inputs.plm_input is None:
+        raise ValueError(f"{name} needs the target PLM's embeddings (inputs.plm_input)")
+    donor = inputs.plm_input
+    if side == "output" and inputs.plm_output is not None:
+        donor = inputs.plm_output  # the PLM's untied head: a fit of its own
+    fit = _fit(inputs, donor, k, bool(params["centered"]))
+    rows, how = empty_result(inputs, side)
+    copy_shared(inputs, side, rows, how)
+    source = inputs.source_matrix(side)
+    values = apply_coefficients(fit, source)
+    if params["centered"]:  # the affine fit: c S + (1 - sum c) * mean source row
+        k_used = np.asarray(fit["k_used"], np.int64)
+        total = np.zeros(k_used.size)
+        np.add.at(total, np.repeat(np.arange(k_used.size), k_used), fit["coefficients"])
+        offset = source[candidates(inputs)[1]].astype(np.float64).mean(axis=0)
+        fitted = k_used > 0
+        values[fitted] += ((1.0 - total[fitted])[:, None] * offset).astype(np.float32)
+    target_ids = np.asarray(fit["target_ids"], np.int64)
+    status = np.asarray(fit["status"], dtype=object)
+    done = status == "projected"
+    rows[target_ids[done]] = values[done]
+    how[target_ids[done]] = "projected"
+    how[target_ids[~done]] = status[~done].astype(str)
+    fallback = np.flatnonzero(how == "zero_row")  # increasing target id
+    rows[fallback] = source_normal(inputs, side, inputs.rng(name, side), fallback.size)
+    stats = {"counts": count_labels(how), "k": int(fit["stats"]["k"]),
+             "n_stopped_early": fit["stats"]["n_stopped_early"],
+             "donor": "plm_output" if donor is inputs.plm_output else "plm_input"}
+    return SideResult(rows=rows, how=how, stats=stats)
+
+
+@register("omp")
+def omp(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
+    return run_omp(inputs, params, side, "omp", int(params["k"]))
+
+
+@register("omp_salt_k")
+def omp_salt_k(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
+    return run_omp(inputs, params, side, "omp_salt_k", salt_median_k(inputs))
