@@ -200,3 +200,21 @@ def test_the_report_writes_findings_md(tmp_path):
     shutil.rmtree(report)
     report.mkdir()  # a run outside the world: no tables, a file that says only how it decides
     assert "0 of the 0 tested pairs" in write_findings(report, tmp_path / "findings.md")
+
+
+def test_probes_are_decided_by_the_same_rule_with_their_sign():
+    from embtransfer.report.findings import probe_decisions
+
+    frame = pd.DataFrame({"lang": "x", "source": "s", "target": ["p1", "p2", "p3"],
+                          "span_z": [10.0, 3.4, -6.0], "class_z": [10.0, 10.0, 3.45],
+                          "span_diff": [1.0, 0.1, -0.5], "class_diff": [1.0, 1.0, 1.0]})
+    decided = probe_decisions(frame)
+    # six tests: 3.45 (p 5.6e-4) and 3.4 (p 6.7e-4) would clear alone, but the fifth
+    # smallest needs 0.001 / 2: neither does; -6 clears, below its random baseline
+    assert decided["span"].tolist() == ["better", "not apart", "worse"]
+    assert decided["class"].tolist() == ["better", "better", "not apart"]
+    assert decided["carries"].tolist() == [True, False, False]
+    text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                              "table1": pd.DataFrame(), "plm_probes": frame})
+    assert "Carry meaning by both probes: p1 (span z 10.0, class z 10.0)." in text
+    assert "p3 (span z -6.0, class z 3.5; span below random)" in text

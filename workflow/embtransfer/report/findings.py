@@ -172,7 +172,7 @@ def claims(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     difference (method - versus), its p-value, whether it clears the table's correction and
     the relation it supports (``better``, ``worse`` or ``not apart``)."""
     lines = (_alignment_claims(tables["alignment"]) + _zeroshot_claims(tables["zeroshot"])
-             + _table1_claims(tables["table1"]))
+             + _table1_claims(tables["table1"]) + _probe_claims(tables["plm_probes"]))
     columns = [*CLAIM_KEY, "diff", "p", "clears", "relation"]
     return pd.DataFrame(lines, columns=columns)
 
@@ -412,31 +412,63 @@ def _score(block: pd.DataFrame, method: str) -> str:
 
 
 def probe_decisions(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per target PLM: whether each probe's row exceeds its random baseline by the report's
-    rule (the normal two-sided p of its z, one family over every probe of the table), and
-    ``carries`` (both do)."""
+    """Per target PLM: each probe's relation to its random baseline by the report's rule
+    (the normal two-sided p of its z, one family over every probe of the table): ``better``,
+    ``worse`` or ``not apart``; and ``carries``, both better."""
     probes = [c[: -len("_z")] for c in frame.columns if c.endswith("_z")]
     z = frame[[f"{p}_z" for p in probes]].to_numpy(np.float64)
     p = np.vectorize(lambda v: math.nan if math.isnan(v) else normal_p(v))(z)
-    clears = holm(p).reshape(p.shape) & (z > 0)
+    clears = holm(p).reshape(p.shape)
     out = frame[["lang", "source", "target"]].copy()
     for i, probe in enumerate(probes):
-        out[probe] = clears[:, i]
-    out["carries"] = clears.all(axis=1)
+        out[probe] = np.where(clears[:, i], np.where(z[:, i] > 0, "better", "worse"),
+                              "not apart")
+    out["carries"] = (out[probes] == "better").all(axis=1)
     return out
+
+
+def _probe_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each probe of each target PLM against its random baseline (:func:`probe_decisions`)."""
+    if frame.empty:
+        return []
+    decided = probe_decisions(frame)
+    lines = []
+    for i, line in frame.iterrows():
+        for probe in [c for c in decided.columns if c not in ("lang", "source", "target",
+                                                                "carries")]:
+            z = line[f"{probe}_z"]
+            if pd.isna(z):
+                continue
+            relation = decided.loc[i, probe]
+            lines.append({
+                "table": "plm_probes", "stage": "", "lang": line["lang"],
+                "source": line["source"], "target": line["target"], "side": "", "split": "",
+                "variant": "", "metric": probe, "method": line["target"],
+                "versus": "random rows", "diff": line[f"{probe}_diff"], "p": normal_p(z),
+                "clears": relation != "not apart", "relation": relation,
+            })
+    return lines
 
 
 def _probe_section(frame: pd.DataFrame) -> list[str]:
     if frame.empty:
         return []
     decided = probe_decisions(frame)
-    yes = [f"{line.target} (span z {line.span_z:.1f}, class z {line.class_z:.1f})"
-           for line, ok in zip(frame.itertuples(), decided["carries"], strict=True) if ok]
-    no = [f"{line.target} (span z {line.span_z:.1f}, class z {line.class_z:.1f})"
-          for line, ok in zip(frame.itertuples(), decided["carries"], strict=True) if not ok]
+    probes = [c for c in decided.columns if c not in ("lang", "source", "target", "carries")]
+
+    def label(i: int) -> str:
+        line = frame.loc[i]
+        zs = ", ".join(f"{probe} z {line[f'{probe}_z']:.1f}" for probe in probes)
+        below = [probe for probe in probes if decided.loc[i, probe] == "worse"]
+        return f"{line['target']} ({zs}" + (
+            f"; {', '.join(below)} below random" if below else "") + ")"
+
+    yes = [label(i) for i in frame.index if decided.loc[i, "carries"]]
+    no = [label(i) for i in frame.index if not decided.loc[i, "carries"]]
     return ["", "### The target PLMs SALT recycles", "",
             "Two probes per PLM against random baselines (`results/report/plm_probes.md`), "
-            "decided by the same rule (the normal p-value of each probe's z). "
+            "decided by the same rule (the normal two-sided p-value of each probe's z, one "
+            "family over every probe of the table). "
             f"Carry meaning by both probes: {_names(yes)}. Do not: {_names(no)}."]
 
 
