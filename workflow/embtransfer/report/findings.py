@@ -228,20 +228,24 @@ def _ranked_sentence(name: str, order: list[str], value: dict[str, str],
     worse, and each method's relation to Random."""
     top, rest = order[0], order[1:]
     close = [m for m in rest if vs_best.get(m) == "not apart"]
+    untested = [m for m in rest if m not in vs_best]
     if rest and len({value[m] for m in order}) == 1:
         lead = f"all at {value[top]}"
-    elif rest and not close:
+    elif rest and all(vs_best.get(m) == "worse" for m in rest):
         lead = f"{top} is best ({value[top]})"
-    elif rest:
+    elif close:
         lead = (f"{top} is first ({value[top]}) but not apart from "
                 f"{_names([f'{m} ({value[m]})' for m in close])}")
     else:
-        lead = f"{top} ({value[top]})"
+        lead = f"{top} ({value[top]})" if not rest else f"{top} is first ({value[top]})"
     parts = [lead]
     for relation, word in (("worse", "worse than"), ("better", "better than")):
         found = [m for m in rest if vs_best.get(m) == relation]
         if found:
             parts.append(f"{word} {top}: {_names(found)}")
+    if untested:
+        parts.append(f"not tested against {top} (no per-item scores): "
+                     f"{_names([f'{m} ({value[m]})' for m in untested])}")
     if vs_random:
         for relation, word in (("better", "better than Random"), ("worse", "worse than Random"),
                                ("not apart", "not apart from Random")):
@@ -373,7 +377,8 @@ def _table1_section(frame: pd.DataFrame, found: pd.DataFrame) -> list[str]:
              "best (`results/report/table1.md`)."]
     found = found[found["table"] == "table1"]
     keys = _table1_keys(frame)
-    ok = frame[frame["status"] == "ok"]
+    # Avg is the mean of the block's other metrics, tested on none of its own
+    ok = frame[(frame["status"] == "ok") & (frame["metric"] != "Avg")]
     for key, block in ok.groupby(keys, sort=False):
         ident = dict(zip(keys, key, strict=True))
         competing = block[~block["method"].isin([ORACLE, SOURCE_MODEL_LABEL])
@@ -395,8 +400,8 @@ def _table1_section(frame: pd.DataFrame, found: pd.DataFrame) -> list[str]:
         sentence = _ranked_sentence(ident["metric"], order, value,
                                     _versus_method(mine, order[0]), {})
         extra = [f"{m} {value[m]} (not ranked)" for m in (ORACLE,) if m in value]
-        parts.append(f"- **{label}**: {sentence}" + (f" {'; '.join(extra)}." if extra else ""))
-    controls = frame[(frame["stage"] == "source") & (frame["status"] == "ok")]
+        parts.append(f"- **{label}**, {sentence}" + (f" {'; '.join(extra)}." if extra else ""))
+    controls = ok[ok["stage"] == "source"]
     for _, line in controls.iterrows():
         variant = line.get("eval language", "")
         parts.append(f"- The source model (no transfer), {line['lang']}, {line['source']}"
