@@ -218,3 +218,30 @@ def test_probes_are_decided_by_the_same_rule_with_their_sign():
                               "table1": pd.DataFrame(), "plm_probes": frame})
     assert "Carry meaning by both probes: p1 (span z 10.0, class z 10.0)." in text
     assert "p3 (span z -6.0, class z 3.5; span below random)" in text
+
+
+def test_table1_claims_are_the_tables_marks():
+    from embtransfer.report.tables import Row, Table, format_score, mark_best
+
+    rng = np.random.default_rng(6)
+    n = 300
+    truth = {"a": rng.random(n) < 0.6, "b": rng.random(n) < 0.3, "c": rng.random(n) < 0.58,
+             "world_oracle": rng.random(n) < 0.9}
+    rows = []
+    for method, hits in truth.items():
+        scores = hits.astype(float)
+        rows.append(Row(keys={"stage": "transfer", "lang": "x", "source": "s", "target": "t",
+                              "method": method, "eval language": "target"},
+                        values={"Facts acc": 100 * scores.mean()}, stderr={"Facts acc": 2.0},
+                        per_document={"Facts acc": list(scores)}))
+    mark_best(rows, ["Facts acc"])
+    table = Table(1, "knowledge", "", rows, ["Facts acc"], {}, format_score)
+    found = claims({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                    "table1": table.long(), "plm_probes": pd.DataFrame()})
+    marked = {row.keys["method"] for row in rows if "Facts acc" in row.clears}
+    assert set(found[found["clears"]]["method"]) == marked == {"b"}
+    assert "*" in table.wide().set_index("method").loc["b", "Facts acc"]
+    text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                              "table1": table.long(), "plm_probes": pd.DataFrame()})
+    assert "Facts acc: c is first (65.7 ± 2.0) but not apart from a (57.7 ± 2.0)" in text
+    assert "worse than c: b." in text and "world_oracle 89.0" in text  # shown, not ranked
