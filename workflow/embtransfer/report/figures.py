@@ -343,15 +343,18 @@ def draw_methods(alignment: pd.DataFrame, zeroshot: pd.DataFrame, dpi: int = 120
     from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
     from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
 
-    fig = Figure(figsize=(12, sum(heights) + 1.4), dpi=dpi)
+    legend = textwrap.wrap(LEGEND, 150)
+    # the legend's lines below the panels: about 0.17 inch each at the small font
+    legend_height = 0.17 * len(legend) + 0.15
+    fig = Figure(figsize=(12, sum(heights) + 0.8 + legend_height), dpi=dpi)
     backend_agg.FigureCanvasAgg(fig)
     axes = fig.subplots(len(rows), 2, squeeze=False, gridspec_kw={"height_ratios": heights})
     for ax_row, row in zip(axes, rows, strict=True):
         for ax, panel in zip(ax_row, row, strict=True):
             _draw_panel(ax, panel, colours)
     fig.suptitle("Methods per setting: held-out alignment (P@10) and zero-shot bits per byte")
-    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(LEGEND, 150)), fontsize="small")
-    fig.tight_layout(rect=(0, 0.045, 1, 1))
+    fig.text(0.01, 0.005, "\n".join(legend), fontsize="small")
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
     return fig
 
 
