@@ -241,6 +241,7 @@ def test_table1_claims_are_the_tables_marks():
     marked = {row.keys["method"] for row in rows if "Facts acc" in row.clears}
     assert set(found[found["clears"]]["method"]) == marked == {"b"}
     assert "*" in table.wide().set_index("method").loc["b", "Facts acc"]
+    assert "upper bound" not in table.markdown()  # the oracle is beaten on scores
     text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
                               "table1": table.long(), "plm_probes": pd.DataFrame()})
     assert "Facts acc: c is first (65.7 ± 2.0) but not apart from a (57.7 ± 2.0)" in text
