@@ -533,8 +533,12 @@ def current_section(text: str) -> str:
 
 def refresh_reference(report_dir: Path, reference: Path = REFERENCE_DIR,
                       readme: Path = README) -> None:
-    """Copy a run's tables into ``reference`` with its ``run.json`` (the checkout's commit
-    and the date the tables were written) and rewrite the README's findings from them."""
+    """Copy a run's tables into ``reference`` with its ``run.json`` (the checkout's commit,
+    ``-dirty`` when the working tree differs from it, and the date the tables were written)
+    and rewrite the README's findings from them."""
+    # before anything here is written, which would make the tree differ
+    commit = subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty=-dirty"],
+                            capture_output=True, text=True, check=True).stdout.strip()
     reference.mkdir(parents=True, exist_ok=True)
     written = []
     for file in TABLES.values():
@@ -544,8 +548,6 @@ def refresh_reference(report_dir: Path, reference: Path = REFERENCE_DIR,
             written.append(source.stat().st_mtime)
         else:
             (reference / file).unlink(missing_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
     date = dt.datetime.fromtimestamp(max(written), dt.UTC).date().isoformat()
     (reference / RUN_JSON).write_text(json.dumps({"commit": commit, "date": date}, indent=2)
                                       + "\n")
