@@ -73,7 +73,10 @@ def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
 
 
 def format_p(p: float) -> str:
-    """A p-value in a table cell: two significant digits, tiny ones as a power of ten."""
+    """A p-value in a table cell: two significant digits, tiny ones as a power of ten (below
+    a float's smallest, a normal tail is 0)."""
+    if p < 1e-300:
+        return "p < 1e-300"
     return f"p {p:.2g}" if p >= 1e-4 else f"p {p:.0e}".replace("e-0", "e-")
 
 
