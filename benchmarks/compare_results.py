@@ -8,6 +8,10 @@ tensor by tensor (exactly), NumPy arrays exactly, parquet as tables (and their m
 JSON and JSONL as data with run-to-run values (timings, peak memory, absolute paths of
 temporary files) left out, everything else byte for byte. Logs and Snakemake's benchmark
 files hold timings only and are skipped.
+
+Runs on another machine or with other packages differ in their numbers; whether they make
+the same claims (the pairs of methods their tables call apart) is what
+`python -m embtransfer.report.findings --compare A/results/report B/results/report` says.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def test_the_checks_change_nothing_in_a_filled_config(path):
 
 def test_defaults_that_follow_from_other_keys_are_filled_before_the_checks():
     config = fresh()
-    del config["transfer"]["select"]  # methods not given: the world's run adds its upper bound
+    del config["transfer"]["select"]  # methods not given: the world's run adds its oracle
     config["lapt"] = {"replay": {"ratio": 0.1}}
     fill_defaults(config)
     assert config["transfer"]["methods"][-1] == "world_oracle"

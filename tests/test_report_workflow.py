@@ -162,6 +162,10 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     calibration = pd.read_csv(out / "calibration.csv")
     assert len(calibration) == 3 * 9 and calibration["in_range"].all()
     assert (out / "methods.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    findings = (out / "findings.md").read_text()
+    # from the tables the rule wrote: the zero-shot setting of salt and Random
+    assert findings.startswith("# What the run shows")
+    assert "- **ar_mini, gemma, gpt2_ar_mini**: bits per byte: salt is best (2.000" in findings
     assert (workdir / "results/logs/report/report.log").is_file()
     dry = snakemake(workdir, "-n", "report")
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -173,7 +177,7 @@ def test_snakemake_report_includes_tables_figure_and_captions(workdir):
     assert len(html) > 100_000  # the files are embedded
     for name in ("table1.md", "table8.csv", "figure2.png", "report.md", "zeroshot.md",
                  "zeroshot.csv", "methods.png", "calibration.md", "calibration.csv",
-                 "alignment.md", "plm_probes.md"):
+                 "alignment.md", "plm_probes.md", "findings.md"):
         assert name in html
     for text in ("Paper tables", "Paper figures", "Table 5: eval loss during LAPT",
                  "Cross-lingual embedding transfer (SALT and baselines)", "Methods compared",

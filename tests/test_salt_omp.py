@@ -79,3 +79,17 @@ def test_other_documents_are_refused(tmp_path: Path) -> None:
              zeroshot(tmp_path, "omp", n_bytes, n_bytes + 1)]
     with pytest.raises(MalformedResultError, match="other documents"):
         salt_vs_omp(files, [], [], seed=0)
+
+
+def test_marks_follow_the_reports_one_rule(tmp_path: Path) -> None:
+    """A p-value below 0.05 but not below Holm's bound at family-wise 0.001 leaves no mark:
+    the table decides by the rule every other table uses (core/paired.holm)."""
+    from embtransfer.core.paired import holm
+
+    salt_hits = np.zeros(60)
+    omp_hits = np.r_[np.ones(7), np.zeros(53)]  # McNemar 7 to 0: p = 0.016
+    frame = salt_vs_omp([], [], [alignment(tmp_path, salt_hits, omp_hits)], seed=0)
+    p1 = frame[frame["metric"] == "p_at_1"].iloc[0]
+    assert 0.001 < p1["p"] < 0.05 and not p1["clears"]
+    np.testing.assert_array_equal(frame["clears"].to_numpy(), holm(frame["p"].to_numpy()))
+    assert set(frame["metric"]) == {"p_at_1", "p_at_10", "cos_centred"}

@@ -12,7 +12,15 @@ import pytest
 import yaml
 
 from embtransfer.config.validation import ConfigError, validate_config
-from embtransfer.core.paired import binomial_two_sided, mcnemar, paired_bootstrap
+from embtransfer.core.paired import (
+    BOOTSTRAP_SAMPLES,
+    binomial_two_sided,
+    family_clears,
+    holm,
+    mcnemar,
+    normal_p,
+    paired_bootstrap,
+)
 from embtransfer.evaluation.alignment import score_checkpoints, summary, token_scores
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
@@ -282,7 +290,7 @@ def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
     close[:3] = 1 - close[:3]
     rows = []
     for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
-                         ("c", close)):
+                         ("c", close), ("random", np.zeros(n, int))):
         rows.append(pd.DataFrame({"stage": "transfer", "lang": "x", "source": "s",
                                   "target": "t", "side": "input", "method": method,
                                   "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
@@ -291,9 +299,10 @@ def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
                                   "cos_centred": hits * 0.3 + rng.random(n) * 0.1}))
     solo = rows[1].assign(target="t2")
     # the same methods on the dictionary concepts, where b is best: ranked apart
-    fitted = [r.assign(split="dictionary", hit_1=1 - r["hit_1"]) for r in rows[1:]]
+    fitted = [r.assign(split="dictionary", hit_1=1 - r["hit_1"], hit_10=1 - r["hit_10"])
+              for r in rows[1:4]]
     flat = alignment_frame(pd.concat([*fitted, *rows, solo]), seed=0)
-    assert (flat["split"].iloc[:5] == "held_out").all()  # the headline first
+    assert (flat["split"].iloc[:6] == "held_out").all()  # the headline first
     on_dictionary = flat[flat["split"] == "dictionary"].set_index("method")
     assert on_dictionary.loc["b", "rank"] == 1
     flat = flat[flat["split"] == "held_out"]
@@ -304,9 +313,20 @@ def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
     assert frame.loc[("t", "c"), "p_at_1_vs_best_p"] > 0.05  # 3 tokens differ: does not
     assert math.isnan(frame.loc[("t2", "a"), "rank"])  # alone in its setting: not ranked
     assert frame.loc[("t", "b"), "cos_centred_vs_best_p"] < 1e-3
-    assert list(flat.columns[:15]) == [
+    # P@10 beside P@1, each with its binomial standard error and McNemar's tests against the
+    # best and against Random, equal to the tests run directly on the hits
+    a, b = frame.loc[("t", "a")], frame.loc[("t", "b")]
+    assert a["p_at_10_se"] == pytest.approx(100 * math.sqrt(good.mean() * (1 - good.mean()) / n))
+    assert b["p_at_10_vs_best_p"] == mcnemar(bad, good).p
+    assert b["p_at_10_vs_best"] == pytest.approx(100 * (bad.mean() - good.mean()))
+    assert a["p_at_10_vs_random_p"] == mcnemar(good, np.zeros(n)).p
+    assert a["p_at_1_vs_random"] == pytest.approx(100 * good.mean())
+    assert math.isnan(frame.loc[("t", "random"), "p_at_10_vs_random_p"])  # not with itself
+    assert math.isnan(a["p_at_10_vs_best_p"])  # the best: not with itself
+    assert list(flat.columns[:16]) == [
         "lang", "source", "target", "method", "stage", "side", "split", "tokens", "p_at_1",
-        "p_at_1_se", "p_at_10", "cos_oracle", "cos_oracle_se", "cos_centred", "cos_centred_se"]
+        "p_at_1_se", "p_at_10", "p_at_10_se", "cos_oracle", "cos_oracle_se", "cos_centred",
+        "cos_centred_se"]
 
 
 def test_ties_in_p_at_1_go_to_the_centred_cosine_and_markdown_leads_with_held_out():
@@ -337,7 +357,8 @@ def test_mcnemar_is_the_exact_binomial_test_on_discordant_pairs():
     test = mcnemar(a, b)
     # 9 vs 1 discordant: P(X <= 1) + P(X >= 9), X ~ Bin(10, 1/2) = 22/1024
     assert test.p == pytest.approx(22 / 1024)
-    assert test.clears and test.diff == pytest.approx(8 / 30)
+    # p 0.021: below 0.05, not below the report's family-wise 0.001 even alone
+    assert not test.clears and test.diff == pytest.approx(8 / 30)
     assert binomial_two_sided(5, 10) == 1.0
     scipy_stats = pytest.importorskip("scipy.stats")
     for k, n in ((0, 7), (3, 20), (40, 100)):
@@ -353,6 +374,49 @@ def test_paired_bootstrap_is_seeded_and_tells_noise_from_a_shift():
     noise = paired_bootstrap(a, a + rng.normal(0, 0.1, 300), seed=1)
     assert not noise.clears
     assert paired_bootstrap(a, a[::-1], seed=4) == paired_bootstrap(a, a[::-1], seed=4)
+
+
+def test_paired_bootstrap_p_is_the_normal_tail_over_the_resampled_means_spread():
+    rng = np.random.default_rng(5)
+    a, b = rng.random(120), rng.random(120) + 0.02
+    test = paired_bootstrap(a, b, seed=9)
+    draws = np.random.default_rng(9)
+    d, means = a - b, []
+    for start in range(0, BOOTSTRAP_SAMPLES, 256):
+        idx = draws.integers(0, d.size, size=(min(256, BOOTSTRAP_SAMPLES - start), d.size))
+        means += list(d[idx].mean(axis=1))
+    z = d.mean() / np.std(means, ddof=1)
+    assert test.p == pytest.approx(math.erfc(abs(z) / math.sqrt(2)))
+    # far past 1 / samples, which the share of resamples past zero could not go below
+    far = paired_bootstrap(a + 0.5, a, seed=9)
+    assert far.p == 0.0 and normal_p(5.0) == pytest.approx(5.733e-7, rel=1e-3)
+
+
+def _holm_brute_force(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's adjusted p-values, max over j <= i of (m - j) p_(j), then below alpha."""
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m, running, clears = order.size, 0.0, np.zeros(p.size, bool)
+    for j, i in enumerate(order):
+        running = max(running, min(1.0, (m - j) * p[i]))
+        clears[i] = running < alpha
+    return clears
+
+
+def test_holm_equals_the_adjusted_p_values_brute_force():
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        p = rng.random(rng.integers(1, 30)) ** rng.uniform(1, 12)
+        p[rng.random(p.size) < 0.2] = np.nan
+        assert (holm(p, 0.01) == _holm_brute_force(p, 0.01)).all(), trial
+    # one family over several columns: the same decisions as holm on their values together
+    frame = pd.DataFrame({"x_p": [1e-6, np.nan, 0.2], "y_p": [2e-4, 1e-5, np.nan]})
+    both = family_clears(frame, ["x_p", "y_p"])
+    # m = 4: 1e-6 < 0.001 / 4, 1e-5 < 0.001 / 3, 2e-4 < 0.001 / 2, 0.2 > 0.001
+    assert both.to_numpy().tolist() == [[True, True], [False, True], [False, False]]
+    # m = 2: the smaller p-value needs 0.001 / 2
+    assert holm([4e-4, 0.5]).tolist() == [True, False]
+    assert holm([6e-4, 0.5]).tolist() == [False, False]  # 6e-4 > 0.001 / 2
 
 
 # --- questions only new tokens answer --------------------------------------------------------

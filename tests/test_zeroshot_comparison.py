@@ -38,15 +38,16 @@ def test_paired_ratio_difference_and_its_bootstrap_match_brute_force():
     test = paired_ratio(a, b, x, seed=7)
     assert test.diff == pytest.approx(a.sum() / x.sum() - b.sum() / x.sum())
     assert test.se == pytest.approx(_jackknife_se(a - b, x), rel=0.1)
-    # the bootstrap resamples documents and recomputes the ratio difference: draws made as
-    # paired_bootstrap makes them (same seed, chunks of 256)
+    # the bootstrap resamples documents and recomputes the mean of a - b: draws made as
+    # paired_bootstrap makes them (same seed, chunks of 256); p is the normal tail of the
+    # mean over the resampled means' spread
     draws = np.random.default_rng(7)
-    diffs = []
+    means = []
     for start in range(0, BOOTSTRAP_SAMPLES, 256):
         idx = draws.integers(0, x.size, size=(min(256, BOOTSTRAP_SAMPLES - start), x.size))
-        diffs += list((a[idx].sum(1) - b[idx].sum(1)) / x[idx].sum(1))
-    far = np.mean(np.asarray(diffs) >= 0) if test.diff < 0 else np.mean(np.asarray(diffs) <= 0)
-    assert test.p == pytest.approx(max(min(1.0, 2 * far), 1 / BOOTSTRAP_SAMPLES))
+        means += list((a[idx] - b[idx]).mean(1))
+    z = (a - b).mean() / np.std(means, ddof=1)
+    assert test.p == pytest.approx(math.erfc(abs(z) / math.sqrt(2)))
 
 
 def record(method, nll, n_bytes, target="gpt2_x"):
@@ -124,53 +125,105 @@ def test_written_comparison_marks_what_clears_the_test(records, tmp_path):
         write_zeroshot_comparison(files, tmp_path / "z.csv", tmp_path / "z.md", seed=3)
 
 
-def test_methods_figure_draws_each_method_with_its_error_bar_and_marks(records, tmp_path):
-    from embtransfer.report.figures import draw_methods, write_methods_figure
+def alignment_scores(n: int = 300) -> pd.DataFrame:
+    """Per-token alignment scores of the fixture's methods: the oracle retrieves every
+    translation, focus a third of them at depth 10, salt a few, Random none; salt alone with
+    bert_x retrieves none (an all-zero panel)."""
+    rng = np.random.default_rng(8)
+    hits = {"world_oracle": np.ones(n, int), "focus": (rng.random(n) < 0.3).astype(int),
+            "salt": (rng.random(n) < 0.02).astype(int), "random": np.zeros(n, int)}
+    parts = []
+    for method, hit in hits.items():
+        parts.append(pd.DataFrame({
+            "stage": "transfer", "lang": "xx", "source": "src", "target": "gpt2_x",
+            "side": "input", "method": method, "target_id": np.arange(n), "split": "held_out",
+            "hit_1": hit * (rng.random(n) < 0.1), "hit_10": hit,
+            "cos_oracle": hit * 0.5 + rng.random(n) * 0.1,
+            "cos_centred": hit * 0.3 + rng.random(n) * 0.1}))
+    parts.append(parts[2].assign(target="bert_x", hit_1=0, hit_10=0))
+    return pd.concat(parts, ignore_index=True)
 
+
+def test_methods_panels_order_mark_and_scale_as_the_tables(records):
+    from embtransfer.report.alignment_table import alignment_clears, alignment_frame
+    from embtransfer.report.figures import MIN_P_AXIS, methods_panels
+    from embtransfer.report.zeroshot import zeroshot_clears
+
+    alignment = alignment_frame(alignment_scores(), seed=1)
     zeroshot = zeroshot_comparison(records, seed=3)
-    alignment = pd.DataFrame({
-        "lang": "xx", "source": "src", "target": "gpt2_x", "stage": "transfer",
-        "side": "input", "split": ["held_out"] * 3 + ["dictionary"],
-        "method": ["salt", "random", "world_oracle", "salt"], "p_at_1": [30.0, 2.0, 90.0, 99.0],
-        "p_at_1_se": [3.0, 1.0, 2.0, 1.0], "best": "salt",
-        "p_at_1_vs_best_p": [float("nan"), 0.001, float("nan"), float("nan")],
-    })
+    figure = methods_panels(alignment, zeroshot)
+    # one row for the setting where methods compete, one for salt across its target PLMs
+    assert [left.title for left, _ in figure.rows] == [
+        "xx, src, gpt2_x: held-out P@10 (%)", "xx, src: salt across target PLMs: held-out "
+        "P@10 (%)"]
+    (left, right), (across, across_bpb) = figure.rows
+    gpt = alignment[alignment["target"] == "gpt2_x"]
+    # alignment.md's order (by rank), the oracle written in the note, not drawn
+    ranked = gpt[gpt["method"] != "world_oracle"].sort_values("rank")
+    assert left.labels == list(ranked["method"]) == ["focus", "salt", "random"]
+    assert left.values == pytest.approx(list(ranked["p_at_10"]))
+    assert left.errors == pytest.approx(list(ranked["p_at_10_se"]))
+    assert "world_oracle: 100.0 (not drawn)" in left.note
+    # the marks are the table's own decisions: † where the test against Random clears
+    clears = alignment_clears(alignment)
+    for label, text in zip(left.labels, left.texts, strict=True):
+        line = ranked.index[ranked["method"] == label][0]
+        assert ("†" in text) == bool(clears.loc[line, "p_at_10_vs_random_p"]), label
+        assert ("*" in text) == bool(clears.loc[line, "p_at_10_vs_best_p"]), label
+    assert left.texts[0].startswith("best") and "†" in left.texts[0]  # 30 % vs 0: apart
+    # an axis the methods can be read on: past every error bar, far below the oracle's 100
+    assert max(v + e for v, e in zip(left.values, left.errors, strict=True)) < left.xlim[1]
+    assert left.xlim[1] < 100
+    # bits per byte in zeroshot.md's order (ranked, then the oracle), marks from its tests
+    table = zeroshot[zeroshot["target"] == "gpt2_x"]
+    assert right.labels == list(table["method"])
+    marks = zeroshot_clears(zeroshot).loc[table.index]
+    assert [("†" in t) for t in right.texts] == list(marks["vs_random_p"])
+    # salt across target PLMs in one panel, the competing setting's first; its all-zero
+    # bert_x bar keeps a readable axis (not matplotlib's -0.04 to 0.04)
+    assert across.labels == ["salt, gpt2_x", "salt, bert_x"]
+    assert across.values[1] == 0 and across.xlim[0] == 0 and across.xlim[1] >= MIN_P_AXIS
+    alone = methods_panels(alignment[alignment["target"] == "bert_x"], zeroshot).rows[-1][0]
+    assert alone.values == [0] and alone.xlim == (0.0, MIN_P_AXIS)
+    assert across_bpb.labels == ["salt, gpt2_x", "salt, bert_x"]
+    assert across_bpb.values == pytest.approx([
+        float(zeroshot[(zeroshot["method"] == "salt") & (zeroshot["target"] == t)]
+              ["bits_per_byte"].iloc[0]) for t in ("gpt2_x", "bert_x")])
+
+
+def test_methods_figure_draws_the_panels(records, tmp_path):
+    from embtransfer.report.alignment_table import alignment_frame
+    from embtransfer.report.figures import draw_methods, methods_panels, write_methods_figure
+
+    alignment = alignment_frame(alignment_scores(), seed=1)
+    zeroshot = zeroshot_comparison(records, seed=3)
+    figure = methods_panels(alignment, zeroshot)
     fig = draw_methods(alignment, zeroshot, dpi=40)
-    # a row per setting, sorted: bert_x (no alignment lines: "no results"), then gpt2_x
-    assert [ax.get_title().split(":")[0] for ax in fig.axes[::2]] == [
-        "xx, src, bert_x", "xx, src, gpt2_x"]
-    assert fig.axes[0].texts[0].get_text() == "no results"
-    left, right = fig.axes[2], fig.axes[3]
-    # held-out lines only, highest P@1 first; bars of the values, error bars of the SEs
-    assert [t.get_text() for t in left.get_yticklabels()] == ["world_oracle", "salt", "random"]
-    assert [round(b.get_width(), 6) for b in left.patches] == [90.0, 30.0, 2.0]
-    assert {t.get_text().strip() for t in left.texts} == {"best", "*"}
-    gpt = zeroshot[zeroshot["target"] == "gpt2_x"].sort_values("bits_per_byte")
-    assert [t.get_text() for t in right.get_yticklabels()] == list(gpt["method"])
-    assert [b.get_width() for b in right.patches] == pytest.approx(list(gpt["bits_per_byte"]))
-    # each bar carries its standard error: the error bar's segments span value ± SE
+    assert len(fig.axes) == 2 * len(figure.rows)
+    for ax, panel in zip(fig.axes, [p for row in figure.rows for p in row], strict=True):
+        assert [t.get_text() for t in ax.get_yticklabels()] == panel.labels
+        assert [b.get_width() for b in ax.patches] == pytest.approx(panel.values)
+        assert ax.get_xlim() == pytest.approx(panel.xlim)
+    right = fig.axes[1]
     (errors,) = [c for c in right.containers if hasattr(c, "lines")]
     segments = errors.lines[2][0].get_segments()
     assert [seg[1][0] - seg[0][0] for seg in segments] == pytest.approx(
-        list(2 * gpt["bits_per_byte_se"]))
-    # Random differs from the best (*); the oracle and focus from Random (†) at least
-    marks = [t.get_text().strip() for t in right.texts]
-    assert "best" in marks and "*" in marks and any("†" in m for m in marks)
-    assert "differs from Random" in fig.texts[-1].get_text()
+        [2 * e for e in figure.rows[0][1].errors])
+    legend = fig.texts[-1].get_text().replace("\n", " ")
+    assert "Holm-Bonferroni" in legend and "upper bound" in legend
     write_methods_figure(tmp_path / "m.png", alignment, zeroshot, dpi=40)
     assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_methods_figure_cuts_a_far_bits_per_byte_bar_and_writes_its_value(records):
-    from embtransfer.report.figures import draw_methods
+    from embtransfer.report.alignment_table import alignment_frame
+    from embtransfer.report.figures import methods_panels
 
     records[2]["document_nll_nats"] = [v * 20 for v in records[2]["document_nll_nats"]]
     records[2]["bits_per_byte"] *= 20
     zeroshot = zeroshot_comparison(records, seed=3)
-    empty = pd.DataFrame(columns=["lang", "source", "target", "method", "stage", "side",
-                                  "split", "p_at_1", "p_at_1_se", "best", "p_at_1_vs_best_p"])
-    right = draw_methods(empty, zeroshot, dpi=40).axes[3]
-    focus = zeroshot[(zeroshot["method"] == "focus") & (zeroshot["target"] == "gpt2_x")]
-    assert right.get_xlim()[1] < float(focus["bits_per_byte"].iloc[0])
-    assert any(t.get_text().strip().startswith(f"{focus['bits_per_byte'].iloc[0]:.2f} →")
-               for t in right.texts)
+    right = methods_panels(alignment_frame(alignment_scores(), seed=1), zeroshot).rows[0][1]
+    focus = float(zeroshot[(zeroshot["method"] == "focus")
+                           & (zeroshot["target"] == "gpt2_x")]["bits_per_byte"].iloc[0])
+    assert right.xlim[1] < focus
+    assert right.texts[right.labels.index("focus")].startswith(f"{focus:.2f} →")

@@ -4,7 +4,7 @@
 JSON schemas' (``workflow/schemas/*.schema.yaml``, through
 :func:`embtransfer.core.schema.fill_schema_defaults`), then those that follow from other
 keys (the world's source language, its dictionaries, the replay language, the world run's
-upper-bound method). :func:`check_config` then checks and changes nothing: keys and types
+oracle method). :func:`check_config` then checks and changes nothing: keys and types
 against the schema, then what a schema cannot say (a source model key that is not defined,
 a target PLM of the wrong language, method options, selections, evaluation tasks, report
 rows). Errors name the offending key as a dotted path, so a misspelling is found at
@@ -173,7 +173,7 @@ def _fill_derived_defaults(config: dict[str, Any], methods_given: bool) -> None:
     languages = config["languages"]
     transfer = config["transfer"]
     if not methods_given and _world_run(config):
-        # The miniature world's own run also gets its upper bound, the methods that read
+        # The miniature world's own run also gets its oracle, the methods that read
         # the world's truth; a config that lists its methods gets what it lists.
         transfer["methods"] += [m for m in METHODS if METHODS[m].get("world_only")]
     if (

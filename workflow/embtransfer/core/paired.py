@@ -5,14 +5,19 @@ the item's difficulty cancels. So the report compares methods item by item:
 
 * :func:`mcnemar` for 0/1 outcomes (a question answered, a translation retrieved): the exact
   two-sided McNemar test, a binomial test on the items where exactly one method is right;
-* :func:`paired_bootstrap` for continuous scores (cosine to the oracle row): the share of
-  seeded bootstrap resamples of the items in which the mean difference changes sign;
+* :func:`paired_bootstrap` for continuous scores (cosine to the oracle row): the mean
+  difference over the standard deviation of its seeded bootstrap resamples, and the normal
+  distribution's two-sided tail there (the share of resamples past zero cannot go below
+  1 / samples, far above the corrected threshold below);
 * :func:`difference` the mean difference with its paired standard error (the standard
   deviation of the per-item differences over sqrt(n)): "k standard errors of the difference";
 * :func:`ratio_se` and :func:`paired_ratio` for a ratio of sums over the items (bits per
   byte: the items' summed losses over their summed bytes), by the delta method.
 
-A difference *clears* the test at :data:`ALPHA`.
+Every table of the report and its findings decide with one rule, :func:`holm`: the
+Holm-Bonferroni correction at family-wise level :data:`FAMILY_ALPHA` over the family of
+every paired test one table reports (:func:`family_clears`). A difference that clears it is
+called a difference; any other pair of methods is "not apart".
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-#: Two-sided level at which a table marks a difference as clearing the paired test.
-ALPHA = 0.05
+#: The family-wise level of the report's paired tests: the chance that a table (or its
+#: findings) calls any one of its pairs apart when none is stays below it.
+FAMILY_ALPHA = 0.001
+#: How the family's p-values are corrected for their number (:func:`holm`).
+CORRECTION = "Holm-Bonferroni"
 BOOTSTRAP_SAMPLES = 2000
 
 
@@ -45,7 +54,40 @@ class Comparison:
 
     @property
     def clears(self) -> bool:
-        return self.p < ALPHA
+        """Whether the difference clears the test alone (a family of one)."""
+        return self.p < FAMILY_ALPHA
+
+
+def holm(pvalues: object, alpha: float = FAMILY_ALPHA) -> np.ndarray:
+    """Which tests of one family clear the Holm-Bonferroni correction at family-wise
+    level ``alpha``: sorted ascending, the i-th p-value (from 0) must be below
+    alpha / (m - i), and the first that is not stops every later one. NaN is no test (not
+    counted in m, never clears)."""
+    p = np.asarray(pvalues, np.float64).ravel()
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = order.size
+    below = p[order] < alpha / (m - np.arange(m))
+    # step-down: only the leading run of successes clears
+    stop = int(np.argmin(below)) if not below.all() else m
+    clears = np.zeros(p.size, bool)
+    clears[order[:stop]] = True
+    return clears
+
+
+def family_clears(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The :func:`holm` decision of every p-value in ``columns`` of ``frame``, the family
+    being all of them together (one table's tests): a boolean frame of the same shape."""
+    if not columns:
+        return pd.DataFrame(index=frame.index)
+    values = frame[columns].to_numpy(np.float64)
+    clears = holm(values).reshape(values.shape)
+    return pd.DataFrame(clears, index=frame.index, columns=columns)
+
+
+def normal_p(z: float) -> float:
+    """Two-sided tail of the standard normal beyond ``z``."""
+    return math.erfc(abs(z) / math.sqrt(2)) if not math.isinf(z) else 0.0
 
 
 def derived_seed(*key: object) -> int:
@@ -93,8 +135,9 @@ def mcnemar(a: np.ndarray, b: np.ndarray) -> Comparison:
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, seed: int,
                      samples: int = BOOTSTRAP_SAMPLES) -> Comparison:
-    """Paired bootstrap of mean(a - b): p = twice the share of resamples on the far side of
-    zero (at least 1 / samples), from a generator seeded with ``seed``."""
+    """Paired bootstrap of mean(a - b), from a generator seeded with ``seed``: p is the
+    normal two-sided tail of mean(a - b) over the standard deviation of the resampled
+    means (0 when every resample agrees exactly and the difference is not 0)."""
     a, b = _pair(a, b)
     d = a - b
     rng = np.random.default_rng(seed)
@@ -105,8 +148,9 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, seed: int,
     diff, se = difference(a, b)
     if diff == 0 and not d.any():
         return Comparison(0.0, 0.0, 1.0, "bootstrap")
-    far = (means <= 0).mean() if diff > 0 else (means >= 0).mean()
-    return Comparison(diff, se, float(min(1.0, max(2 * far, 1 / samples))), "bootstrap")
+    spread = float(means.std(ddof=1))
+    z = diff / spread if spread > 0 else math.copysign(math.inf, diff) if diff else 0.0
+    return Comparison(diff, se, normal_p(z), "bootstrap")
 
 
 def _ratio_terms(y: np.ndarray, x: np.ndarray) -> tuple[float, float]:
@@ -132,8 +176,7 @@ def paired_ratio(a: np.ndarray, b: np.ndarray, x: np.ndarray, seed: int,
     """sum(a) / sum(x) - sum(b) / sum(x) over the same items with one denominator ``x`` (two
     methods' losses on the same documents, ``x`` their bytes): the difference, its
     delta-method standard error, and the p-value of :func:`paired_bootstrap` of the items'
-    a - b (with a positive denominator the resampled ratio difference has the sign of the
-    resampled sum of a - b, so their far-side shares agree)."""
+    a - b (over one positive denominator the ratio difference has the sign of their sum)."""
     a, b = _pair(a, b)
     diff, se = _ratio_terms(a - b, x)
     test = paired_bootstrap(a, b, seed, samples)

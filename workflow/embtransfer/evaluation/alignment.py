@@ -125,7 +125,7 @@ COSINES = ("cos_oracle", "cos_centred")
 
 
 def summary(scores: pd.DataFrame) -> dict[str, Any]:
-    """P@1 and P@10 (percent) with the binomial standard error of P@1, and the mean raw and
+    """P@1 and P@10 (percent) with their binomial standard errors, and the mean raw and
     centred cosines to the oracle row with their standard errors, over ``scores``' tokens."""
     n = len(scores)
     if n == 0:
@@ -134,15 +134,13 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
             "p_at_1": None,
             "p_at_1_se": None,
             "p_at_10": None,
+            "p_at_10_se": None,
             **{k: None for c in COSINES for k in (c, f"{c}_se")},
         }
-    p1 = float(scores["hit_1"].mean())
-    out: dict[str, Any] = {
-        "tokens": n,
-        "p_at_1": 100 * p1,
-        "p_at_1_se": 100 * math.sqrt(p1 * (1 - p1) / n),
-        "p_at_10": 100 * float(scores["hit_10"].mean()),
-    }
+    out: dict[str, Any] = {"tokens": n}
+    for k in DEPTHS:
+        share = float(scores[f"hit_{k}"].mean())
+        out |= {f"p_at_{k}": 100 * share, f"p_at_{k}_se": 100 * math.sqrt(share * (1 - share) / n)}
     for column in COSINES:
         cos = scores[column].to_numpy(np.float64)
         out[column] = float(cos.mean())

@@ -2,18 +2,20 @@
 
 Reads the per-token scores of :mod:`embtransfer.evaluation.alignment` (one file per stage,
 language, source, target) and writes ``alignment.csv`` (one line per setting, split and
-method: the columns of :data:`COLUMNS`, then the rank and the paired comparison with the
-best method of the setting and split) and ``alignment.md``.
+method: the columns of :data:`COLUMNS`, then the rank and the paired comparisons with the
+best method of the setting and split and with Random) and ``alignment.md``.
 
 Every setting is scored per ``split`` of the truth (:mod:`embtransfer.world.split`):
 ``held_out``, the concepts no method was aligned on, is the headline and comes first;
 ``dictionary``, the concepts WECHSEL and OFA fitted their map on, and ``none`` (names,
-affixes, particles: no concept) are reported apart. ``world_oracle`` is the upper bound,
-not a competitor: it is shown first and never ranked. Ranks are taken over the competing
-methods of a setting and split (by P@1, ties by the centred cosine), and only where two or
-more compete. Each method's P@1 is compared with the best competitor's by McNemar's test
-over the same tokens, its raw and centred cosines to the oracle row by a paired bootstrap
-(:mod:`embtransfer.core.paired`); ``*`` marks a difference that clears the test.
+affixes, particles: no concept) are reported apart. ``world_oracle`` is the upper bound of
+these metrics, not a competitor: it is shown first and never ranked. Ranks are taken over
+the competing methods of a setting and split (by P@10, the retrieval depth that separates
+methods whose P@1 is a handful of tokens; ties by the centred cosine, then P@1), and only
+where two or more compete. Each method's P@1 and P@10 are compared with the best
+competitor's and with Random's by McNemar's test over the same tokens, its raw and centred
+cosines to the oracle row by a paired bootstrap (:mod:`embtransfer.core.paired`); ``*``
+marks a difference that clears the report's corrected test (:func:`alignment_clears`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,16 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
-from embtransfer.core.paired import derived_seed, mcnemar, paired_bootstrap
+from embtransfer.core.paired import (
+    CORRECTION,
+    FAMILY_ALPHA,
+    derived_seed,
+    family_clears,
+    mcnemar,
+    paired_bootstrap,
+)
 from embtransfer.evaluation.alignment import COSINES, summary
-from embtransfer.report.tables import ORACLE, markdown
+from embtransfer.report.tables import ORACLE, RANDOM, format_p, markdown
 from embtransfer.world.split import SPLITS
 
 SETTING = ["stage", "lang", "source", "target", "side", "split"]
@@ -45,21 +54,25 @@ COLUMNS = [
     "p_at_1",
     "p_at_1_se",
     "p_at_10",
+    "p_at_10_se",
     "cos_oracle",
     "cos_oracle_se",
     "cos_centred",
     "cos_centred_se",
 ]
+#: The metrics a method is compared on: the retrieval hits (McNemar), then the cosines
+#: (paired bootstrap); each column of the per-token scores beside its summary's name.
+TESTED = {"p_at_1": "hit_1", "p_at_10": "hit_10", "cos_oracle": "cos_oracle",
+          "cos_centred": "cos_centred"}
+#: What each method is compared with: the setting's best competitor, and Random.
+VERSUS = ("best", "random")
 EXTRA = [
     "rank",
     "best",
-    "p_at_1_vs_best",
-    "p_at_1_vs_best_p",
-    "cos_oracle_vs_best",
-    "cos_oracle_vs_best_p",
-    "cos_centred_vs_best",
-    "cos_centred_vs_best_p",
+    *(f"{metric}_vs_{other}{end}" for other in VERSUS for metric in TESTED for end in ("", "_p")),
 ]
+#: The p-value columns: one family of tests (:func:`alignment_clears`).
+P_COLUMNS = [c for c in EXTRA if c.endswith("_p")]
 #: The headings of the splits in alignment.md.
 SPLIT_HEADINGS = {
     "held_out": "Held-out concepts (no method was aligned on them: the headline)",
@@ -85,13 +98,18 @@ def read_alignment(files: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _versus(scores: pd.DataFrame, best: pd.DataFrame, seed: int) -> dict[str, float]:
-    """A method's paired differences from the best method over the same tokens."""
-    hit = mcnemar(scores["hit_1"].to_numpy(), best["hit_1"].to_numpy())
-    line = {"p_at_1_vs_best": 100 * hit.diff, "p_at_1_vs_best_p": hit.p}
-    for column in COSINES:
-        cos = paired_bootstrap(scores[column].to_numpy(), best[column].to_numpy(), seed)
-        line |= {f"{column}_vs_best": cos.diff, f"{column}_vs_best_p": cos.p}
+def _versus(scores: pd.DataFrame, other: pd.DataFrame, seed: int, name: str
+            ) -> dict[str, float]:
+    """A method's paired differences from ``other`` (named ``name`` in the columns) over the
+    same tokens: P@k in percentage points by McNemar's test, cosines by a paired bootstrap."""
+    line = {}
+    for metric, column in TESTED.items():
+        mine, theirs = scores[column].to_numpy(), other[column].to_numpy()
+        if metric in COSINES:
+            test, scale = paired_bootstrap(mine, theirs, seed), 1.0
+        else:
+            test, scale = mcnemar(mine, theirs), 100.0
+        line |= {f"{metric}_vs_{name}": scale * test.diff, f"{metric}_vs_{name}_p": test.p}
     return line
 
 
@@ -102,11 +120,11 @@ def _setting_lines(setting: tuple, group: pd.DataFrame, seed: int) -> list[dict[
     if any(i != ids[0] for i in ids):
         raise ValueError(f"alignment {setting}: the methods were scored on different tokens")
     stats = {m: summary(g) for m, g in by_method.items()}
-    # P@1 first; ties (often all at 0) by the centred cosine, which a row at the mean
-    # source row does not win
+    # P@10 first (P@1 is a handful of tokens); ties (often all at 0) by the centred cosine,
+    # which a row at the mean source row does not win
     competing = sorted(
         (m for m in by_method if m != ORACLE),
-        key=lambda m: (-stats[m]["p_at_1"], -stats[m]["cos_centred"], m),
+        key=lambda m: (-stats[m]["p_at_10"], -stats[m]["cos_centred"], -stats[m]["p_at_1"], m),
     )
     ranked = len(competing) >= 2
     best = competing[0] if ranked else None
@@ -117,10 +135,12 @@ def _setting_lines(setting: tuple, group: pd.DataFrame, seed: int) -> list[dict[
             "rank": (competing.index(method) + 1) if ranked and method != ORACLE else math.nan,
             "best": best or "",
         }
-        if best is not None and method != best and len(scores) >= 2:
-            line |= _versus(scores, by_method[best], derived_seed(setting, method, seed))
-        else:
-            line |= {k: math.nan for k in EXTRA[2:]}
+        line |= {k: math.nan for k in EXTRA[2:]}
+        for name, other in (("best", best), ("random", RANDOM)):
+            if other in by_method and other != method and len(scores) >= 2:
+                # the seed of the comparison with the best keeps its earlier key
+                key = (setting, method, seed) if name == "best" else (setting, method, name, seed)
+                line |= _versus(scores, by_method[other], derived_seed(*key), name)
         lines.append(line)
     return lines
 
@@ -141,40 +161,54 @@ def alignment_frame(scores: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-def _vs_best(diff: float, p: float, digits: int) -> str:
+def alignment_clears(frame: pd.DataFrame) -> pd.DataFrame:
+    """Which of the table's paired tests clear the report's correction: the family is every
+    p-value of :data:`P_COLUMNS` in ``frame`` (the whole alignment table)."""
+    return family_clears(frame, [c for c in P_COLUMNS if c in frame])
+
+
+def _vs_cell(diff: float, p: float, clears: bool, digits: int) -> str:
     if math.isnan(diff):
         return ""
-    mark = " *" if p < 0.05 else ""
-    return f"{diff:+.{digits}f} (p {p:.3f}){mark}"
+    return f"{diff:+.{digits}f} ({format_p(p)}){' *' if clears else ''}"
 
 
 def _with_se(values: pd.Series, errors: pd.Series, digits: int) -> list[str]:
     return [f"{v:.{digits}f} ± {s:.{digits}f}" for v, s in zip(values, errors, strict=True)]
 
 
-def _setting_table(group: pd.DataFrame) -> pd.DataFrame:
-    """The markdown table of one setting and split: the oracle first, then by rank."""
-    group = group.assign(_o=(group["method"] != ORACLE).astype(int)).sort_values(
+def table_order(group: pd.DataFrame) -> pd.DataFrame:
+    """The lines of one setting and split in the order alignment.md shows them: the oracle
+    first, then by rank (the methods figure follows it)."""
+    return group.assign(_o=(group["method"] != ORACLE).astype(int)).sort_values(
         ["_o", "rank", "method"]
-    )
+    ).drop(columns="_o")
+
+
+def _setting_table(group: pd.DataFrame, clears: pd.DataFrame) -> pd.DataFrame:
+    """The markdown table of one setting and split: the oracle first, then by rank."""
+    group = table_order(group)
+    clears = clears.loc[group.index]
+
+    def versus(metric: str, other: str, digits: int) -> list[str]:
+        column = f"{metric}_vs_{other}"
+        return [_vs_cell(d, p, c, digits) for d, p, c in zip(
+            group[column], group[f"{column}_p"], clears[f"{column}_p"], strict=True)]
+
     return pd.DataFrame(
         {
             "method": group["method"] + np.where(group["method"] == ORACLE, " (upper bound)", ""),
             "rank": group["rank"].map(lambda r: "" if math.isnan(r) else str(int(r))),
+            "P@10": _with_se(group["p_at_10"], group["p_at_10_se"], 1),
             "P@1": _with_se(group["p_at_1"], group["p_at_1_se"], 1),
-            "P@10": group["p_at_10"].map(lambda v: f"{v:.1f}"),
             "cos to oracle": _with_se(group["cos_oracle"], group["cos_oracle_se"], 3),
             "centred cos": _with_se(group["cos_centred"], group["cos_centred_se"], 3),
-            "P@1 vs best": [
-                _vs_best(d, p, 1)
-                for d, p in zip(group["p_at_1_vs_best"], group["p_at_1_vs_best_p"], strict=True)
-            ],
-            "centred cos vs best": [
-                _vs_best(d, p, 3)
-                for d, p in zip(
-                    group["cos_centred_vs_best"], group["cos_centred_vs_best_p"], strict=True
-                )
-            ],
+            "P@10 vs best": versus("p_at_10", "best", 1),
+            "P@10 vs Random": versus("p_at_10", "random", 1),
+            "P@1 vs best": versus("p_at_1", "best", 1),
+            "P@1 vs Random": versus("p_at_1", "random", 1),
+            "centred cos vs best": versus("cos_centred", "best", 3),
+            "centred cos vs Random": versus("cos_centred", "random", 3),
         }
     )
 
@@ -186,14 +220,18 @@ INTRO = (
     "cosine (both rows less the source's mean text row of that side: a row at the mean "
     "scores 0), each `±` one standard error. The held-out concepts come first: no method "
     "was aligned on them; WECHSEL and OFA fitted their map on the dictionary concepts. "
-    "`world_oracle` is the upper bound and is not ranked; ranks are over the competing "
-    "methods of a setting (by P@1, ties by the centred cosine). `vs best`: the difference "
-    "from the setting's best method over the same tokens (P@1 by McNemar's test, cosine by "
-    "a paired bootstrap; the raw cosine's is in alignment.csv); `*` marks p < 0.05."
+    "`world_oracle` (the world's translation rows) is the upper bound of these metrics and "
+    "is not ranked; ranks are over the competing methods of a setting (by P@10, ties by the "
+    "centred cosine, then P@1). `vs best` and `vs Random`: the difference from the setting's "
+    "best method and from Random over the same tokens (P@1 and P@10 in points by McNemar's "
+    "exact test, the cosine by a paired bootstrap; the raw cosine's are in alignment.csv); "
+    f"`*` marks a difference that clears the {CORRECTION} correction at family-wise "
+    f"α = {FAMILY_ALPHA} over every test of this table."
 )
 
 
 def alignment_markdown(frame: pd.DataFrame) -> str:
+    clears = alignment_clears(frame)
     parts = ["# Alignment of the new rows with the world's truth", "", INTRO]
     for split in [s for s in SPLITS if (frame["split"] == s).any()]:
         parts += ["", f"## {SPLIT_HEADINGS[split]}"]
@@ -208,7 +246,7 @@ def alignment_markdown(frame: pd.DataFrame) -> str:
                 f"### {stage}: {lang}, source {source}, target {target}, {side} "
                 f"embeddings, {split.replace('_', '-')} ({tokens} tokens)",
                 "",
-                markdown(_setting_table(group)),
+                markdown(_setting_table(group, clears)),
             ]
     return "\n".join(parts) + "\n"
 

@@ -1,5 +1,6 @@
 """Build the whole report: Tables 1-6, 8 (Markdown + CSV), Figure 2 (PNG), the alignment,
-probe, zero-shot and calibration tables, the methods figure (PNG) and report.md."""
+probe, zero-shot and calibration tables, the methods figure (PNG), the findings written from
+those tables (findings.md) and report.md."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid, evaluated_stages, report_stages
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.alignment_table import write_alignment
 from embtransfer.report.calibration import write_calibration
 from embtransfer.report.figures import (
@@ -23,6 +25,7 @@ from embtransfer.report.figures import (
     write_figure2,
     write_methods_figure,
 )
+from embtransfer.report.findings import write_findings
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.probe_table import write_probes
 from embtransfer.report.records import (
@@ -55,7 +58,7 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
     alignment_csv, plm_probes_md, plm_probes_csv, zeroshot_md, zeroshot_csv, calibration_md,
     calibration_csv, salt_vs_omp_md, salt_vs_omp_csv, figure2, methods (the methods figure),
-    report_md."""
+    findings, report_md."""
     names = {}
     for n in TABLE_NUMBERS:
         names[f"table{n}_md"] = f"{directory}/table{n}.md"
@@ -71,6 +74,7 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     names["salt_vs_omp_csv"] = f"{directory}/salt_vs_omp.csv"
     names["figure2"] = f"{directory}/figure2.png"
     names["methods"] = f"{directory}/methods.png"
+    names["findings"] = f"{directory}/findings.md"
     names["report_md"] = f"{directory}/report.md"
     return names
 
@@ -217,8 +221,10 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
     parts = ["", "## Methods per setting: held-out alignment and zero-shot bits per byte", "",
              "Each method ± one standard error; "
              f"`{VS_BEST_MARK}`: differs from the setting's best method, `{VS_RANDOM_MARK}`: "
-             "from Random (paired tests, p < 0.05).", "",
-             f"![Methods]({name['methods']})"]
+             f"from Random (paired tests, {CORRECTION} at family-wise α = {FAMILY_ALPHA} over "
+             "each table's tests).", "",
+             f"![Methods]({name['methods']})",
+             "", f"What the tables show, in words: [findings.md]({name['findings']})."]
     if len(alignment):
         parts += _section("Alignment of the new rows (the miniature world's truth)",
                           f"Per method and setting in [alignment.md]({name['alignment_md']})"
@@ -262,6 +268,9 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
         with atomic_path(outputs[f"table{n}_csv"]) as tmp:
             table.long().to_csv(tmp, index=False)
     written = _write_comparisons(config, inputs, outputs, dpi)
+    write_findings({"alignment": outputs["alignment_csv"], "zeroshot": outputs["zeroshot_csv"],
+                    "table1": outputs["table1_csv"], "plm_probes": outputs["plm_probes_csv"]},
+                   outputs["findings"])
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     figure_dir = Path(outputs["report_md"]).parent
     figure_link = os.path.relpath(outputs["figure2"], figure_dir)

@@ -1,7 +1,7 @@
 """The report's figures: Figure 2, LAPT training-loss curves, one panel per (language,
 source), a line per method; and the methods figure, per (language, source, target PLM)
-setting held-out alignment P@1 and zero-shot bits per byte with standard errors and the
-paired tests' marks.
+setting held-out alignment P@10 and zero-shot bits per byte with standard errors and the
+paired tests' marks (:func:`methods_panels` prepares what it draws).
 
 Drawn on a bare :class:`matplotlib.figure.Figure` with the Agg canvas: no pyplot, no
 global backend state, no display needed.
@@ -12,17 +12,19 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid
-from embtransfer.core.paired import ALPHA
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
+from embtransfer.report.alignment_table import alignment_clears, table_order
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
 from embtransfer.report.tables import ORACLE
-from embtransfer.report.zeroshot import OWN_TOKENIZER
+from embtransfer.report.zeroshot import NOT_COMPETING, OWN_TOKENIZER, zeroshot_clears
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -125,11 +127,40 @@ _TAB20 = (
     "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
     "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
 )
-#: The marks of the methods figure: a paired test's difference that clears ALPHA.
+#: The marks of the methods figure: a paired test's difference that clears the report's
+#: correction (:mod:`embtransfer.core.paired`), from the setting's best and from Random.
 VS_BEST_MARK, VS_RANDOM_MARK = "*", "†"
+#: The alignment metric the figure draws: P@10 separates methods whose P@1 is a handful of
+#: tokens.
+ALIGNMENT_METRIC = "p_at_10"
+#: The smallest P@10 axis (percent): a panel of bars at 0 still has a readable axis.
+MIN_P_AXIS = 2.0
 
 
-def held_out_p_at_1(alignment: pd.DataFrame) -> pd.DataFrame:
+@dataclass
+class Panel:
+    """One panel of the methods figure, ready to draw: a horizontal bar per label, top
+    first, ± ``errors``, ``texts`` at each error bar's end, the value axis ``xlim``."""
+
+    title: str
+    labels: list[str]
+    methods: list[str]  # the method of each bar (its colour)
+    values: list[float]
+    errors: list[float]
+    texts: list[str]
+    xlim: tuple[float, float]
+    note: str = ""  # written in the panel's corner (the oracle, drawn to no scale)
+    empty: str = ""  # the panel has no bars: why
+
+
+@dataclass
+class MethodsFigure:
+    """The methods figure's rows, each a pair of panels (alignment, zero-shot)."""
+
+    rows: list[tuple[Panel, Panel]] = field(default_factory=list)
+
+
+def held_out_alignment(alignment: pd.DataFrame) -> pd.DataFrame:
     """The alignment lines the methods figure shows: held-out concepts, the transferred
     checkpoints' input rows (zero-shot is before any training too)."""
     keep = (
@@ -140,87 +171,190 @@ def held_out_p_at_1(alignment: pd.DataFrame) -> pd.DataFrame:
     return alignment[keep]
 
 
-def _marks(line: Any, prefixes: tuple[tuple[str, str], ...]) -> str:
-    """The marks of one bar: each paired test whose p-value is below ALPHA."""
-    return "".join(
-        mark
-        for column, mark in prefixes
-        if column in line and not pd.isna(line[column]) and line[column] < ALPHA
+def _marks(line: pd.Series, clears: pd.Series, tests: tuple[tuple[str, str], ...]) -> str:
+    """A bar's text: ``best`` for the setting's best, then the mark of each test it clears."""
+    marks = "".join(mark for column, mark in tests if column in clears and clears[column])
+    if line["method"] == line.get("best"):
+        return f"best {marks}".strip()
+    return marks
+
+
+def _value_axis(values: list[float], errors: list[float], floor: float) -> float:
+    """The axis' upper end: past every error bar, with room for the marks, never below
+    ``floor`` (bars all at 0 keep an axis a reader can read)."""
+    ends = [v + e for v, e in zip(values, errors, strict=True)]
+    return max([floor, *(1.25 * e for e in ends)])
+
+
+def _alignment_panel(lines: pd.DataFrame, clears: pd.DataFrame, title: str,
+                     label: str = "method") -> Panel:
+    """P@10 bars of ``lines`` (one setting, or one method across settings), the oracle left
+    out of the bars and written in the note."""
+    metric = ALIGNMENT_METRIC
+    tests = ((f"{metric}_vs_best_p", VS_BEST_MARK), (f"{metric}_vs_random_p", VS_RANDOM_MARK))
+    drawn = lines[lines["method"] != ORACLE]
+    oracle = lines[lines["method"] == ORACLE]
+    values = [float(v) for v in drawn[metric]]
+    errors = [float(e) for e in drawn[f"{metric}_se"].fillna(0)]
+    note = "".join(
+        f"{ORACLE}: {line[metric]:.1f} (not drawn)\n" for _, line in oracle.iterrows()
+    ).rstrip("\n")
+    return Panel(
+        title=title,
+        labels=[str(v) for v in drawn[label]],
+        methods=list(drawn["method"]),
+        values=values,
+        errors=errors,
+        texts=[_marks(line, clears.loc[i], tests) for i, line in drawn.iterrows()],
+        xlim=(0.0, _value_axis(values, errors, MIN_P_AXIS)),
+        note=note,
+        empty="" if len(drawn) else "no results",
     )
 
 
-def _bar_panel(ax: Any, lines: pd.DataFrame, value: str, error: str,
-               marks: tuple[tuple[str, str], ...], colours: dict[str, str]) -> None:
-    """One horizontal bar per method, ± one standard error, its paired-test marks at the
-    error bar's end; the best method first. A bar far beyond the others' (CLP's bits per
-    byte) is cut at the axis' end with its value written there, so the rest stay readable."""
-    lines = lines.sort_values(value, ascending=value != "p_at_1")
-    positions = list(range(len(lines)))
-    ax.barh(positions, lines[value], xerr=lines[error].fillna(0), capsize=2,
-            color=[colours[m] for m in lines["method"]])
-    ax.set_yticks(positions, labels=list(lines["method"]), fontsize="small")
+def _zeroshot_panel(lines: pd.DataFrame, clears: pd.DataFrame, title: str,
+                    label: str = "method") -> Panel:
+    """Bits-per-byte bars of ``lines``; a bar far beyond the others' (CLP's) is cut at the
+    axis' end with its value written there, so the rest stay readable."""
+    tests = (("vs_best_p", VS_BEST_MARK), ("vs_random_p", VS_RANDOM_MARK))
+    values = [float(v) for v in lines["bits_per_byte"]]
+    errors = [float(e) for e in lines["bits_per_byte_se"].fillna(0)]
+    texts = [_marks(line, clears.loc[i], tests) for i, line in lines.iterrows()]
+    top = _value_axis(values, errors, 0.0)
+    limit = 2.5 * float(pd.Series(values).median()) if values else 0.0
+    if limit > 0 and max(v + e for v, e in zip(values, errors, strict=True)) > limit:
+        top = limit * 1.4
+        texts = [f"{v:.2f} → {t}".strip() if v + e > limit else t
+                 for v, e, t in zip(values, errors, texts, strict=True)]
+    return Panel(
+        title=title,
+        labels=[str(v) for v in lines[label]],
+        methods=list(lines["method"]),
+        values=values,
+        errors=errors,
+        texts=texts,
+        xlim=(0.0, top or 1.0),
+        empty="" if len(lines) else "no results",
+    )
+
+
+def _in(frame: pd.DataFrame, lang: str, source: str, targets: list[str]) -> pd.DataFrame:
+    return frame[(frame["lang"] == lang) & (frame["source"] == source)
+                 & frame["target"].isin(targets)]
+
+
+def methods_panels(alignment: pd.DataFrame, zeroshot: pd.DataFrame) -> MethodsFigure:
+    """What the methods figure draws: per (language, source), a row of two panels for every
+    target PLM with two or more competing methods (held-out P@10 in alignment.md's order,
+    bits per byte in zeroshot.md's), and one row for the methods run alone with some target
+    PLM (SALT with BERT and T5): a bar per target PLM it ran with, the competing setting's
+    first. Marks are the tables' own decisions (:func:`alignment_clears`,
+    :func:`zeroshot_clears`, over each whole table)."""
+    aligned = held_out_alignment(alignment)
+    aligned_clears = alignment_clears(alignment).loc[aligned.index]
+    zeroshot = zeroshot[zeroshot["target"] != OWN_TOKENIZER]
+    zeroshot_marks = zeroshot_clears(zeroshot)
+    keys = ["lang", "source", "target"]
+    settings = sorted({tuple(k) for k in aligned[keys].to_numpy()}
+                      | {tuple(k) for k in zeroshot[keys].to_numpy()})
+    figure = MethodsFigure()
+    for lang, source in sorted({(s[0], s[1]) for s in settings}):
+        targets = [s[2] for s in settings if s[:2] == (lang, source)]
+        competing = {
+            t: set(_in(zeroshot, lang, source, [t])["method"])
+            | set(_in(aligned, lang, source, [t])["method"]) for t in targets
+        }
+        competing = {t: ms - {ORACLE, *NOT_COMPETING} for t, ms in competing.items()}
+        shared = [t for t in targets if len(competing[t]) >= 2]
+        for target in shared:
+            title = f"{lang}, {source}, {target}"
+            lines = table_order(_in(aligned, lang, source, [target]))
+            figure.rows.append((
+                _alignment_panel(lines, aligned_clears, f"{title}: held-out P@10 (%)"),
+                _zeroshot_panel(_in(zeroshot, lang, source, [target]), zeroshot_marks,
+                                f"{title}: zero-shot bits per byte"),
+            ))
+        alone = sorted({m for t in targets if len(competing[t]) == 1 for m in competing[t]})
+        if not alone:
+            continue
+        order = shared + [t for t in targets if t not in shared]
+        title = f"{lang}, {source}: {', '.join(alone)} across target PLMs"
+        figure.rows.append((
+            _alignment_panel(_across(_in(aligned, lang, source, order), alone, order),
+                             aligned_clears, f"{title}: held-out P@10 (%)", label="bar"),
+            _zeroshot_panel(_across(_in(zeroshot, lang, source, order), alone, order),
+                            zeroshot_marks, f"{title}: zero-shot bits per byte", label="bar"),
+        ))
+    return figure
+
+
+def _across(lines: pd.DataFrame, methods: list[str], targets: list[str]) -> pd.DataFrame:
+    """The lines of ``methods`` by method, then in the order of ``targets``, each labelled
+    ``bar`` (method, target)."""
+    mine = lines[lines["method"].isin(methods)]
+    rank = mine["method"].map(methods.index) * len(targets) + mine["target"].map(targets.index)
+    return mine.loc[rank.sort_values(kind="stable").index].assign(
+        bar=lambda f: f["method"] + ", " + f["target"])
+
+
+def _draw_panel(ax: Any, panel: Panel, colours: dict[str, str]) -> None:
+    ax.set_title(panel.title, fontsize="small")
+    if panel.empty:
+        ax.text(0.5, 0.5, panel.empty, ha="center", va="center", transform=ax.transAxes)
+        return
+    positions = list(range(len(panel.labels)))
+    ax.barh(positions, panel.values, xerr=panel.errors, capsize=2,
+            color=[colours[m] for m in panel.methods])
+    ax.set_yticks(positions, labels=panel.labels, fontsize="small")
     ax.invert_yaxis()
-    ends = lines[value] + lines[error].fillna(0)
-    limit = 2.5 * float(lines[value].median())
-    # bits per byte only: a P@1 bar is a share, and the oracle's far one is the point
-    cut = value != "p_at_1" and limit > 0 and float(ends.max()) > limit
-    if cut:
-        ax.set_xlim(0, limit * 1.4)
-    for y, (_, line), end in zip(positions, lines.iterrows(), ends, strict=True):
-        text = "best" if line["method"] == line.get("best") else _marks(line, marks)
-        if cut and end > limit:
-            text, end = f"{line[value]:.2f} → {text}", limit
+    ax.set_xlim(*panel.xlim)
+    for y, value, error, text in zip(positions, panel.values, panel.errors, panel.texts,
+                                     strict=True):
         if text:
-            ax.text(end, y, f" {text}", va="center", fontsize="small")
+            ax.text(min(value + error, panel.xlim[1]), y, f" {text}", va="center",
+                    fontsize="small")
+    if panel.note:
+        ax.text(0.99, 0.02, panel.note, ha="right", va="bottom", fontsize="small",
+                transform=ax.transAxes, color="0.35")
     ax.grid(axis="x", alpha=0.3)
 
 
+LEGEND = (
+    f"Bars: ± one standard error, in the tables' order. {VS_BEST_MARK}: differs from the "
+    f"setting's best method, {VS_RANDOM_MARK}: differs from Random (paired tests over the same "
+    f"tokens or documents, {CORRECTION} at family-wise α = {FAMILY_ALPHA} over each table's "
+    f"tests); best: the setting's best method. {ORACLE}: the world's oracle (translation rows "
+    "where the world knows a token's meaning, Mean's row elsewhere): the upper bound of the "
+    "alignment metrics, written beside the P@10 bars and not drawn to scale; in bits per "
+    "byte it is not a bound (grey bar), and neither it nor the source model is ranked."
+)
+
+
 def draw_methods(alignment: pd.DataFrame, zeroshot: pd.DataFrame, dpi: int = 120) -> Figure:
-    """The figure (not saved): per (language, source, target PLM) setting, held-out P@1 and
-    zero-shot bits per byte of every method, ± one standard error, with the paired tests'
-    marks (:data:`VS_BEST_MARK`, :data:`VS_RANDOM_MARK`)."""
-    aligned = held_out_p_at_1(alignment)
-    settings = sorted({tuple(k) for k in aligned[["lang", "source", "target"]].to_numpy()}
-                      | {tuple(k) for k in zeroshot[["lang", "source", "target"]].to_numpy()})
-    settings = [s for s in settings if s[2] != OWN_TOKENIZER] or [("", "", "")]
-    methods = sorted(set(aligned["method"]) | set(zeroshot["method"]))
-    # twenty colours, none grey: grey is the oracle's
+    """The figure (not saved) of :func:`methods_panels`."""
+    figure = methods_panels(alignment, zeroshot)
+    rows = figure.rows or [(Panel("", [], [], [], [], [], (0.0, 1.0), empty="no results"),) * 2]
+    methods = sorted({m for row in rows for panel in row for m in panel.methods})
+    # eighteen colours, none grey: grey is the oracle's
     palette = [c for i, c in enumerate(_TAB20) if i not in (14, 15)]
     colours = {m: "0.6" if m == ORACLE else palette[i % len(palette)]
                for i, m in enumerate(methods)}
-    heights = [1.2 + 0.22 * max(1, (zeroshot["target"] == s[2]).sum(),
-                                (aligned["target"] == s[2]).sum()) for s in settings]
+    heights = [1.2 + 0.22 * max(1, *(len(panel.labels) for panel in row)) for row in rows]
     from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
     from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
 
-    fig = Figure(figsize=(12, sum(heights) + 1.2), dpi=dpi)
+    legend = textwrap.wrap(LEGEND, 150)
+    # the legend's lines below the panels: about 0.17 inch each at the small font
+    legend_height = 0.17 * len(legend) + 0.15
+    fig = Figure(figsize=(12, sum(heights) + 0.8 + legend_height), dpi=dpi)
     backend_agg.FigureCanvasAgg(fig)
-    axes = fig.subplots(len(settings), 2, squeeze=False,
-                        gridspec_kw={"height_ratios": heights})
-    for row, setting in zip(axes, settings, strict=True):
-        title = "{}, {}, {}".format(*setting)
-        for ax, lines, value, error, marks, label in (
-            (row[0], aligned, "p_at_1", "p_at_1_se", (("p_at_1_vs_best_p", VS_BEST_MARK),),
-             "held-out P@1 (%), higher is better"),
-            (row[1], zeroshot, "bits_per_byte", "bits_per_byte_se",
-             (("vs_best_p", VS_BEST_MARK), ("vs_random_p", VS_RANDOM_MARK)),
-             "zero-shot bits per byte, lower is better"),
-        ):
-            mine = lines[(lines["lang"] == setting[0]) & (lines["source"] == setting[1])
-                         & (lines["target"] == setting[2])]
-            if mine.empty:
-                ax.text(0.5, 0.5, "no results", ha="center", va="center",
-                        transform=ax.transAxes)
-            else:
-                _bar_panel(ax, mine, value, error, marks, colours)
-            ax.set_title(f"{title}: {label}", fontsize="small")
-    fig.suptitle("Methods per setting: held-out alignment and zero-shot bits per byte")
-    legend = (f"Bars: ± one standard error. {VS_BEST_MARK}: differs from the setting's best "
-              f"method, {VS_RANDOM_MARK}: differs from Random (paired tests over the same "
-              f"tokens or documents, p < {ALPHA}); best: the setting's best method; "
-              f"{ORACLE} (grey): the upper bound, not ranked.")
-    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(legend, 150)), fontsize="small")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    axes = fig.subplots(len(rows), 2, squeeze=False, gridspec_kw={"height_ratios": heights})
+    for ax_row, row in zip(axes, rows, strict=True):
+        for ax, panel in zip(ax_row, row, strict=True):
+            _draw_panel(ax, panel, colours)
+    fig.suptitle("Methods per setting: held-out alignment (P@10) and zero-shot bits per byte")
+    fig.text(0.01, 0.005, "\n".join(legend), fontsize="small")
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
     return fig
 
 

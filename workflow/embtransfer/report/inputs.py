@@ -86,11 +86,17 @@ def report_entry(name: str) -> dict[str, Any]:
             "category": "Methods compared",
             "labels": {"table": "SALT against OMP", "format": kind},
         }
+    if name == "findings":
+        return {
+            "caption": "../report/findings.rst",
+            "category": "Methods compared",
+            "labels": {"table": "findings, in words", "format": "Markdown"},
+        }
     if name == "methods":
         return {
             "caption": "../report/methods.rst",
             "category": "Methods compared",
-            "labels": {"figure": "held-out P@1 and zero-shot bits per byte"},
+            "labels": {"figure": "held-out P@10 and zero-shot bits per byte"},
         }
     if name.startswith("calibration"):
         return {

@@ -38,7 +38,7 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.grid import STAGES, Grid
-from embtransfer.core.paired import ALPHA, mcnemar, paired_bootstrap
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm, mcnemar, paired_bootstrap
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 
@@ -51,8 +51,11 @@ PAPER_METRIC_ORDER = (
     "XQuAD F1", "Avg",
 )
 SOURCE_MODEL_LABEL = "source model (no transfer)"
-#: The miniature world's upper bound (a transfer method that reads the truth): shown, not ranked.
+#: The miniature world's oracle (a transfer method that reads the truth: the translation's
+#: rows where the world knows a token's meaning, Mean's row elsewhere): shown, not ranked.
 ORACLE = "world_oracle"
+#: The baseline every method is also compared with: rows drawn at random.
+RANDOM = "random"
 
 
 def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
@@ -67,6 +70,14 @@ def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
+
+
+def format_p(p: float) -> str:
+    """A p-value in a table cell: two significant digits, tiny ones as a power of ten (below
+    a float's smallest, a normal tail is 0)."""
+    if p < 1e-300:
+        return "p < 1e-300"
+    return f"p {p:.2g}" if p >= 1e-4 else f"p {p:.0e}".replace("e-0", "e-")
 
 
 def grid_order(grid: Grid, column: str, value: Any) -> tuple[int, str]:
@@ -94,6 +105,9 @@ class Row:
     #: Per metric, the paired comparison with the best competing method of the row's block
     #: (:func:`mark_best`): "best", or the two-sided p-value of the difference from it.
     vs_best: dict[str, str | float] = field(default_factory=dict)
+    #: The metrics whose difference from the best clears the table's correction
+    #: (:func:`mark_best`).
+    clears: set[str] = field(default_factory=set)
     per_document: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -154,7 +168,7 @@ class Table:
         text = text if err is None else f"{text} ± {self.fmt(metric, err)}"
         if mark == "best":
             return f"{text} (best)"
-        return text + (" *" if isinstance(mark, float) and mark < ALPHA else "")
+        return text + (" *" if metric in row.clears else "")
 
     def long(self) -> pd.DataFrame:
         """One line per (row, metric): value, stderr, status, paper_value, comparable."""
@@ -204,10 +218,11 @@ class Table:
                 "`(best)`: the best method of its block (stage, language, source, target PLM, "
                 "evaluation language), where two or more methods with per-question scores "
                 "compete; `*`: a method whose difference from it clears a paired test over the "
-                "same questions (McNemar's "
-                f"exact test, or a paired bootstrap for non-binary scores; p < {ALPHA}). "
-                f"`{ORACLE}` is the upper bound and the source model the control: neither is "
-                "ranked.")
+                "same questions (McNemar's exact test, or a paired bootstrap for non-binary "
+                f"scores) and the {CORRECTION} correction at family-wise α = {FAMILY_ALPHA} "
+                f"over every such test of this table. `{ORACLE}` (the world's oracle: the "
+                "translation's rows where the world knows a token's meaning, Mean's row "
+                "elsewhere) and the source model (the control) are not ranked.")
         missing = [f"- {row_label(row)}: {what}" for row in self.rows for what in row.missing]
         if missing:
             notes.append(f"Rows with `{MISSING}` cells ({len(missing)}):\n" + "\n".join(missing))
@@ -486,7 +501,8 @@ def mark_best(rows: list[Row], metrics: list[str], seed: int = 0) -> None:
     method; the source control and ``world_oracle`` do not compete) with two or more
     methods that have per-document scores, the best value is "best" and each other method
     gets the p-value of its paired test against the best (:mod:`embtransfer.core.paired`;
-    a bootstrap's generator is seeded from ``seed`` and the row)."""
+    a bootstrap's generator is seeded from ``seed`` and the row), and ``clears`` the metrics
+    whose test clears :func:`embtransfer.core.paired.holm` over every test of ``rows``."""
     blocks: dict[tuple, list[Row]] = {}
     for row in rows:
         method = row.keys.get("method")
@@ -512,6 +528,11 @@ def mark_best(rows: list[Row], metrics: list[str], seed: int = 0) -> None:
                 test = (mcnemar(a, b) if binary else paired_bootstrap(
                     a, b, zlib.crc32(repr((seed, sorted(row.keys.items()), metric)).encode())))
                 row.vs_best[metric] = test.p
+    tests = [(row, metric, p) for row in rows for metric, p in row.vs_best.items()
+             if isinstance(p, float)]
+    for (row, metric, _), clears in zip(tests, holm([p for *_, p in tests]), strict=True):
+        if clears:
+            row.clears.add(metric)
 
 
 def scoring_notes(records: list[EvalRecord]) -> list[str]:

@@ -22,14 +22,19 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.core.atomic import atomic_path
-from embtransfer.core.paired import ALPHA, derived_seed, paired_ratio, ratio_se
+from embtransfer.core.paired import (
+    CORRECTION,
+    FAMILY_ALPHA,
+    derived_seed,
+    family_clears,
+    paired_ratio,
+    ratio_se,
+)
 from embtransfer.report.records import ZEROSHOT_KEYS, MalformedResultError, read_records
-from embtransfer.report.tables import ORACLE, markdown
+from embtransfer.report.tables import ORACLE, RANDOM, format_p, markdown
 
-#: Rows shown in the table but never ranked: the reference and the upper bound.
+#: Rows shown in the table but never ranked: the reference and the world's oracle.
 NOT_COMPETING = ("source_model", ORACLE)
-#: The baseline every method is also compared with: rows drawn at random.
-RANDOM = "random"
 #: The source model's setting has no target PLM: it reads the text with its own tokenizer.
 OWN_TOKENIZER = "(source tokenizer)"
 SETTING = ["lang", "source", "target"]
@@ -104,7 +109,8 @@ def write_zeroshot_table(records: list[dict[str, Any]], csv_path: str | os.PathL
         "model's own tokenizer. `source_model` is the untouched source LLM with its own "
         "tokenizer on the same text: a reference point, not a baseline (it saw the target "
         "language only as a small share of its pretraining mix, so a transferred model can "
-        "beat it before any training). `world_oracle` is the miniature world's upper bound. "
+        "beat it before any training). `world_oracle` is the miniature world's oracle: the "
+        "translation's rows where the world knows a token's meaning, Mean's row elsewhere. "
         "Lower is better. Ranks are taken only where two or more methods compete in a "
         "(language, source, target PLM) setting; a method run alone there is shown, not "
         "ranked (`unranked_settings`), and the oracle and the source model are never ranked.",
@@ -204,29 +210,37 @@ def zeroshot_comparison(records: list[dict[str, Any]], seed: int) -> pd.DataFram
     return frame.drop(columns="_last").reset_index(drop=True)
 
 
-def _versus_cell(diff: float, se: float, p: float) -> str:
+#: The p-value columns: one family of tests (:func:`zeroshot_clears`).
+P_COLUMNS = ["vs_best_p", "vs_random_p"]
+
+
+def zeroshot_clears(frame: pd.DataFrame) -> pd.DataFrame:
+    """Which of the table's paired tests clear the report's correction: the family is every
+    p-value of :data:`P_COLUMNS` in ``frame`` (the whole zero-shot table)."""
+    return family_clears(frame, P_COLUMNS)
+
+
+def _versus_cell(diff: float, se: float, p: float, clears: bool) -> str:
     if math.isnan(diff):
         return ""
-    mark = " *" if p < ALPHA else ""
-    # the bootstrap's p is at least 1 / samples: below 0.001 it says only "smaller"
-    shown = "p < 0.001" if p < 0.001 else f"p {p:.3f}"
-    return f"{diff:+.4f} ± {se:.4f} ({shown}){mark}"
+    return f"{diff:+.4f} ± {se:.4f} ({format_p(p)}){' *' if clears else ''}"
 
 
-def _versus_column(group: pd.DataFrame, prefix: str) -> list[str]:
-    columns = zip(group[prefix], group[f"{prefix}_se"], group[f"{prefix}_p"], strict=True)
+def _versus_column(group: pd.DataFrame, clears: pd.DataFrame, prefix: str) -> list[str]:
+    columns = zip(group[prefix], group[f"{prefix}_se"], group[f"{prefix}_p"],
+                  clears.loc[group.index, f"{prefix}_p"], strict=True)
     return [_versus_cell(*values) for values in columns]
 
 
-def _setting_table(group: pd.DataFrame) -> pd.DataFrame:
+def _setting_table(group: pd.DataFrame, clears: pd.DataFrame) -> pd.DataFrame:
     errors = zip(group["bits_per_byte"], group["bits_per_byte_se"], strict=True)
     return pd.DataFrame(
         {
             "method": group["method"],
             "rank": group["rank"].map(lambda r: "" if math.isnan(r) else str(int(r))),
             "bits per byte": [f"{v:.4f} ± {se:.4f}" for v, se in errors],
-            "vs best": _versus_column(group, "vs_best"),
-            "vs Random": _versus_column(group, "vs_random"),
+            "vs best": _versus_column(group, clears, "vs_best"),
+            "vs Random": _versus_column(group, clears, "vs_random"),
         }
     )
 
@@ -236,23 +250,26 @@ COMPARISON_INTRO = (
     "(lower is better), `±` one standard error over the documents (the lines of the valid "
     "split): the delta-method standard error of the ratio estimator, summed negative "
     "log-likelihood in bits over summed UTF-8 bytes. Ranks are over the competing methods "
-    "of a setting, where two or more compete; `world_oracle` (the upper bound) and "
+    "of a setting, where two or more compete; `world_oracle` (the world's oracle: the "
+    "translation's rows where the world knows a token's meaning, Mean's row elsewhere) and "
     "`source_model` (the source LLM with its own tokenizer, a reference) are never ranked. "
     "`vs best` and `vs Random`: the difference in bits per byte from the setting's best "
     "method and from Random over the same documents, ± its paired delta-method standard "
-    "error, and the p-value of a paired bootstrap over the documents "
-    f"(seeded from the run's seed); `*` marks p < {ALPHA}."
+    "error, and the p-value of a paired bootstrap over the documents (seeded from the run's "
+    f"seed); `*` marks a difference that clears the {CORRECTION} correction at family-wise "
+    f"α = {FAMILY_ALPHA} over every test of this table."
 )
 
 
 def comparison_markdown(frame: pd.DataFrame) -> str:
+    clears = zeroshot_clears(frame)
     parts = ["# Zero-shot comparison with standard errors and paired tests", "",
              COMPARISON_INTRO]
     for (lang, source, target), group in frame.groupby(SETTING, sort=False):
         parts += ["", f"## {lang}, source {source}, target {target} "
                       f"({int(group['documents'].iloc[0])} documents, "
                       f"{int(group['bytes'].iloc[0])} bytes)", "",
-                  markdown(_setting_table(group))]
+                  markdown(_setting_table(group, clears))]
     if frame.empty:
         parts += ["", "(no zero-shot records in this run)"]
     return "\n".join(parts) + "\n"

@@ -167,7 +167,7 @@ METHODS: dict[str, dict[str, Any]] = {
     },
     "world_oracle": {
         "module": "oracle", "needs": ["truth"],
-        "description": "the miniature world's upper bound: copy shared rows; a token whose "
+        "description": "the miniature world's oracle: copy shared rows; a token whose "
         "meaning the world knows = mean source row of its translation; others as Mean",
         "options": {},
         # Needs the world's ground truth: not in the default method list, refused outside it.

@@ -1,4 +1,10 @@
-"""The miniature world's oracle (``world_oracle``): the upper bound a method could reach.
+"""The miniature world's oracle (``world_oracle``): translation rows where the world knows a
+token's meaning, Mean's row elsewhere.
+
+It is the upper bound of the alignment metrics (its rows are the translations'), not of a
+model's loss or scores: only the non-shared tokens with a truth (about half of them in the
+default world) get a translation row, so methods that place every token well can read the
+text better (``docs/evaluation.md``).
 
 Shared tokens copy their source row (``copied``). A non-shared target token whose meaning
 the world knows (:mod:`embtransfer.world.truth`) gets the mean of its translation's source

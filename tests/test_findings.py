@@ -1,0 +1,248 @@
+"""The findings: written from the tables, claims only where the tables' own corrected tests
+clear, the README's section equal to the reference run's, two runs compared claim by claim."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from embtransfer.core.paired import holm
+from embtransfer.report.alignment_table import alignment_clears, alignment_frame
+from embtransfer.report.findings import (
+    END,
+    README,
+    REFERENCE_DIR,
+    START,
+    TABLES,
+    claims,
+    compare_claims,
+    comparison_text,
+    current_section,
+    findings_markdown,
+    main,
+    readme_section,
+    refresh_reference,
+)
+from embtransfer.report.zeroshot import comparison_markdown, zeroshot_clears, zeroshot_comparison
+
+REPO = Path(__file__).resolve().parents[1]
+N = 400
+
+
+def alignment_tables(close_to_best: bool = True) -> pd.DataFrame:
+    """Per-token scores of one held-out setting: "a" retrieves 30 % at depth 10, "c" the same
+    tokens but 4 (not apart from "a" when ``close_to_best``), "b" 3 %, Random none."""
+    rng = np.random.default_rng(3)
+    good = (rng.random(N) < 0.3).astype(int)
+    close = good.copy()
+    close[: (4 if close_to_best else 80)] = 0
+    hits = {"world_oracle": np.ones(N, int), "a": good, "c": close,
+            "b": (rng.random(N) < 0.03).astype(int), "random": np.zeros(N, int)}
+    parts = [pd.DataFrame({
+        "stage": "transfer", "lang": "xx", "source": "src", "target": "gpt2_x", "side": "input",
+        "method": method, "target_id": np.arange(N), "split": "held_out", "hit_1": hit * 0,
+        "hit_10": hit, "cos_oracle": hit * 0.5 + rng.random(N) * 0.1,
+        "cos_centred": hit * 0.3 + rng.random(N) * 0.1}) for method, hit in hits.items()]
+    return alignment_frame(pd.concat(parts, ignore_index=True), seed=0)
+
+
+def zeroshot_records() -> list[dict]:
+    rng = np.random.default_rng(4)
+    n_bytes = rng.integers(30, 200, size=300)
+    base = n_bytes * rng.gamma(6.0, 0.5, size=300)
+
+    def record(method: str, nll: np.ndarray, target: str | None = "gpt2_x") -> dict:
+        rec = {"lang": "xx", "source": "src", "method": method, "loss": 1.0, "perplexity": 2.0,
+               "bits_per_byte": float(nll.sum() / math.log(2) / n_bytes.sum()),
+               "document_nll_nats": [float(v) for v in nll],
+               "document_bytes": [int(v) for v in n_bytes]}
+        return rec | ({"target": target} if target else {})
+
+    return [record("random", base * 1.5), record("a", base + rng.normal(0, 1, 300)),
+            record("c", base + rng.normal(0, 1, 300)), record("world_oracle", base * 1.1),
+            record("source_model", base * 0.9, target=None),
+            record("a", base * 1.2, target="bert_x")]
+
+
+def tables(close_to_best: bool = True) -> dict[str, pd.DataFrame]:
+    return {"alignment": alignment_tables(close_to_best),
+            "zeroshot": zeroshot_comparison(zeroshot_records(), seed=1),
+            "table1": pd.DataFrame(), "plm_probes": pd.DataFrame()}
+
+
+def test_claims_are_the_tables_own_decisions():
+    found = tables()
+    claimed = claims(found)
+    alignment = found["alignment"]
+    decided = alignment_clears(alignment)
+    for line in claimed[claimed["table"] == "alignment"].itertuples():
+        other = "best" if line.versus != "random" or line.method == "random" else "random"
+        column = f"{line.metric}_vs_{other}_p"
+        row = alignment.index[alignment["method"] == line.method][0]
+        assert line.p == alignment.loc[row, column]
+        assert line.clears == decided.loc[row, column]
+        # a relation only where the test clears, in the difference's direction
+        expect = "not apart" if not line.clears else ("better" if line.diff > 0 else "worse")
+        assert line.relation == expect
+    zeroshot = claimed[claimed["table"] == "zeroshot"]
+    assert zeroshot["clears"].sum() == zeroshot_clears(found["zeroshot"]).to_numpy().sum()
+    # lower bits per byte is better: Random is worse than the best, the best better than it
+    vs = zeroshot.set_index(["method", "versus"])
+    assert vs.loc[("random", "a"), "relation"] == "worse"
+    assert vs.loc[("a", "random"), "relation"] == "better"
+
+
+def test_a_method_is_called_best_only_where_every_other_is_apart():
+    close = findings_markdown(tables(close_to_best=True))
+    apart = findings_markdown(tables(close_to_best=False))
+    assert "P@10: a is first (28.7 ± 2.3 %) but not apart from c (28.2 ± 2.3 %)" in close
+    assert "P@10: a is best (28.7 ± 2.3 %); worse than a: c, b, random" in apart
+    # against Random: a and c are better; b's 12 tokens to none (McNemar p 2**-11) do not
+    # clear the correction over the table's 30 tests
+    assert "better than Random: a, c; not apart from Random: b." in apart
+    assert "P@1: all at 0.0 %" in apart  # no method retrieves at depth 1: none is first
+
+
+def test_the_findings_count_what_clears_at_the_one_threshold():
+    found = tables()
+    text = findings_markdown(found)
+    claimed = claims(found)
+    assert f"{int(claimed['clears'].sum())} of the {len(claimed)} tested pairs clear it" in text
+    # the family is each table: the zero-shot decisions are Holm's over its p-values alone
+    frame = found["zeroshot"]
+    together = holm(frame[["vs_best_p", "vs_random_p"]].to_numpy())
+    assert together.sum() == claimed[claimed["table"] == "zeroshot"]["clears"].sum()
+
+
+def test_the_oracle_is_an_upper_bound_of_the_alignment_metrics_only(tmp_path):
+    found = tables()
+    text = findings_markdown(found)
+    before_zeroshot = text.split("### Zero-shot")[0]
+    assert "upper bound" not in text.split("### Zero-shot")[1]
+    assert "the upper bound of these metrics" in before_zeroshot
+    assert "upper bound" not in comparison_markdown(found["zeroshot"])
+    from embtransfer.report.zeroshot import write_zeroshot_table
+
+    write_zeroshot_table(zeroshot_records(), tmp_path / "z.csv", tmp_path / "z.md")
+    assert "upper bound" not in (tmp_path / "z.md").read_text()
+
+
+def test_the_readme_shows_the_findings_of_the_committed_reference_run():
+    """The README's "What the default run shows" is the findings of docs/reference_run/
+    (`make findings-reference` rewrites both)."""
+    reference = REPO / REFERENCE_DIR
+    run = json.loads((reference / "run.json").read_text())
+    assert set(run) == {"commit", "date"}
+    readme = (REPO / README).read_text()
+    assert readme.count(START) == readme.count(END) == 1
+    assert current_section(readme) == readme_section(reference)
+    assert f"commit {run['commit']} ({run['date']})" in current_section(readme)
+
+
+def test_refresh_copies_the_tables_and_rewrites_only_the_section(tmp_path, monkeypatch):
+    report = tmp_path / "report"
+    report.mkdir()
+    for name, frame in tables().items():
+        if len(frame):
+            frame.to_csv(report / TABLES[name], index=False)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# T\n\nbefore\n{START}\nold text\n{END}\nafter\n")
+    monkeypatch.chdir(REPO)  # the commit is the checkout's
+    refresh_reference(report, tmp_path / "ref", readme)
+    text = readme.read_text()
+    assert text.startswith("# T\n\nbefore\n" + START + "\n") and text.endswith(END + "\nafter\n")
+    assert "old text" not in text
+    assert current_section(text) == readme_section(tmp_path / "ref")
+    assert not (tmp_path / "ref" / TABLES["table1"]).exists()  # the run had none
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / TABLES["alignment"]),
+                                  pd.read_csv(report / TABLES["alignment"]))
+
+
+def test_two_runs_are_compared_claim_by_claim(tmp_path, capsys):
+    a, b = tables(close_to_best=False), tables(close_to_best=True)
+    compared = compare_claims(claims(a), claims(b))
+    # run A calls a better than c at P@10; run B does not (4 tokens apart): both p-values
+    line = compared[(compared["table"] == "alignment") & (compared["metric"] == "p_at_10")
+                    & (compared["method"] == "c") & (compared["versus"] == "a")].iloc[0]
+    assert line["relation_a"] == "worse" and line["relation_b"] == "not apart"
+    assert line["p_a"] < 1e-6 < 0.05 < line["p_b"] and not line["agrees"]
+    text = comparison_text(compared)
+    assert "alignment [transfer, xx, src, gpt2_x, input, held_out] p_at_10: c vs a: worse" in text
+    assert "NOT in B (not apart" in text
+    same = compare_claims(claims(a), claims(a))
+    assert same["agrees"].all()
+    for name, found in (("A", a), ("B", b)):
+        (tmp_path / name).mkdir()
+        for key, frame in found.items():
+            if len(frame):
+                frame.to_csv(tmp_path / name / TABLES[key], index=False)
+    assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 1
+    assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "A")]) == 0
+    assert "claims of run A hold in run B" in capsys.readouterr().out
+
+
+def test_the_report_writes_findings_md(tmp_path):
+    from embtransfer.report.findings import write_findings
+
+    report = tmp_path / "report"
+    report.mkdir()
+    for name, frame in tables().items():
+        if len(frame):
+            frame.to_csv(report / TABLES[name], index=False)
+    text = write_findings(report, tmp_path / "findings.md")
+    assert (tmp_path / "findings.md").read_text() == text
+    assert text == "# What the run shows\n\n" + findings_markdown(tables())
+    shutil.rmtree(report)
+    report.mkdir()  # a run outside the world: no tables, a file that says only how it decides
+    assert "0 of the 0 tested pairs" in write_findings(report, tmp_path / "findings.md")
+
+
+def test_probes_are_decided_by_the_same_rule_with_their_sign():
+    from embtransfer.report.findings import probe_decisions
+
+    frame = pd.DataFrame({"lang": "x", "source": "s", "target": ["p1", "p2", "p3"],
+                          "span_z": [10.0, 3.4, -6.0], "class_z": [10.0, 10.0, 3.45],
+                          "span_diff": [1.0, 0.1, -0.5], "class_diff": [1.0, 1.0, 1.0]})
+    decided = probe_decisions(frame)
+    # six tests: 3.45 (p 5.6e-4) and 3.4 (p 6.7e-4) would clear alone, but the fifth
+    # smallest needs 0.001 / 2: neither does; -6 clears, below its random baseline
+    assert decided["span"].tolist() == ["better", "not apart", "worse"]
+    assert decided["class"].tolist() == ["better", "better", "not apart"]
+    assert decided["carries"].tolist() == [True, False, False]
+    text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                              "table1": pd.DataFrame(), "plm_probes": frame})
+    assert "Carry meaning by both probes: p1 (span z 10.0, class z 10.0)." in text
+    assert "p3 (span z -6.0, class z 3.5; span below random)" in text
+
+
+def test_table1_claims_are_the_tables_marks():
+    from embtransfer.report.tables import Row, Table, format_score, mark_best
+
+    rng = np.random.default_rng(6)
+    n = 300
+    truth = {"a": rng.random(n) < 0.6, "b": rng.random(n) < 0.3, "c": rng.random(n) < 0.58,
+             "world_oracle": rng.random(n) < 0.9}
+    rows = []
+    for method, hits in truth.items():
+        scores = hits.astype(float)
+        rows.append(Row(keys={"stage": "transfer", "lang": "x", "source": "s", "target": "t",
+                              "method": method, "eval language": "target"},
+                        values={"Facts acc": 100 * scores.mean()}, stderr={"Facts acc": 2.0},
+                        per_document={"Facts acc": list(scores)}))
+    mark_best(rows, ["Facts acc"])
+    table = Table(1, "knowledge", "", rows, ["Facts acc"], {}, format_score)
+    found = claims({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                    "table1": table.long(), "plm_probes": pd.DataFrame()})
+    marked = {row.keys["method"] for row in rows if "Facts acc" in row.clears}
+    assert set(found[found["clears"]]["method"]) == marked == {"b"}
+    assert "*" in table.wide().set_index("method").loc["b", "Facts acc"]
+    assert "upper bound" not in table.markdown()  # the oracle is beaten on scores
+    text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                              "table1": table.long(), "plm_probes": pd.DataFrame()})
+    assert "Facts acc: c is first (65.7 ± 2.0) but not apart from a (57.7 ± 2.0)" in text
+    assert "worse than c: b." in text and "world_oracle 89.0" in text  # shown, not ranked
