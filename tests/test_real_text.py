@@ -233,3 +233,22 @@ def test_a_byte_share_larger_than_the_corpus_is_refused() -> None:
         mix_corpora(_real_lines("en"), {"ar": _real_lines("ar")[:5]}, {"ar": 0.5}, 0, "bytes")
     with pytest.raises(ValueError, match="mix unit"):
         mix_corpora(["x"], {}, {}, 0, "tokens")
+
+
+def test_bytelevel_bpe_on_real_text_cuts_numbers_into_digits(tmp_path: Path) -> None:
+    """The source LLM's tokenizer of a real run: byte-level BPE on the English, German,
+    Arabic and Vietnamese fixtures with split_digits: "2026" is four tokens, one a digit,
+    and text round-trips."""
+    from embtransfer.models.tokenizer_training import train_tokenizer
+
+    files = [str(REAL / f"{lang}.txt") for lang in ("en", "de", "ar", "vi")]
+    tok = train_tokenizer("bytelevel_bpe", files, 2000, "llama", split_digits=True)
+    assert tok.convert_ids_to_tokens(tok("2026", add_special_tokens=False)["input_ids"]) == list(
+        "2026"
+    )
+    sample = "Am 31.12.2026 um 23:59 kostet es 1500 €, ١٢٣ và 2048 người."
+    pieces = [tok.decode([i]) for i in tok(sample, add_special_tokens=False)["input_ids"]]
+    assert all(sum(ch.isdigit() for ch in p) <= 1 for p in pieces), pieces
+    assert tok.decode(tok(sample, add_special_tokens=False)["input_ids"]) == sample
+    plain = train_tokenizer("bytelevel_bpe", files, 2000, "llama")
+    assert any(sum(ch.isdigit() for ch in t) >= 2 for t in plain.get_vocab())  # it would merge
