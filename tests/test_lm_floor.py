@@ -95,3 +95,35 @@ def test_bits_per_byte_sum_the_scored_tokens(tmp_path: Path) -> None:
     assert out["kn_bigram_bits_per_byte"] == pytest.approx(nll_bi / math.log(2) / n_bytes)
     assert sum(out["document_nll_nats"]["kn_bigram"]) == pytest.approx(nll_bi)
     assert out["kn_bigram_bits_per_byte"] < out["unigram_bits_per_byte"]
+
+
+def test_floor_record_sets_a_model_beside_its_count_models(tmp_path: Path) -> None:
+    """The record's model figure is the zero-shot evaluation's, the floor's are
+    floor_bits_per_byte's on the same held-out documents, and clears_floor is the rule
+    (25 % below the unigram and below the bigram); an untrained model does not clear it."""
+    from embtransfer.evaluation.intrinsic import evaluate_text
+    from embtransfer.evaluation.lm_floor import FLOOR_MARGIN, floor_record
+    from embtransfer.models.pretrain import build_model, save_checkpoint
+    from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
+
+    lines = (REAL / "en.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:250]) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(lines[250:]) + "\n", encoding="utf-8")
+    tok = train_tokenizer("bytelevel_bpe", [str(tmp_path / "train.txt")], 500, "llama")
+    model = build_model("llama", len(tok), {"hidden_size": 32}, None, special_token_ids(tok), 0)
+    save_checkpoint(model, tok, tmp_path / "m", {})
+    options = {"max_length": 64, "batch_size": 4, "max_lines": 30}
+    rec = floor_record(str(tmp_path / "m"), str(tmp_path / "train.txt"),
+                       str(tmp_path / "valid.txt"), options, "cpu")
+    direct = evaluate_text(tmp_path / "m", tmp_path / "valid.txt", max_length=64,
+                           batch_size=4, device="cpu", max_lines=30)
+    floor = floor_bits_per_byte(tok, lines[:250], [x for x in lines[250:] if x.strip()][:30])
+    assert rec["model_bits_per_byte"] == pytest.approx(direct["bits_per_byte"])
+    assert rec["unigram_bits_per_byte"] == pytest.approx(floor["unigram_bits_per_byte"])
+    assert rec["kn_bigram_bits_per_byte"] == pytest.approx(floor["kn_bigram_bits_per_byte"])
+    assert rec["documents"] == 30 and rec["bytes"] == floor["bytes"]
+    assert rec["clears_floor"] is (
+        rec["model_bits_per_byte"] <= (1 - FLOOR_MARGIN) * rec["unigram_bits_per_byte"]
+        and rec["model_bits_per_byte"] < rec["kn_bigram_bits_per_byte"]
+    )
+    assert rec["clears_floor"] is False  # random weights: about log2(V) bits a token

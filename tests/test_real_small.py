@@ -86,3 +86,15 @@ def test_offline_without_real_data_the_run_names_make_real_data(
     assert missing_real_data(config) == []
     check_real_data(config)
     assert REAL_DATA_DIR == Path("resources/real")
+
+
+def test_the_source_is_checked_against_the_count_model_floor(config) -> None:
+    """A source pretrained here on real text gets rule source_floor's record; the miniature
+    world's sources do not (their text is generated)."""
+    from embtransfer.evaluation.inputs import all_intrinsic, floor_sources
+
+    assert floor_sources(config) == ["llama_en"]
+    assert "results/intrinsic/source_floor/llama_en.json" in all_intrinsic(config)
+    world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    assert floor_sources(world) == []
+

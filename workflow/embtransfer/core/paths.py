@@ -161,6 +161,8 @@ ALIGNMENT = Template("results/alignment/{stage}/{lang}/{source}/{target}.parquet
 PLM_PROBE = Template("results/probes/{lang}/{source}/{target}.json")
 INTRINSIC_LAPT = Template("results/intrinsic/lapt/{lang}/{source}/{target}/{method}.json")
 TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
+# a source LLM pretrained here on real text against count models of its tokens
+SOURCE_FLOOR = Template("results/intrinsic/source_floor/{source}.json")
 
 # --- report (report.smk; its file names: embtransfer.report.build.output_names) ---------------
 REPORT_DIR = "results/report"

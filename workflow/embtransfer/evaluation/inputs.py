@@ -204,10 +204,26 @@ def all_plm_probes(config: dict[str, Any]) -> list[str]:
 
 
 def all_intrinsic(config: dict[str, Any]) -> list[str]:
-    """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
-    files = []
+    """Held-out loss of the LAPT checkpoints, the tokenizer statistics, and the count-model
+    floor of each source pretrained here on real text."""
+    files = all_source_floors(config)
     if config["evaluation"]["intrinsic"]:
         files += [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
     if config["evaluation"]["tokenizer_stats"]:
         files += [paths.TOKENIZER_STATS.fill(lang=lang) for lang in config["targets"]]
     return files
+
+
+def floor_sources(config: dict[str, Any]) -> list[str]:
+    """The sources pretrained here on real text (a ``mini`` source whose language is not a
+    miniature one): each is checked against the count-model floor (rule source_floor)."""
+    return [
+        source
+        for source in config["sources"]
+        if config["models"][source]["type"] == "mini"
+        and config["languages"][config["models"][source]["language"]]["corpus"]["type"] != "mini"
+    ]
+
+
+def all_source_floors(config: dict[str, Any]) -> list[str]:
+    return [paths.SOURCE_FLOOR.fill(source=s) for s in floor_sources(config)]

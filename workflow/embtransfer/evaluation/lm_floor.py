@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from embtransfer.evaluation.intrinsic import evaluate_text, read_documents
+from embtransfer.models.loading import load_tokenizer
+
 #: Bounds on a level's discount: each keeps some mass for the next, none gives all away.
 DISCOUNT_RANGE = (0.05, 0.95)
 
@@ -143,4 +146,56 @@ def floor_bits_per_byte(
         "bytes": total,
         "document_bytes": doc_bytes,
         "document_nll_nats": nll,
+    }
+
+
+#: How far below the add-one unigram a source LLM's bits per byte must lie to count as a
+#: language model (it must also lie below the Kneser–Ney bigram).
+FLOOR_MARGIN = 0.25
+
+
+def floor_record(
+    model_dir: str,
+    train_file: str,
+    heldout_file: str,
+    options: dict[str, Any],
+    device: str = "auto",
+) -> dict[str, Any]:
+    """A causal LM's bits per byte on ``heldout_file`` (its own tokenizer, as the zero-shot
+    evaluation scores it) beside the two count models of its tokens fitted on
+    ``train_file``, and whether it clears them: at least :data:`FLOOR_MARGIN` below the
+    unigram and below the bigram. ``options``: the zero-shot settings (max_length,
+    batch_size, max_lines)."""
+    tokenizer = load_tokenizer(model_dir)
+    model = evaluate_text(
+        model_dir,
+        heldout_file,
+        max_length=options["max_length"],
+        batch_size=options["batch_size"],
+        device=device,
+        max_lines=options.get("max_lines"),
+        tokenizer=tokenizer,
+    )
+    heldout = read_documents(heldout_file, options.get("max_lines"))
+    floor = floor_bits_per_byte(tokenizer, read_documents(train_file), heldout)
+    bpb = model["bits_per_byte"]
+    return {
+        "model_bits_per_byte": bpb,
+        "unigram_bits_per_byte": floor["unigram_bits_per_byte"],
+        "kn_bigram_bits_per_byte": floor["kn_bigram_bits_per_byte"],
+        "below_unigram": 1.0 - bpb / floor["unigram_bits_per_byte"],
+        "below_kn_bigram": 1.0 - bpb / floor["kn_bigram_bits_per_byte"],
+        "clears_floor": bool(
+            bpb <= (1.0 - FLOOR_MARGIN) * floor["unigram_bits_per_byte"]
+            and bpb < floor["kn_bigram_bits_per_byte"]
+        ),
+        "documents": len(heldout),
+        "bytes": model["bytes"],
+        "train_tokens": floor["train_tokens"],
+        "discounts": floor["discounts"],
+        "model": str(model_dir),
+        "train_file": str(train_file),
+        "heldout_file": str(heldout_file),
+        "document_bytes": model["document_bytes"],
+        "document_nll_nats": {"model": model["document_nll_nats"], **floor["document_nll_nats"]},
     }
