@@ -5,6 +5,7 @@
 #   make bench  print the benchmark figures
 #   make jobs   print the number of jobs each shipped config plans (the README's figures)
 #   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
+#   make real-run  the methods compared on real text (config/real_small.yaml, docs/real_text.md)
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
