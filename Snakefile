@@ -78,6 +78,8 @@ rule all:
         all_report(),
         # the world's pairs measured as the real ones (docs/calibration.md)
         all_shared_kinds(config),
+        # a real dictionary's held-out half as each pair's alignment truth
+        all_dictionary_truth(config),
 
 
 rule neighbors_only:

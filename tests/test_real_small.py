@@ -98,3 +98,15 @@ def test_the_source_is_checked_against_the_count_model_floor(config) -> None:
     world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     assert floor_sources(world) == []
 
+
+
+def test_each_pair_of_a_held_out_dictionary_gets_its_truth(config) -> None:
+    from embtransfer.transfer.inputs import all_dictionary_truth, dictionary_truth_pairs
+
+    pairs = dictionary_truth_pairs(config)
+    assert {(lang, target) for lang, _, target in pairs} == {
+        (lang, f"{family}_{lang}") for lang in ("de", "ar") for family in FAMILIES
+    }
+    assert "results/truth_dictionary/de/llama_en/gpt2_de.json" in all_dictionary_truth(config)
+    world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    assert all_dictionary_truth(world) == []

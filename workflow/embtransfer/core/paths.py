@@ -118,6 +118,9 @@ SHARED_KINDS = Template("results/overlap/shared_kinds.csv")
 #: (embtransfer.world.truth), and its counts.
 WORLD_TRUTH = Template("results/truth/{lang}/{source}/{target}.parquet")
 WORLD_TRUTH_COUNTS = Template("results/truth/{lang}/{source}/{target}.json")
+# the held-out half of a real dictionary as the alignment truth (data/dictionary_split.py)
+DICTIONARY_TRUTH = Template("results/truth_dictionary/{lang}/{source}/{target}.parquet")
+DICTIONARY_TRUTH_COUNTS = Template("results/truth_dictionary/{lang}/{source}/{target}.json")
 
 # --- fastText and token vectors (fasttext.smk) ------------------------------------------------
 FASTTEXT_WORD = Template("results/fasttext/{lang}/word.bin")

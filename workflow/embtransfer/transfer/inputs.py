@@ -54,6 +54,23 @@ def dictionary_input(config: dict[str, Any], lang: str) -> str | list[str]:
     return spec["path"]
 
 
+def dictionary_truth_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (language, source, target) pairs whose language's dictionary keeps a held-out
+    half (``held_out: true``): each gets that half as its alignment truth."""
+    return [
+        (lang, source, target)
+        for lang, source, target in target_pairs(config)
+        if dictionary_spec(config, lang).get("held_out")
+    ]
+
+
+def all_dictionary_truth(config: dict[str, Any]) -> list[str]:
+    return [
+        paths.DICTIONARY_TRUTH_COUNTS.fill(lang=lang, source=source, target=target)
+        for lang, source, target in dictionary_truth_pairs(config)
+    ]
+
+
 def aligned_tokenizers(config: dict[str, Any], wildcards: Mapping[str, str]) -> list[str]:
     """The tokenizers aligned_vectors reads: only for `aligned.token_strings: decode`."""
     if config["aligned"]["token_strings"] != "decode":
