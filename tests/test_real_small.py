@@ -110,3 +110,20 @@ def test_each_pair_of_a_held_out_dictionary_gets_its_truth(config) -> None:
     assert "results/truth_dictionary/de/llama_en/gpt2_de.json" in all_dictionary_truth(config)
     world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     assert all_dictionary_truth(world) == []
+
+
+def test_alignment_scores_every_checkpoint_of_a_held_out_dictionary_pair(config) -> None:
+    """The transfer checkpoints of each de and ar pair and the LAPT ones of gpt2_de are
+    scored against the dictionary's held-out half; vi (no dictionary) is not scored."""
+    from embtransfer.evaluation.inputs import alignment_inputs, all_alignment
+
+    files = all_alignment(config)
+    transfer = {f for f in files if f.startswith("results/alignment/transfer/")}
+    assert len(transfer) == 6 and not any("/vi/" in f for f in files)
+    assert [f for f in files if "/lapt/" in f] == [
+        "results/alignment/lapt/de/llama_en/gpt2_de.parquet"
+    ]
+    wildcards = {"stage": "transfer", "lang": "ar", "source": "llama_en", "target": "bert_ar"}
+    inputs = alignment_inputs(config, wildcards)
+    assert inputs["truth"] == "results/truth_dictionary/ar/llama_en/bert_ar.parquet"
+    assert inputs["checkpoints"] == ["results/transfer/ar/llama_en/bert_ar/salt"]

@@ -14,6 +14,7 @@ from embtransfer.core.grid import (
     alignment_groups,
     evaluated_runs,
     evaluated_sources,
+    held_out_dictionary,
     lapt_runs,
     transfer_runs,
     world_pairs,
@@ -182,7 +183,11 @@ def alignment_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> di
     return {
         "source": model_dir(config, wildcards["source"]),
         "source_vocab": paths.VOCAB.fill(model=wildcards["source"]),
-        "truth": paths.WORLD_TRUTH.fill(**wildcards),
+        # a real language's truth is its dictionary's held-out half, the world's its lexicon
+        "truth": (
+            paths.DICTIONARY_TRUTH if held_out_dictionary(config, wildcards["lang"])
+            else paths.WORLD_TRUTH
+        ).fill(**wildcards),
         "checkpoints": [
             model.fill(**wildcards, method=m) for m in alignment_methods(config, wildcards)
         ],

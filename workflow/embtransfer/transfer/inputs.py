@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from embtransfer.core import codehash, paths
-from embtransfer.core.grid import target_pairs, transfer_runs
+from embtransfer.core.grid import held_out_dictionary, target_pairs, transfer_runs
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.models.inputs import model_dir, tokenizer_dir
 from embtransfer.transfer.method_catalog import METHODS, method_needs, resolve_options
@@ -60,7 +60,7 @@ def dictionary_truth_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]
     return [
         (lang, source, target)
         for lang, source, target in target_pairs(config)
-        if dictionary_spec(config, lang).get("held_out")
+        if held_out_dictionary(config, lang)
     ]
 
 
