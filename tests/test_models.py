@@ -628,8 +628,88 @@ def test_a_rate_of_another_family_or_out_of_range_is_refused(
         )
 
 
-def test_rate_keys_agree_with_the_config_check():
-    from embtransfer.config.validation import RATE_KEYS as CHECKED
-    from embtransfer.models.pretrain import RATE_KEYS
+PACKAGE = Path(__file__).resolve().parents[1] / "workflow" / "embtransfer"
 
-    assert CHECKED == RATE_KEYS
+
+def test_rate_keys_are_written_once():
+    """One assignment of RATE_KEYS in the package; the config check and the trainer read it."""
+    from embtransfer.config import validation
+    from embtransfer.models import mini_settings, pretrain
+
+    homes = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if re.search(r"^RATE_KEYS\b.*=", p.read_text(), re.M)
+    ]
+    assert homes == ["models/mini_settings.py"]
+    assert validation.RATE_KEYS is mini_settings.RATE_KEYS is pretrain.RATE_KEYS
+
+
+def test_mini_defaults_are_written_once(monkeypatch):
+    """models/mini_settings.py holds a mini model's architecture and train defaults; the
+    schema file writes none of them and the loaded schema takes them from there, so a
+    changed default there changes both a validated config and build_model/pretrain."""
+    from embtransfer.config.validation import load_schema, validate_config
+    from embtransfer.models import mini_settings
+
+    raw = yaml.safe_load((PACKAGE.parent / "schemas" / "model.schema.yaml").read_text())
+    mini = raw["$defs"]["mini"]["properties"]
+    for section, defaults in (
+        ("architecture", mini_settings.DEFAULT_ARCHITECTURE),
+        ("train", mini_settings.DEFAULT_TRAIN),
+    ):
+        props = mini[section]["properties"]
+        assert set(props) == set(defaults), section
+        assert not [k for k, v in props.items() if "default" in v], section
+    monkeypatch.setitem(mini_settings.DEFAULT_ARCHITECTURE, "num_layers", 3)
+    monkeypatch.setitem(mini_settings.DEFAULT_TRAIN, "steps", 123)
+    loaded = load_schema()["$defs"]["model_mini"]["properties"]
+    assert loaded["architecture"]["properties"]["num_layers"]["default"] == 3
+    assert loaded["train"]["properties"]["steps"]["default"] == 123
+    config = yaml.safe_load((PACKAGE.parents[1] / "config" / "config.yaml").read_text())
+    config["models"]["probe"] = {"type": "mini", "family": "gpt2", "language": "en_mini"}
+    spec = validate_config(config)["models"]["probe"]
+    assert spec["architecture"] == {**mini_settings.DEFAULT_ARCHITECTURE}
+    assert spec["train"] == {**mini_settings.DEFAULT_TRAIN}
+    model = build_model("gpt2", 40, None, None, {"eos": 1}, seed=0)
+    assert model.config.n_layer == 3
+
+
+def test_one_builder_makes_every_hugging_face_config():
+    """Only models/architectures.py constructs a *Config; it puts each size where the
+    family's class reads it (a built model's shapes are the architecture's)."""
+    from embtransfer.models.architectures import FAMILIES, model_class, model_config
+
+    builders = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if re.search(r"transformers\.\w+Config\(", p.read_text())
+    ]
+    assert builders == [], builders  # the classes are called through FAMILIES only
+    arch = {
+        "hidden_size": 24,
+        "num_layers": 2,
+        "num_heads": 3,
+        "num_kv_heads": 1,
+        "intermediate_size": 40,
+        "max_position_embeddings": 32,
+        "dropout": 0.25,
+    }
+    for family in FAMILIES:
+        common = {"vocab_size": 50, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
+        config = model_config(family, arch, common)
+        model = model_class(family)(config)
+        emb = model.get_input_embeddings().weight
+        assert tuple(emb.shape) == (50, 24), family
+        drops = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} - {0.0}
+        if family in ("llama", "gemma", "gemma3", "xglm"):  # dropout by a functional call
+            assert config.attention_dropout == 0.25
+        else:
+            assert drops == {0.25}, family
+        params = sum(p.numel() for p in model.parameters())
+        wider = model_class(family)(
+            model_config(family, {**arch, "intermediate_size": 80}, common)
+        )
+        assert sum(p.numel() for p in wider.parameters()) > params, family
+        if family in ("llama", "gemma", "gemma3"):
+            assert config.num_key_value_heads == 1 and config.head_dim == 8

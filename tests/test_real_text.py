@@ -184,3 +184,71 @@ def test_fixture_slices_reread_as_dictionaries(tmp_path: Path) -> None:
     assert len((tmp_path / "out" / "de.txt").read_text(encoding="utf-8").splitlines()) == 5
     pairs = read_freedict(tmp_path / "out" / "freedict-eng-deu.index")
     assert ("house", "Haus") in pairs and set(pairs) <= set(read_freedict(ENG_DEU))
+
+
+def _real_lines(lang: str) -> list[str]:
+    return (REAL / f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_byte_shares_of_a_real_mix_are_the_requested_ones(seed: int) -> None:
+    """A mix by bytes gives each language its share of the file's UTF-8 bytes, to within one
+    line; by lines, its share of the lines (Arabic lines are longer in bytes, so the two
+    differ)."""
+    from embtransfer.data.corpus import mix_corpora
+
+    en = _real_lines("en")
+    others = {lang: _real_lines(lang) for lang in ("de", "ar", "vi")}
+    shares = {"de": 0.04, "ar": 0.03, "vi": 0.03}
+    mixed = mix_corpora(en, others, shares, seed, unit="bytes")
+    assert mixed == mix_corpora(en, others, shares, seed, unit="bytes")
+    size = {line: len(line.encode("utf-8")) + 1 for pool in (en, *others.values()) for line in pool}
+    total = sum(size[line] for line in mixed)
+    assert sum(size[line] for line in mixed if line in set(en)) == sum(size[x] for x in en)
+    for lang, pool in others.items():
+        got = sum(size[line] for line in mixed if line in set(pool) - set(en))
+        one_line = max(size[line] for line in pool)
+        assert abs(got - shares[lang] * total) <= one_line, lang
+    by_lines = mix_corpora(en, others, shares, seed)
+    ar = set(others["ar"])
+    assert sum(line in ar for line in by_lines) == round(0.03 * len(en) / 0.9)
+
+
+def test_byte_mix_draws_the_prefix_nearest_the_target() -> None:
+    from embtransfer.data.corpus import _lines_nearest
+
+    pool = ["a" * k for k in (5, 0, 9, 2, 30, 1)]
+    cum = [0]
+    for line in pool:
+        cum.append(cum[-1] + len(line) + 1)
+    for want in [0, 3, 5.9, 6, 7, 16, 17, 18, 20, 40, 60, 1000]:
+        best = min(range(len(pool) + 1), key=lambda n: (abs(cum[n] - want), n))
+        assert _lines_nearest(pool, want) == best, want
+
+
+def test_a_byte_share_larger_than_the_corpus_is_refused() -> None:
+    from embtransfer.data.corpus import mix_corpora
+
+    with pytest.raises(ValueError, match="needs .* bytes, its corpus has only"):
+        mix_corpora(_real_lines("en"), {"ar": _real_lines("ar")[:5]}, {"ar": 0.5}, 0, "bytes")
+    with pytest.raises(ValueError, match="mix unit"):
+        mix_corpora(["x"], {}, {}, 0, "tokens")
+
+
+def test_bytelevel_bpe_on_real_text_cuts_numbers_into_digits(tmp_path: Path) -> None:
+    """The source LLM's tokenizer of a real run: byte-level BPE on the English, German,
+    Arabic and Vietnamese fixtures with split_digits: "2026" is four tokens, one a digit,
+    and text round-trips."""
+    from embtransfer.models.tokenizer_training import train_tokenizer
+
+    files = [str(REAL / f"{lang}.txt") for lang in ("en", "de", "ar", "vi")]
+    tok = train_tokenizer("bytelevel_bpe", files, 2000, "llama", split_digits=True)
+    assert tok.convert_ids_to_tokens(tok("2026", add_special_tokens=False)["input_ids"]) == list(
+        "2026"
+    )
+    sample = "Am 31.12.2026 um 23:59 kostet es 1500 €, ١٢٣ và 2048 người."
+    pieces = [tok.decode([i]) for i in tok(sample, add_special_tokens=False)["input_ids"]]
+    assert all(sum(ch.isdigit() for ch in p) <= 1 for p in pieces), pieces
+    assert tok.decode(tok(sample, add_special_tokens=False)["input_ids"]) == sample
+    plain = train_tokenizer("bytelevel_bpe", files, 2000, "llama")
+    assert any(sum(ch.isdigit() for ch in t) >= 2 for t in plain.get_vocab())  # it would merge

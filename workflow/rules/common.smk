@@ -70,6 +70,7 @@ from embtransfer.report.inputs import all_report, report_entry, report_inputs
 from embtransfer.transfer.method_catalog import METHODS as METHOD_CATALOG
 from embtransfer.transfer.inputs import (
     aligned_tokenizers,
+    all_dictionary_truth,
     all_zeroshot,
     dictionary_input,
     dictionary_spec,

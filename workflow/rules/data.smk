@@ -42,6 +42,7 @@ rule mix_corpus:
         paths.MIX_CORPUS,
     params:
         shares=lambda w: MODELS[w.model]["mix"],
+        unit=lambda w: MODELS[w.model]["mix_unit"],
         mini=lambda w: mixed_languages(config, w.model, mini=True),
         seed=config["seed"],
         code=script_hash("data/mix_corpus.py"),

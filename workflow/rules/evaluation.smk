@@ -100,6 +100,28 @@ rule tokenizer_stats:
         "../scripts/evaluation/tokenizer_stats.py"
 
 
+rule source_floor:
+    # A source LLM pretrained here on real text against an add-one unigram and a
+    # Kneser-Ney bigram of its own tokens on held-out text (evaluation/lm_floor.py).
+    input:
+        model=lambda w: model_dir(config, w.source),
+        train=lambda w: paths.CORPUS.fill(lang=MODELS[w.source]["language"], split="train"),
+        heldout=lambda w: paths.CORPUS.fill(lang=MODELS[w.source]["language"], split="valid"),
+    output:
+        paths.SOURCE_FLOOR,
+    params:
+        options=config["zeroshot"],
+        device=config["evaluation"]["device"],
+        code=script_hash("evaluation/source_floor.py"),
+    threads: config["threads"]
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/intrinsic/source_floor/{{source}}.log",
+    script:
+        "../scripts/evaluation/source_floor.py"
+
+
 rule evaluation:
     # Everything this stage makes: `snakemake evaluation`.
     input:

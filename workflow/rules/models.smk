@@ -36,7 +36,8 @@ rule pretrain_model:
         spec=lambda w: MODELS[w.model],
         seed=config["seed"],
         code=script_hash("models/pretrain_model.py"),
-    threads: config["threads"]
+    # a model's own train.threads (a source pretrained on real text), else the run's
+    threads: lambda w: MODELS[w.model]["train"]["threads"] or config["threads"]
     priority: lambda w: source_first(config, **w)
     resources:
         mem_mb=4000,

@@ -43,7 +43,8 @@ rule aligned_vectors:
         paths.ALIGNED,
     params:
         dictionary=lambda w: dictionary_spec(config, w.lang),
-        # a world dictionary: its held-out concepts are left out (world/split.py)
+        # a world dictionary, or a real one with held_out: its held-out half is left out
+        # (world/split.py, data/dictionary_split.py)
         held_out=config["dictionary_held_out"],
         seed=config["seed"],
         source_language=config.get("source_language"),

@@ -66,6 +66,32 @@ rule world_truth:
         "../scripts/vocab/truth.py"
 
 
+rule dictionary_truth:
+    # What each target token means in English, from the held-out half of a real dictionary
+    # (held_out: true; embtransfer/data/dictionary_split.py).
+    input:
+        dictionary=lambda w: dictionary_input(config, w.lang),
+        source_vocab=paths.VOCAB.fill(model="{source}"),
+        target_vocab=paths.VOCAB.fill(model="{target}"),
+        source_tokenizer=lambda w: tokenizer_dir(config, w.source),
+        overlap=paths.OVERLAP.fill(source="{source}", target="{target}"),
+    output:
+        table=paths.DICTIONARY_TRUTH,
+        counts=paths.DICTIONARY_TRUTH_COUNTS,
+    params:
+        dictionary=lambda w: dictionary_spec(config, w.lang),
+        held_out=config["dictionary_held_out"],
+        seed=config["seed"],
+        trust_remote_code=config["trust_remote_code"],
+        code=script_hash("vocab/dictionary_truth.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/truth_dictionary/{{lang}}/{{source}}/{{target}}.log",
+    script:
+        "../scripts/vocab/dictionary_truth.py"
+
+
 rule shared_kinds:
     # The world's pairs measured as the real ones are (benchmarks/real_shared_tokens.py):
     # coverage and the kinds of shared tokens, beside the real table in docs/calibration.md.

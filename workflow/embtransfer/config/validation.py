@@ -27,6 +27,7 @@ from embtransfer.core.grid import transfer_runs
 from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
+from embtransfer.models.mini_settings import DEFAULT_ARCHITECTURE, DEFAULT_TRAIN, RATE_KEYS
 from embtransfer.report.check import check_report
 from embtransfer.transfer.method_catalog import (
     DEFAULT_METHODS,
@@ -37,8 +38,6 @@ from embtransfer.transfer.method_catalog import (
 )
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-# A mini model's train keys that apply to one family's objective (models/pretrain.py, RATE_KEYS).
-RATE_KEYS = {"mlm_probability": "bert", "noise_density": "t5"}
 
 
 def _embed(root: dict[str, Any], sub: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -86,6 +85,10 @@ def load_schema() -> dict[str, Any]:
         schema["properties"][section] = _embed(schema, sub, f"{name}_")
     # The trainer's defaults come from lapt/settings.py, the one place they are written.
     _take_defaults(schema["properties"]["lapt"], lapt_defaults())
+    # A mini model's sizes and training budget come from models/mini_settings.py likewise.
+    mini = schema["$defs"]["model_mini"]["properties"]
+    _take_defaults(mini["architecture"], DEFAULT_ARCHITECTURE)
+    _take_defaults(mini["train"], DEFAULT_TRAIN)
     # The method names come from the method catalog, the one place that lists methods; their
     # options are checked by check_transfer with the catalog's resolve_options.
     transfer = schema["properties"]["transfer"]["properties"]

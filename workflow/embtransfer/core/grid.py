@@ -81,11 +81,19 @@ def world_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
             and mini(source) and mini(target)]
 
 
+def held_out_dictionary(config: dict[str, Any], lang: str) -> bool:
+    """Whether ``lang``'s real dictionary keeps a held-out half as alignment truth
+    (``held_out: true``; :mod:`embtransfer.data.dictionary_split`)."""
+    return bool((config["languages"][lang].get("dictionary") or {}).get("held_out"))
+
+
 def alignment_groups(config: dict[str, Any]) -> list[tuple[str, Run]]:
     """(stage, run with method ``*``) of every checkpoint group the alignment metric scores:
-    the transferred and LAPT checkpoints of each world pair, one group per (stage, language,
-    source, target)."""
-    pairs = set(world_pairs(config))
+    the transferred and LAPT checkpoints of each world pair and of each pair whose language's
+    dictionary keeps a held-out half, one group per (stage, language, source, target)."""
+    pairs = set(world_pairs(config)) | {
+        pair for pair in target_pairs(config) if held_out_dictionary(config, pair[0])
+    }
     groups = []
     for stage, runs in (("transfer", transfer_runs(config)), ("lapt", lapt_runs(config))):
         seen = []

@@ -118,6 +118,9 @@ SHARED_KINDS = Template("results/overlap/shared_kinds.csv")
 #: (embtransfer.world.truth), and its counts.
 WORLD_TRUTH = Template("results/truth/{lang}/{source}/{target}.parquet")
 WORLD_TRUTH_COUNTS = Template("results/truth/{lang}/{source}/{target}.json")
+# the held-out half of a real dictionary as the alignment truth (data/dictionary_split.py)
+DICTIONARY_TRUTH = Template("results/truth_dictionary/{lang}/{source}/{target}.parquet")
+DICTIONARY_TRUTH_COUNTS = Template("results/truth_dictionary/{lang}/{source}/{target}.json")
 
 # --- fastText and token vectors (fasttext.smk) ------------------------------------------------
 FASTTEXT_WORD = Template("results/fasttext/{lang}/word.bin")
@@ -161,6 +164,8 @@ ALIGNMENT = Template("results/alignment/{stage}/{lang}/{source}/{target}.parquet
 PLM_PROBE = Template("results/probes/{lang}/{source}/{target}.json")
 INTRINSIC_LAPT = Template("results/intrinsic/lapt/{lang}/{source}/{target}/{method}.json")
 TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
+# a source LLM pretrained here on real text against count models of its tokens
+SOURCE_FLOOR = Template("results/intrinsic/source_floor/{source}.json")
 
 # --- report (report.smk; its file names: embtransfer.report.build.output_names) ---------------
 REPORT_DIR = "results/report"

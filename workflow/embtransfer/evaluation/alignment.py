@@ -1,7 +1,8 @@
-"""How well a checkpoint's new rows mean what their tokens mean (the miniature world only).
+"""How well a checkpoint's new rows mean what their tokens mean.
 
-For every non-shared target token with a ground truth (:mod:`embtransfer.world.truth`) and
-one embedding side of a checkpoint:
+For every non-shared target token with a ground truth (the miniature world's,
+:mod:`embtransfer.world.truth`, or a real dictionary's held-out half,
+:mod:`embtransfer.data.dictionary_split`) and one embedding side of a checkpoint:
 
 * **translation retrieval**: the source text rows (input or output side of the *source*
   model) ranked by cosine to the token's row; a hit at k when one of its translation's

@@ -14,6 +14,7 @@ from embtransfer.core.grid import (
     alignment_groups,
     evaluated_runs,
     evaluated_sources,
+    held_out_dictionary,
     lapt_runs,
     transfer_runs,
     world_pairs,
@@ -182,7 +183,11 @@ def alignment_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> di
     return {
         "source": model_dir(config, wildcards["source"]),
         "source_vocab": paths.VOCAB.fill(model=wildcards["source"]),
-        "truth": paths.WORLD_TRUTH.fill(**wildcards),
+        # a real language's truth is its dictionary's held-out half, the world's its lexicon
+        "truth": (
+            paths.DICTIONARY_TRUTH if held_out_dictionary(config, wildcards["lang"])
+            else paths.WORLD_TRUTH
+        ).fill(**wildcards),
         "checkpoints": [
             model.fill(**wildcards, method=m) for m in alignment_methods(config, wildcards)
         ],
@@ -204,10 +209,26 @@ def all_plm_probes(config: dict[str, Any]) -> list[str]:
 
 
 def all_intrinsic(config: dict[str, Any]) -> list[str]:
-    """Held-out loss of the LAPT checkpoints and the tokenizer statistics."""
-    files = []
+    """Held-out loss of the LAPT checkpoints, the tokenizer statistics, and the count-model
+    floor of each source pretrained here on real text."""
+    files = all_source_floors(config)
     if config["evaluation"]["intrinsic"]:
         files += [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
     if config["evaluation"]["tokenizer_stats"]:
         files += [paths.TOKENIZER_STATS.fill(lang=lang) for lang in config["targets"]]
     return files
+
+
+def floor_sources(config: dict[str, Any]) -> list[str]:
+    """The sources pretrained here on real text (a ``mini`` source whose language is not a
+    miniature one): each is checked against the count-model floor (rule source_floor)."""
+    return [
+        source
+        for source in config["sources"]
+        if config["models"][source]["type"] == "mini"
+        and config["languages"][config["models"][source]["language"]]["corpus"]["type"] != "mini"
+    ]
+
+
+def all_source_floors(config: dict[str, Any]) -> list[str]:
+    return [paths.SOURCE_FLOOR.fill(source=s) for s in floor_sources(config)]

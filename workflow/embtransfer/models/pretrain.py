@@ -26,41 +26,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from embtransfer.core.atomic import atomic_path, write_json
 from embtransfer.core.logs import without_run_values
 from embtransfer.core.schedule import cosine_scheduler
+from embtransfer.models.architectures import model_class, model_config
 from embtransfer.models.hf import position_limit, save_safetensors
+from embtransfer.models.mini_settings import DEFAULT_ARCHITECTURE, DEFAULT_TRAIN, RATE_KEYS
 
 DECODER_ONLY = ("llama", "gemma", "gpt2", "xglm")
-
-DEFAULT_ARCHITECTURE: dict[str, Any] = {
-    "hidden_size": 64,
-    "num_layers": 2,
-    "num_heads": 4,
-    "num_kv_heads": None,  # None: as many as num_heads
-    "intermediate_size": 128,
-    "max_position_embeddings": 256,
-    "dropout": 0.0,
-    "embedding_init_std": None,  # None: the family's own initialisation
-}
-
-DEFAULT_TRAIN: dict[str, Any] = {
-    "steps": 400,
-    "batch_size": 16,
-    "seq_len": 64,
-    "lr": 3e-3,
-    "warmup_steps": 30,
-    "weight_decay": 0.01,
-    "threads": None,  # None: leave torch's setting alone
-    "valid_batches": 8,
-    "log_every": 50,
-    "mlm_probability": None,  # None: MLM_PROBABILITY (BERT only)
-    "noise_density": None,  # None: NOISE_DENSITY (T5 only)
-}
 
 # T5-style span corruption (Raffel et al.): 15% noise in spans of mean length 3.
 NOISE_DENSITY = 0.15
 MEAN_SPAN = 3.0
 MLM_PROBABILITY = 0.15
-# The train key that changes each family's rate, and the family it applies to.
-RATE_KEYS = {"mlm_probability": "bert", "noise_density": "t5"}
 
 
 def _rates(family: str, cfg: dict[str, Any]) -> dict[str, float]:
@@ -133,10 +108,10 @@ def build_model(
         eos_token_id=eos,
         pad_token_id=pad,
     )
-    if family not in FAMILY_MODELS:
+    if family not in MODEL_FAMILIES:
         raise ValueError(f"unknown model family {family!r}; expected one of {MODEL_FAMILIES}")
     torch.manual_seed(seed)
-    model = FAMILY_MODELS[family](arch, common)
+    model = _build(family, arch, common)
     if arch["embedding_init_std"] is not None:
         # T5 draws its rows from N(0, 1): too far for a short pretraining to move them.
         model.get_input_embeddings().weight.data.normal_(0.0, arch["embedding_init_std"])
@@ -144,113 +119,19 @@ def build_model(
     return model
 
 
-def _llama_style(arch: dict[str, Any]) -> dict[str, Any]:
-    """The config fields Llama and Gemma name alike."""
-    return {
-        "hidden_size": arch["hidden_size"],
-        "intermediate_size": arch["intermediate_size"],
-        "num_hidden_layers": arch["num_layers"],
-        "num_attention_heads": arch["num_heads"],
-        "num_key_value_heads": arch["num_kv_heads"],
-        "max_position_embeddings": arch["max_position_embeddings"],
-        "attention_dropout": arch["dropout"],
-    }
-
-
-def _llama(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    config = transformers.LlamaConfig(**_llama_style(arch), **common)
-    return transformers.LlamaForCausalLM(config)
-
-
-def _gemma(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    # Gemma's default head_dim is 256 whatever the width; a tiny model needs h/heads.
-    head_dim = arch["hidden_size"] // arch["num_heads"]
-    config = transformers.GemmaConfig(**_llama_style(arch), head_dim=head_dim, **common)
-    return transformers.GemmaForCausalLM(config)
-
-
-def _gpt2(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    drop = arch["dropout"]
-    config = transformers.GPT2Config(
-        n_embd=arch["hidden_size"],
-        n_layer=arch["num_layers"],
-        n_head=arch["num_heads"],
-        n_inner=arch["intermediate_size"],
-        n_positions=arch["max_position_embeddings"],
-        resid_pdrop=drop,
-        embd_pdrop=drop,
-        attn_pdrop=drop,
-        **common,
-    )
-    return transformers.GPT2LMHeadModel(config)
-
-
-def _xglm(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    drop = arch["dropout"]
-    config = transformers.XGLMConfig(
-        d_model=arch["hidden_size"],
-        ffn_dim=arch["intermediate_size"],
-        num_layers=arch["num_layers"],
-        attention_heads=arch["num_heads"],
-        max_position_embeddings=arch["max_position_embeddings"],
-        dropout=drop,
-        attention_dropout=drop,
-        activation_dropout=drop,
-        decoder_start_token_id=common["eos_token_id"],
-        **common,
-    )
-    return transformers.XGLMForCausalLM(config)
-
-
-def _bert(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    config = transformers.BertConfig(
-        hidden_size=arch["hidden_size"],
-        num_hidden_layers=arch["num_layers"],
-        num_attention_heads=arch["num_heads"],
-        intermediate_size=arch["intermediate_size"],
-        max_position_embeddings=arch["max_position_embeddings"],
-        hidden_dropout_prob=arch["dropout"],
-        attention_probs_dropout_prob=arch["dropout"],
-        **common,
-    )
-    return transformers.BertForMaskedLM(config)
-
-
-def _t5(arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
-    h, n_layers, tied = arch["hidden_size"], arch["num_layers"], common["tie_word_embeddings"]
-    # Tied: T5 v1.0 (relu); untied: T5 v1.1 (gated-gelu), as on the hub.
-    config = transformers.T5Config(
-        d_model=h,
-        d_kv=h // arch["num_heads"],
-        d_ff=arch["intermediate_size"],
-        num_layers=n_layers,
-        num_decoder_layers=n_layers,
-        num_heads=arch["num_heads"],
-        dropout_rate=arch["dropout"],
-        feed_forward_proj="relu" if tied else "gated-gelu",
-        decoder_start_token_id=common["pad_token_id"],
-        **common,
-    )
-    model = transformers.T5ForConditionalGeneration(config)
-    if not tied:
+def _build(family: str, arch: dict[str, Any], common: dict[str, Any]) -> PreTrainedModel:
+    model = model_class(family)(model_config(family, arch, common))
+    if family == "t5" and not common["tie_word_embeddings"]:
         # transformers 5 forces T5Config.tie_word_embeddings=True and keeps only
         # scale_decoder_outputs=False for v1.1; it leaves a checkpoint's lm_head
         # untied when it differs from `shared`, so untie by giving it its own rows.
-        head = torch.empty_like(model.shared.weight).normal_(0.0, h**-0.5)
+        head = torch.empty_like(model.shared.weight).normal_(0.0, arch["hidden_size"] ** -0.5)
         model.lm_head.weight = torch.nn.Parameter(head)
     return model
 
 
-#: Each family's tiny model, built from the architecture and the settings all share.
-FAMILY_MODELS: dict[str, Callable[[dict[str, Any], dict[str, Any]], PreTrainedModel]] = {
-    "llama": _llama,
-    "gemma": _gemma,
-    "gpt2": _gpt2,
-    "xglm": _xglm,
-    "bert": _bert,
-    "t5": _t5,
-}
-MODEL_FAMILIES = tuple(FAMILY_MODELS)
+#: The families pretrained here (Gemma 3 is built only with random weights).
+MODEL_FAMILIES = ("llama", "gemma", "gpt2", "xglm", "bert", "t5")
 
 
 def _check_tie(model: PreTrainedModel, tied: bool) -> None:

@@ -13,49 +13,14 @@ import os
 from typing import Any
 
 import torch
-import transformers
 
 from embtransfer.core.atomic import atomic_path
+from embtransfer.models.architectures import model_class, model_config
 from embtransfer.models.loading import load_tokenizer
 
-#: family -> (config class, the model class it builds); Gemma 3 is its text-only model
-FAMILIES: dict[str, tuple[type, type]] = {
-    "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
-    "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-    "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel),
-}
+#: The families built with random weights (models/architectures.py builds their configs).
+FAMILIES = ("gemma3", "gemma", "llama", "gpt2")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-def model_config(family: str, architecture: dict[str, Any], common: dict[str, Any]) -> Any:
-    """The family's Hugging Face config at these sizes (``common``: vocabulary, tying and
-    special ids)."""
-    if family not in FAMILIES:
-        raise ValueError(
-            f"unknown random-model family {family!r}; expected one of {', '.join(FAMILIES)}"
-        )
-    arch = architecture
-    heads = arch["num_heads"]
-    if family == "gpt2":
-        return transformers.GPT2Config(
-            n_embd=arch["hidden_size"],
-            n_layer=arch["num_layers"],
-            n_head=heads,
-            n_inner=arch["intermediate_size"],
-            n_positions=arch["max_position_embeddings"],
-            **common,
-        )
-    return FAMILIES[family][0](
-        hidden_size=arch["hidden_size"],
-        intermediate_size=arch["intermediate_size"],
-        num_hidden_layers=arch["num_layers"],
-        num_attention_heads=heads,
-        num_key_value_heads=arch.get("num_kv_heads") or heads,
-        head_dim=arch.get("head_dim") or arch["hidden_size"] // heads,
-        max_position_embeddings=arch["max_position_embeddings"],
-        **common,
-    )
 
 
 def build_random_model(spec: dict[str, Any], tokenizer: Any, seed: int) -> Any:
@@ -75,10 +40,15 @@ def build_random_model(spec: dict[str, Any], tokenizer: Any, seed: int) -> Any:
     }
     if spec.get("tie_word_embeddings") is not None:
         common["tie_word_embeddings"] = spec["tie_word_embeddings"]
-    config = model_config(spec["family"], spec["architecture"], common)
+    family = spec["family"]
+    if family not in FAMILIES:
+        raise ValueError(
+            f"unknown random-model family {family!r}; expected one of {', '.join(FAMILIES)}"
+        )
+    config = model_config(family, spec["architecture"], common)
     torch.manual_seed(seed)
     # drawn in float32, then cast: the same weights whatever dtype is saved
-    model = FAMILIES[spec["family"]][1](config)
+    model = model_class(family)(config)
     return model.to(DTYPES[spec.get("dtype", "bfloat16")])
 
 

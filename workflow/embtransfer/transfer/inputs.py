@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from embtransfer.core import codehash, paths
-from embtransfer.core.grid import target_pairs, transfer_runs
+from embtransfer.core.grid import held_out_dictionary, target_pairs, transfer_runs
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.models.inputs import model_dir, tokenizer_dir
 from embtransfer.transfer.method_catalog import METHODS, method_needs, resolve_options
@@ -52,6 +52,23 @@ def dictionary_input(config: dict[str, Any], lang: str) -> str | list[str]:
     if spec["type"] == "freedict":  # the index and the entries it points into
         return [spec["path"], str(freedict_data(spec["path"]))]
     return spec["path"]
+
+
+def dictionary_truth_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (language, source, target) pairs whose language's dictionary keeps a held-out
+    half (``held_out: true``): each gets that half as its alignment truth."""
+    return [
+        (lang, source, target)
+        for lang, source, target in target_pairs(config)
+        if held_out_dictionary(config, lang)
+    ]
+
+
+def all_dictionary_truth(config: dict[str, Any]) -> list[str]:
+    return [
+        paths.DICTIONARY_TRUTH_COUNTS.fill(lang=lang, source=source, target=target)
+        for lang, source, target in dictionary_truth_pairs(config)
+    ]
 
 
 def aligned_tokenizers(config: dict[str, Any], wildcards: Mapping[str, str]) -> list[str]:

@@ -23,6 +23,8 @@ others = {
     else Path(next(files)).read_text(encoding="utf-8").splitlines()
     for lang in sorted(shares)
 }
-mixed = mix_corpora(main, others, shares, sm.params.seed)
+mixed = mix_corpora(main, others, shares, sm.params.seed, sm.params.unit)
 write_text_lines(sm.output[0], mixed)
-log.info("mixed %d lines (%d main, shares %s)", len(mixed), len(main), shares)
+log.info(
+    "mixed %d lines (%d main, shares of %s %s)", len(mixed), len(main), sm.params.unit, shares
+)

@@ -24,6 +24,13 @@ if sm.params.dictionary["type"] == "world":  # its dictionary concepts only, rec
         sm.params.seed,
         sm.params.held_out,
     )
+elif sm.params.dictionary.get("held_out"):  # a real dictionary's headword half, recorded
+    from embtransfer.data.dictionary_split import split_dictionary
+
+    split = split_dictionary(
+        read_dictionary(sm.params.dictionary), sm.params.seed, sm.params.held_out
+    )
+    pairs, fitted = split.dictionary, {"dictionary_split": split.record}
 else:
     pairs, fitted = read_dictionary(sm.params.dictionary), {}
 options = sm.params.aligned

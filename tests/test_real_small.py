@@ -1,0 +1,131 @@
+"""config/real_small.yaml (make real-run): the methods compared on real languages from a
+source pretrained here, and the offline check that names `make real-data`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from embtransfer.config.validation import validate_config
+from embtransfer.core.errors import ConfigError
+from embtransfer.core.grid import lapt_runs, transfer_runs
+from embtransfer.data.inputs import REAL_DATA_DIR, check_real_data, missing_real_data
+from embtransfer.transfer.method_catalog import METHODS
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "config" / "real_small.yaml"
+FAMILIES = ("gpt2", "bert", "t5")
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return validate_config(yaml.safe_load(CONFIG.read_text()))
+
+
+def test_the_source_is_a_llama_pretrained_on_a_byte_mix(config) -> None:
+    source = config["models"][config["sources"][0]]
+    assert source["type"] == "mini" and source["family"] == "llama"
+    assert source["tie_word_embeddings"] is False  # Llama's own setting
+    assert source["mix_unit"] == "bytes" and set(source["mix"]) == {"de", "ar", "vi"}
+    tok = source["tokenizer"]
+    assert tok["algorithm"] == "bytelevel_bpe" and tok["split_digits"] and tok["text"] == "mix"
+    for lang in ("de", "ar", "vi"):
+        assert {config["models"][m]["family"] for m in config["targets"][lang]} == set(FAMILIES)
+        assert all(config["models"][m]["type"] == "mini" for m in config["targets"][lang])
+
+
+def test_every_method_with_gpt2_salt_with_every_family_aligning_only_with_a_dictionary(
+    config,
+) -> None:
+    runs = transfer_runs(config)
+    real_methods = {m for m, spec in METHODS.items() if not spec.get("world_only")}
+    dictionary = {lang for lang, s in config["languages"].items() if s.get("dictionary")}
+    assert dictionary == {"de", "ar"}
+    family = {m: spec["family"] for m, spec in config["models"].items()}
+    for lang in ("de", "ar", "vi"):
+        gpt2 = {r.method for r in runs if r.lang == lang and family[r.target] == "gpt2"}
+        aligning = {"wechsel", "ofa"} if lang in dictionary else set()
+        assert gpt2 == real_methods - ({"wechsel", "ofa"} - aligning), lang
+        salt = {family[r.target] for r in runs if r.lang == lang and r.method == "salt"}
+        assert salt == set(FAMILIES), lang
+    assert not any(METHODS[r.method].get("world_only") for r in runs)
+    for lang in dictionary:
+        assert config["languages"][lang]["dictionary"]["held_out"] is True
+
+
+def test_lapt_trains_every_gpt2_checkpoint_of_a_language_with_evaluations(config) -> None:
+    runs, lapt = lapt_runs(config), config["lapt"]
+    gpt2_de = [r for r in transfer_runs(config) if r.target == "gpt2_de"]
+    assert runs == gpt2_de and len(runs) == len(
+        {m for m, s in METHODS.items() if not s.get("world_only")}
+    )
+    after_warmup = [f for f in lapt["eval_fractions"] if f > lapt["warmup_ratio"]]
+    assert len(after_warmup) >= 3
+    assert lapt["max_steps"] * min(after_warmup) >= 1
+
+
+def test_offline_without_real_data_the_run_names_make_real_data(
+    config, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = missing_real_data(config)
+    assert "resources/real/corpora/en.txt" in missing
+    assert "resources/real/dictionaries/freedict-eng-deu.dict.dz" in missing
+    monkeypatch.delenv("EMBTRANSFER_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    check_real_data(config)  # online: the rules build what is missing
+    monkeypatch.setenv("EMBTRANSFER_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"make real-data"):
+        check_real_data(config)
+    for path in missing:  # everything in place: nothing to refuse
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    assert missing_real_data(config) == []
+    check_real_data(config)
+    assert REAL_DATA_DIR == Path("resources/real")
+
+
+def test_the_source_is_checked_against_the_count_model_floor(config) -> None:
+    """A source pretrained here on real text gets rule source_floor's record; the miniature
+    world's sources do not (their text is generated)."""
+    from embtransfer.evaluation.inputs import all_intrinsic, floor_sources
+
+    assert floor_sources(config) == ["llama_en"]
+    assert "results/intrinsic/source_floor/llama_en.json" in all_intrinsic(config)
+    world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    assert floor_sources(world) == []
+
+
+
+def test_each_pair_of_a_held_out_dictionary_gets_its_truth(config) -> None:
+    from embtransfer.transfer.inputs import all_dictionary_truth, dictionary_truth_pairs
+
+    pairs = dictionary_truth_pairs(config)
+    assert {(lang, target) for lang, _, target in pairs} == {
+        (lang, f"{family}_{lang}") for lang in ("de", "ar") for family in FAMILIES
+    }
+    assert "results/truth_dictionary/de/llama_en/gpt2_de.json" in all_dictionary_truth(config)
+    world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    assert all_dictionary_truth(world) == []
+
+
+def test_alignment_scores_every_checkpoint_of_a_held_out_dictionary_pair(config) -> None:
+    """The transfer checkpoints of each de and ar pair and the LAPT ones of gpt2_de are
+    scored against the dictionary's held-out half; vi (no dictionary) is not scored."""
+    from embtransfer.evaluation.inputs import alignment_inputs, all_alignment
+
+    files = all_alignment(config)
+    transfer = {f for f in files if f.startswith("results/alignment/transfer/")}
+    assert len(transfer) == 6 and not any("/vi/" in f for f in files)
+    assert [f for f in files if "/lapt/" in f] == [
+        "results/alignment/lapt/de/llama_en/gpt2_de.parquet"
+    ]
+    wildcards = {"stage": "transfer", "lang": "ar", "source": "llama_en", "target": "bert_ar"}
+    inputs = alignment_inputs(config, wildcards)
+    assert inputs["truth"] == "results/truth_dictionary/ar/llama_en/bert_ar.parquet"
+    assert inputs["checkpoints"] == [
+        f"results/transfer/ar/llama_en/bert_ar/{m}" for m in ("salt", "omp", "omp_salt_k")
+    ]
