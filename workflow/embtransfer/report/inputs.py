@@ -50,6 +50,22 @@ def all_report() -> list[str]:
     return list(output_names(paths.REPORT_DIR).values())
 
 
+_COMPARED = "Methods compared"
+_TRUTH = "Alignment with the world's truth"
+#: Report outputs by name prefix: caption file, category and labels (tables get a format).
+_ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("alignment", "alignment", _TRUTH, {"table": "alignment"}),
+    ("plm_probes", "plm_probes", _TRUTH, {"table": "target-PLM probes"}),
+    ("zeroshot", "zeroshot", _COMPARED, {"table": "zero-shot bits per byte"}),
+    ("salt_vs_omp", "salt_vs_omp", _COMPARED, {"table": "SALT against OMP"}),
+    ("findings", "findings", _COMPARED, {"table": "findings, in words", "format": "Markdown"}),
+    ("methods", "methods", _COMPARED, {"figure": "held-out P@10 and zero-shot bits per byte"}),
+    ("calibration", "calibration", "Calibration of the world",
+     {"table": "shared tokens, world and real"}),
+    ("figure2", "figure2", "Paper figures", {"figure": "2"}),
+)
+
+
 def report_entry(name: str) -> dict[str, Any]:
     """How the report output ``name`` shows in `snakemake --report`: the keyword arguments
     of Snakemake's report() (captions relative to workflow/rules/)."""
@@ -62,54 +78,10 @@ def report_entry(name: str) -> dict[str, Any]:
             "subcategory": TABLE_SUBCATEGORIES[number],
             "labels": {"table": str(number), "format": kind},
         }
-    if name.startswith("alignment"):
-        return {
-            "caption": "../report/alignment.rst",
-            "category": "Alignment with the world's truth",
-            "labels": {"table": "alignment", "format": kind},
-        }
-    if name.startswith("plm_probes"):
-        return {
-            "caption": "../report/plm_probes.rst",
-            "category": "Alignment with the world's truth",
-            "labels": {"table": "target-PLM probes", "format": kind},
-        }
-    if name.startswith("zeroshot"):
-        return {
-            "caption": "../report/zeroshot.rst",
-            "category": "Methods compared",
-            "labels": {"table": "zero-shot bits per byte", "format": kind},
-        }
-    if name.startswith("salt_vs_omp"):
-        return {
-            "caption": "../report/salt_vs_omp.rst",
-            "category": "Methods compared",
-            "labels": {"table": "SALT against OMP", "format": kind},
-        }
-    if name == "findings":
-        return {
-            "caption": "../report/findings.rst",
-            "category": "Methods compared",
-            "labels": {"table": "findings, in words", "format": "Markdown"},
-        }
-    if name == "methods":
-        return {
-            "caption": "../report/methods.rst",
-            "category": "Methods compared",
-            "labels": {"figure": "held-out P@10 and zero-shot bits per byte"},
-        }
-    if name.startswith("calibration"):
-        return {
-            "caption": "../report/calibration.rst",
-            "category": "Calibration of the world",
-            "labels": {"table": "shared tokens, world and real", "format": kind},
-        }
-    if name == "figure2":
-        return {
-            "caption": "../report/figure2.rst",
-            "category": "Paper figures",
-            "labels": {"figure": "2"},
-        }
+    for prefix, caption, category, labels in _ENTRIES:
+        if name.startswith(prefix):
+            return {"caption": f"../report/{caption}.rst", "category": category,
+                    "labels": {"format": kind, **labels} if "table" in labels else labels}
     return {
         "caption": "../report/report_md.rst",
         "category": "Paper tables",
