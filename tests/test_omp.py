@@ -100,6 +100,50 @@ def test_early_stop_when_k_exceeds_the_width() -> None:
         np.testing.assert_allclose(coef[i, :6] @ d[picked[i, :6]], x[i], rtol=1e-9, atol=1e-9)
 
 
+def test_cholesky_path_near_the_width() -> None:
+    """k close to the width h: the Cholesky factor of G[I, I] grows to 30 x 30 over nearly
+    dependent picks; picks and coefficients are still the textbook's."""
+    rng = np.random.default_rng(5)
+    d = rng.standard_normal((200, 32)) * rng.uniform(0.1, 3.0, (200, 1))
+    x = rng.standard_normal((12, 32)) * 5.0
+    picked, coef, used = omp_select(x, d, 30)
+    assert (used == 30).all()
+    for i in range(x.shape[0]):
+        ref_picked, ref_c = slow_omp(x[i], d, 30)
+        assert picked[i].tolist() == ref_picked
+        np.testing.assert_allclose(coef[i], ref_c, rtol=1e-7, atol=1e-9)
+
+
+def test_dependent_candidates_stop_early() -> None:
+    """Candidates spanning 3 of 8 dimensions: after 3 picks every candidate is dependent on
+    the picks (scores 0 to rounding), so the token stops with the least-squares fit on the
+    span, as the textbook's first 3 picks, though its residual is not zero."""
+    rng = np.random.default_rng(6)
+    basis = rng.standard_normal((3, 8))
+    d = rng.standard_normal((40, 3)) @ basis
+    x = rng.standard_normal((6, 8))
+    picked, coef, used = omp_select(x, d, 10)
+    assert (used == 3).all() and (picked[:, 3:] == -1).all() and (coef[:, 3:] == 0).all()
+    for i in range(x.shape[0]):
+        ref_picked, ref_c = slow_omp(x[i], d, 3)
+        assert picked[i, :3].tolist() == ref_picked
+        np.testing.assert_allclose(coef[i, :3], ref_c, rtol=1e-8, atol=1e-10)
+
+
+def test_exact_fit_stops_at_a_vanishing_residual() -> None:
+    """A token equal to a candidate is fitted by that one row; batches of one token give
+    the same result as one batch of all."""
+    rng = np.random.default_rng(7)
+    d = rng.standard_normal((60, 16))
+    x = np.vstack([d[7] * 2.0, rng.standard_normal((3, 16))])
+    picked, coef, used = omp_select(x, d, 8)
+    assert used[0] == 1 and picked[0, 0] == 7 and coef[0, 0] == pytest.approx(2.0)
+    assert (used[1:] == 8).all()
+    one = omp_select(x, d, 8, batch_bytes=1)
+    np.testing.assert_array_equal(one[0], picked)
+    np.testing.assert_allclose(one[1], coef, rtol=1e-12, atol=1e-14)
+
+
 # ----------------------------------------------------------------------------- the method
 
 
