@@ -204,10 +204,8 @@ def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str
                                          outputs["calibration_csv"], outputs["calibration_md"]),
     }
     written["salt_vs_omp"] = write_salt_vs_omp(
-        # the LAPT checkpoints' records where written, as Table 5 reads them
-        inputs.transfer_zeroshot, [p for p in inputs.zeroshot if Path(p).is_file()],
-        inputs.alignment,
-        outputs["salt_vs_omp_csv"], outputs["salt_vs_omp_md"], config.get("seed", 0))
+        inputs.transfer_zeroshot, inputs.alignment, outputs["salt_vs_omp_csv"],
+        outputs["salt_vs_omp_md"], config.get("seed", 0))
     write_methods_figure(outputs["methods"], written["alignment"], written["zeroshot"], dpi=dpi)
     return written
 
