@@ -246,3 +246,23 @@ def test_table1_claims_are_the_tables_marks():
                               "table1": table.long(), "plm_probes": pd.DataFrame()})
     assert "Facts acc: c is first (65.7 ± 2.0) but not apart from a (57.7 ± 2.0)" in text
     assert "worse than c: b." in text and "world_oracle 89.0" in text  # shown, not ranked
+
+
+def test_salt_against_omp_follows_its_tables_decisions() -> None:
+    """OMP's verdicts against SALT are the salt_vs_omp table's own marks, with the sign of
+    each metric (bits per byte: lower is better)."""
+    from embtransfer.report.findings import claims, findings_markdown
+
+    table = pd.DataFrame([
+        {"stage": "transfer", "metric": "bits_per_byte", "lang": "ar_mini", "source": "s",
+         "target": "gpt2", "method": "omp", "items": 10, "salt": 0.9, "omp": 1.2,
+         "diff": 0.3, "se": 0.01, "p": 1e-9, "clears": True},
+        {"stage": "alignment/transfer", "metric": "p_at_10", "lang": "ar_mini", "source": "s",
+         "target": "gpt2", "method": "omp", "items": 10, "salt": 1.0, "omp": 3.0,
+         "diff": 2.0, "se": 1.0, "p": 0.01, "clears": False},
+    ])
+    empty = {name: pd.DataFrame() for name in ("alignment", "zeroshot", "table1", "plm_probes")}
+    found = claims({**empty, "salt_vs_omp": table})
+    assert found["relation"].tolist() == ["worse", "not apart"]
+    text = findings_markdown({**empty, "salt_vs_omp": table})
+    assert "worse than SALT" in text and "not apart from SALT" in text

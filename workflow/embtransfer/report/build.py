@@ -267,7 +267,8 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
             table.long().to_csv(tmp, index=False)
     written = _write_comparisons(config, inputs, outputs, dpi)
     write_findings({"alignment": outputs["alignment_csv"], "zeroshot": outputs["zeroshot_csv"],
-                    "table1": outputs["table1_csv"], "plm_probes": outputs["plm_probes_csv"]},
+                    "table1": outputs["table1_csv"], "plm_probes": outputs["plm_probes_csv"],
+                    "salt_vs_omp": outputs["salt_vs_omp_csv"]},
                    outputs["findings"])
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     figure_dir = Path(outputs["report_md"]).parent

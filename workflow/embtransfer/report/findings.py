@@ -48,6 +48,7 @@ TABLES = {
     "zeroshot": "zeroshot.csv",
     "table1": "table1.csv",
     "plm_probes": "plm_probes.csv",
+    "salt_vs_omp": "salt_vs_omp.csv",
 }
 #: The reference run the README's findings come from, and its record (commit, date).
 REFERENCE_DIR = Path("docs/reference_run")
@@ -172,7 +173,8 @@ def claims(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     difference (method - versus), its p-value, whether it clears the table's correction and
     the relation it supports (``better``, ``worse`` or ``not apart``)."""
     lines = (_alignment_claims(tables["alignment"]) + _zeroshot_claims(tables["zeroshot"])
-             + _table1_claims(tables["table1"]) + _probe_claims(tables["plm_probes"]))
+             + _table1_claims(tables["table1"]) + _probe_claims(tables["plm_probes"])
+             + _salt_omp_claims(tables.get("salt_vs_omp", pd.DataFrame())))
     columns = [*CLAIM_KEY, "diff", "p", "clears", "relation"]
     return pd.DataFrame(lines, columns=columns)
 
@@ -464,6 +466,51 @@ def _probe_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return lines
 
 
+#: salt_vs_omp.csv's metrics: the words, digits and unit, and whether higher is better.
+SALT_OMP_METRICS = {
+    "bits_per_byte": ("zero-shot bits per byte", 3, "", False),
+    "p_at_10": ("held-out P@10", 1, " points", True),
+    "p_at_1": ("held-out P@1", 1, " points", True),
+    "cos_centred": ("held-out centred cosine", 2, "", True),
+}
+
+
+def _salt_omp_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """OMP against SALT (salt_vs_omp.csv: OMP minus SALT, decided there by the same rule)."""
+    lines = []
+    for line in frame.itertuples():
+        higher = SALT_OMP_METRICS[line.metric][3]
+        lines.append({
+            "table": "salt_vs_omp", "stage": line.stage, "lang": line.lang,
+            "source": line.source, "target": line.target, "side": "input", "split": "",
+            "variant": "", "metric": line.metric, "method": line.method, "versus": "salt",
+            "diff": line.diff, "p": line.p, "clears": bool(line.clears),
+            "relation": _relation(line.diff, bool(line.clears), higher),
+        })
+    return lines
+
+
+def _salt_omp_section(frame: pd.DataFrame) -> list[str]:
+    if frame.empty:
+        return []
+    parts = ["", "### SALT against OMP (mergekit's tokensurgeon)", "",
+             "OMP minus SALT over the same documents or tokens (`results/report/salt_vs_omp.md`):"
+             " `omp` with k = 64, `omp_salt_k` with k = SALT's median support size; zero-shot"
+             " on the transferred checkpoints, alignment on the input rows before (`transfer`)"
+             " and after LAPT (`lapt`)."]
+    for line in frame.itertuples():
+        words, digits, unit, higher = SALT_OMP_METRICS[line.metric]
+        relation = _relation(line.diff, bool(line.clears), higher)
+        verdict = "not apart from SALT" if relation == "not apart" else f"{relation} than SALT"
+        stage = line.stage.split("/")[-1]
+        parts.append(
+            f"- **{line.lang}, {line.target}, {stage}**, {words}: {line.method} "
+            f"{line.omp:.{digits}f} against SALT {line.salt:.{digits}f} "
+            f"({line.diff:+.{digits}f} ± {line.se:.{digits}f}{unit}, p {line.p:.2g}): "
+            f"{verdict}.")
+    return parts
+
+
 def _probe_section(frame: pd.DataFrame) -> list[str]:
     if frame.empty:
         return []
@@ -508,6 +555,7 @@ def findings_markdown(tables: dict[str, pd.DataFrame], run: dict[str, Any] | Non
     parts += _zeroshot_section(tables["zeroshot"], found)
     parts += _table1_section(tables["table1"], found)
     parts += _probe_section(tables["plm_probes"])
+    parts += _salt_omp_section(tables.get("salt_vs_omp", pd.DataFrame()))
     return "\n".join(parts) + "\n"
 
 
