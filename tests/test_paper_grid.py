@@ -215,6 +215,9 @@ NOT_COMPUTE = {"all", "neighbors_only", "evaluation", "download_all"}
 # others are planned by tests/test_bench_real.py's dry run of config/real_text.yaml
 REAL_TEXT_ONLY = {"real_data", "real_corpus", "freedict_dictionary", "random_model",
                   "aligned_search"}
+# a source pretrained on real text and a dictionary with a held-out half: config/real_small.yaml
+# plans them (test_real_small_plans_its_own_rules below)
+REAL_SMALL_ONLY = {"source_floor", "dictionary_truth"}
 
 
 def test_the_test_config_plans_every_compute_rule(workdir):
@@ -227,11 +230,16 @@ def test_the_test_config_plans_every_compute_rule(workdir):
     # one rule name a line (Snakemake's note that it uses the workflow profile aside)
     listing = dry_run(workdir, configfile, "--list-rules").splitlines()
     rules = {line.strip() for line in listing if line.strip().isidentifier()}
-    compute = {r for r in rules if r not in NOT_COMPUTE | REAL_TEXT_ONLY
+    compute = {r for r in rules if r not in NOT_COMPUTE | REAL_TEXT_ONLY | REAL_SMALL_ONLY
                and not r.startswith("fetch_")}
     assert "salt_regression" in compute and "pretrain_model" in compute
     assert compute - set(planned) == set()
 
+
+
+def test_real_small_plans_its_own_rules(workdir):
+    planned = job_stats(dry_run(workdir, REPO / "config" / "real_small.yaml"))
+    assert REAL_SMALL_ONLY <= set(planned)
 
 def test_the_source_llms_pretraining_chain_is_scheduled_first(workdir):
     """The longest job, which every transfer waits for, and the jobs it waits on carry
