@@ -24,16 +24,6 @@ PYTHONS = ("3.11", "3.12", "3.13")
 REMEDY = "run `make lock` and commit the lock"
 
 
-def linux_env(python: str) -> dict[str, str]:
-    """Marker variables of CPython ``python`` on Linux x86-64 (the lock's target)."""
-    return {
-        "python_version": python, "python_full_version": f"{python}.0",
-        "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-        "os_name": "posix", "implementation_name": "cpython",
-        "platform_python_implementation": "CPython", "extra": "",
-    }
-
-
 def applies(marker: str | None, env: dict[str, str]) -> bool:
     return marker is None or Requirement(f"x; {marker}").marker.evaluate(env)  # type: ignore[union-attr]
 
@@ -65,7 +55,7 @@ def unmet(reqs: list[Requirement], entries: list[lockfile.Entry]) -> list[str]:
     """Each requirement that the lock's pins do not satisfy, on each Python of the lock."""
     problems = []
     for python in PYTHONS:
-        env = linux_env(python)
+        env = lockfile.linux_env(python)
         pins = pins_in(entries, env)
         for name, versions in pins.items():
             if len(versions) > 1:
@@ -119,7 +109,7 @@ def test_reference_lock_pins_exactly_the_reference_requirements() -> None:
     entries = lockfile.parse_lock((ROOT / lockfile.REFERENCE_LOCK).read_text())
     reqs = requirements_of(lockfile.REFERENCE_LOCK)
     for python in PYTHONS:
-        env = linux_env(python)
+        env = lockfile.linux_env(python)
         wanted = {
             lockfile.normalise(r.name): [str(s.version) for s in r.specifier]
             for r in reqs if r.marker is None or r.marker.evaluate(env)
@@ -219,6 +209,7 @@ def test_conda_envs_pin_what_the_lock_pins(path: str) -> None:
     assert env["channels"] == ["conda-forge"]  # not the retired `pytorch` channel
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     pins = dict(line.split("==") for line in pip if "==" in line)
-    lock = {name: versions[0] for name, versions in pins_in(entries, linux_env("3.11")).items()}
+    linux = lockfile.linux_env("3.11")
+    lock = {name: versions[0] for name, versions in pins_in(entries, linux).items()}
     assert Version(pins.pop("torch")).public == Version(lock.pop("torch")).public
     assert pins == lock

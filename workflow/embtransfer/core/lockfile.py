@@ -152,7 +152,8 @@ CONDA_ENVS = {
 }
 
 
-def _linux_env(python: str) -> dict[str, str]:
+def linux_env(python: str) -> dict[str, str]:
+    """Marker variables of CPython ``python`` on Linux x86-64 (the lock's target)."""
     return {
         "python_version": python, "python_full_version": f"{python}.0",
         "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
@@ -165,7 +166,7 @@ def linux_pins(entries: list[Entry], python: str) -> dict[str, str]:
     """name -> version of the entries that apply on Linux x86-64 CPython ``python``."""
     from packaging.markers import Marker  # noqa: PLC0415 (stdlib only at import: stamp)
 
-    env = _linux_env(python)
+    env = linux_env(python)
     return {
         e.name: e.version for e in entries if e.marker is None or Marker(e.marker).evaluate(env)
     }
