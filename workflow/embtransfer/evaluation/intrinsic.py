@@ -267,6 +267,26 @@ def fertility(
     return {**token_counts(tokenizer, docs), "lines": len(docs)}
 
 
+def evaluate_with_options(
+    model_dir: str | os.PathLike,
+    text_file: str | os.PathLike,
+    options: dict[str, Any],
+    device: str,
+    tokenizer: Any,
+) -> dict[str, Any]:
+    """:func:`evaluate_text` with the config's ``zeroshot`` options (max_length, batch_size,
+    max_lines): how every checkpoint and the quality floor's source are scored alike."""
+    return evaluate_text(
+        model_dir,
+        text_file,
+        max_length=options["max_length"],
+        batch_size=options["batch_size"],
+        device=device,
+        max_lines=options.get("max_lines"),
+        tokenizer=tokenizer,
+    )
+
+
 def zeroshot_record(
     model_dir: str | os.PathLike,
     text_file: str | os.PathLike,
@@ -279,15 +299,7 @@ def zeroshot_record(
     options, the fertility of its tokenizer on the same text, and ``context`` (the run's
     wildcards; ``method`` is ``source_model`` for the untouched source LLM)."""
     tokenizer = load_tokenizer(model_dir)  # once, for the scores and the fertility
-    record = evaluate_text(
-        model_dir,
-        text_file,
-        max_length=options["max_length"],
-        batch_size=options["batch_size"],
-        device=device,
-        max_lines=options["max_lines"],
-        tokenizer=tokenizer,
-    )
+    record = evaluate_with_options(model_dir, text_file, options, device, tokenizer)
     record["fertility"] = fertility(tokenizer, text_file)
     record.update(context)
     record.setdefault("method", "source_model")

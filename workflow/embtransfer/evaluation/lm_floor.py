@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.evaluation.intrinsic import evaluate_text, read_documents
+from embtransfer.evaluation.intrinsic import evaluate_with_options, read_documents
 from embtransfer.models.loading import load_tokenizer
 
 #: Bounds on a level's discount: each keeps some mass for the next, none gives all away.
@@ -167,15 +167,7 @@ def floor_record(
     unigram and below the bigram. ``options``: the zero-shot settings (max_length,
     batch_size, max_lines)."""
     tokenizer = load_tokenizer(model_dir)
-    model = evaluate_text(
-        model_dir,
-        heldout_file,
-        max_length=options["max_length"],
-        batch_size=options["batch_size"],
-        device=device,
-        max_lines=options.get("max_lines"),
-        tokenizer=tokenizer,
-    )
+    model = evaluate_with_options(model_dir, heldout_file, options, device, tokenizer)
     heldout = read_documents(heldout_file, options.get("max_lines"))
     floor = floor_bits_per_byte(tokenizer, read_documents(train_file), heldout)
     bpb = model["bits_per_byte"]
