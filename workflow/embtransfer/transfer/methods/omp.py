@@ -49,8 +49,8 @@ def candidates(inputs: TransferInputs) -> tuple[np.ndarray, np.ndarray]:
     target_ids, source_ids = inputs.shared()
     vocab = inputs.target_vocab
     if "kind" in vocab.columns:
-        special = set(vocab.loc[vocab["kind"] == "special", "id"].astype(int).tolist())
-        keep = np.array([t not in special for t in target_ids.tolist()], bool)
+        special = vocab.loc[vocab["kind"] == "special", "id"].to_numpy(np.int64)
+        keep = ~np.isin(target_ids, special)
         target_ids, source_ids = target_ids[keep], source_ids[keep]
     return target_ids, source_ids
 
