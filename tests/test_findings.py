@@ -23,6 +23,7 @@ from embtransfer.report.findings import (
     compare_claims,
     comparison_text,
     current_section,
+    findings_claims,
     findings_markdown,
     main,
     readme_section,
@@ -168,7 +169,7 @@ def test_two_runs_are_compared_claim_by_claim(tmp_path, capsys):
     compared = compare_claims(claims(a), claims(b))
     # run A calls a better than c at P@10; run B does not (4 tokens apart): both p-values
     line = compared[(compared["table"] == "alignment") & (compared["metric"] == "p_at_10")
-                    & (compared["method"] == "c") & (compared["versus"] == "a")].iloc[0]
+                    & (compared["method"] == "c") & (compared["versus_a"] == "a")].iloc[0]
     assert line["relation_a"] == "worse" and line["relation_b"] == "not apart"
     assert line["p_a"] < 1e-6 < 0.05 < line["p_b"] and not line["agrees"]
     text = comparison_text(compared)
@@ -183,7 +184,52 @@ def test_two_runs_are_compared_claim_by_claim(tmp_path, capsys):
                 frame.to_csv(tmp_path / name / TABLES[key], index=False)
     assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 1
     assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "A")]) == 0
-    assert "claims of run A hold in run B" in capsys.readouterr().out
+    assert "claims of run A's findings hold in run B" in capsys.readouterr().out
+
+
+def _swap(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """``frame`` with the names of methods x and y exchanged."""
+    names = {x: y, y: x}
+    out = frame.copy()
+    for column in ("method", "best"):
+        out[column] = out[column].map(lambda m: names.get(m, m))
+    return out
+
+
+def test_a_claim_against_the_best_holds_when_two_methods_not_apart_swap_first_place():
+    """"b is worse than the best" holds in a run where c, not apart from a, comes first."""
+    a = tables(close_to_best=True)
+    b = {**a, "alignment": _swap(a["alignment"], "a", "c")}
+    compared = compare_claims(claims(a), claims(b))
+    line = compared[(compared["table"] == "alignment") & (compared["metric"] == "p_at_10")
+                    & (compared["method"] == "b") & (compared["against"] == "best")].iloc[0]
+    assert (line["versus_a"], line["versus_b"]) == ("a", "c")
+    assert line["relation_a"] == line["relation_b"] == "worse" and line["agrees"]
+    assert findings_claims(compared)["agrees"].all()
+    text = comparison_text(compared)
+    assert "p_at_10: b vs the best (A a, B c): worse" in text
+    assert "NOT in B" not in text
+
+
+def test_only_the_claims_findings_md_states_are_its_claims():
+    """The tables' lines the text leaves out (the dictionary half, LAPT, the oracle) are
+    listed as differences, not counted as claims of the findings."""
+    a = tables(close_to_best=False)
+    unstated = a["alignment"].assign(split="dictionary")
+    a = {**a, "alignment": pd.concat([a["alignment"], unstated], ignore_index=True)}
+    found = claims(a)
+    assert not found.loc[found["split"] == "dictionary", "stated"].any()
+    oracle = (found["table"] == "alignment") & (found["method"] == "world_oracle")
+    assert not found.loc[oracle, "stated"].any()
+    headline = found[(found["table"] == "alignment") & (found["split"] == "held_out")
+                     & (found["method"] != "world_oracle")]
+    assert headline["stated"].all() and found[found["table"] == "zeroshot"]["stated"].all()
+    # run B makes none of the dictionary half's claims: the findings' claims all hold
+    b = {**a, "alignment": a["alignment"][a["alignment"]["split"] == "held_out"]}
+    compared = compare_claims(found, claims(b))
+    assert findings_claims(compared)["agrees"].all()
+    text = comparison_text(compared)
+    assert "dictionary] p_at_10: c vs a: A worse" in text and "[unstated]" in text
 
 
 def test_the_report_writes_findings_md(tmp_path):

@@ -61,8 +61,15 @@ ALIGNMENT_METRICS = (
     ("p_at_1", "P@1", 1, " %"),
     ("cos_centred", "centred cosine", 2, ""),
 )
+#: What identifies a claim across runs. ``against`` is the role of the other method
+#: (``best``: the setting's best, whichever method that is in the run; else its name), so a
+#: claim against the best survives a rerun where two methods not apart swap first place.
 CLAIM_KEY = ["table", "stage", "lang", "source", "target", "side", "split", "variant",
-             "metric", "method", "versus"]
+             "metric", "method", "against"]
+#: The alignment lines the findings state: held-out tokens, input rows, before LAPT (the
+#: tables hold more: the dictionary half, the output rows, after LAPT).
+HEADLINE_ALIGNMENT = {"split": "held_out", "stage": "transfer", "side": "input"}
+BEST = "best"
 
 
 def read_tables(directory: str | Path | dict[str, str]) -> dict[str, pd.DataFrame]:
@@ -106,6 +113,7 @@ def _alignment_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
                     "split": line["split"], "variant": "", "metric": metric,
                     "method": line["method"],
                     "versus": line["best"] if other == "best" else RANDOM,
+                    "against": BEST if other == "best" else RANDOM,
                     "diff": line[column], "p": p, "clears": clears,
                     "relation": _relation(line[column], clears, True),
                 })
@@ -128,6 +136,7 @@ def _zeroshot_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 "source": line["source"], "target": line["target"], "side": "", "split": "",
                 "variant": "", "metric": "bits_per_byte", "method": line["method"],
                 "versus": line["best"] if other == "best" else RANDOM,
+                "against": BEST if other == "best" else RANDOM,
                 "diff": line[f"vs_{other}"], "p": p, "clears": clears,
                 "relation": _relation(line[f"vs_{other}"], clears, False),
             })
@@ -154,7 +163,8 @@ def _table1_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 "table": "table1", "stage": line["stage"], "lang": line["lang"],
                 "source": line["source"], "target": line["target"], "side": "", "split": "",
                 "variant": line[variant] if variant else "", "metric": line["metric"],
-                "method": line["method"], "versus": top["method"], "diff": diff,
+                "method": line["method"], "versus": top["method"], "against": BEST,
+                "diff": diff,
                 "p": line["vs_best_p"], "clears": clears,
                 "relation": _relation(diff, clears, True),
             })
@@ -175,45 +185,80 @@ def claims(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     lines = (_alignment_claims(tables["alignment"]) + _zeroshot_claims(tables["zeroshot"])
              + _table1_claims(tables["table1"]) + _probe_claims(tables["plm_probes"])
              + _salt_omp_claims(tables.get("salt_vs_omp", pd.DataFrame())))
-    columns = [*CLAIM_KEY, "diff", "p", "clears", "relation"]
-    return pd.DataFrame(lines, columns=columns)
+    columns = [*CLAIM_KEY, "versus", "diff", "p", "clears", "relation"]
+    found = pd.DataFrame(lines, columns=columns)
+    found["stated"] = stated(found)
+    return found
+
+
+def stated(found: pd.DataFrame) -> pd.Series:
+    """Which claims findings.md states (in words): the headline alignment lines
+    (:data:`HEADLINE_ALIGNMENT`) of the competing methods, Table 1's competing methods on
+    its tested metrics, every zero-shot, probe and SALT-OMP line."""
+    alignment = found["table"] == "alignment"
+    headline = np.logical_and.reduce(
+        [found[key] == value for key, value in HEADLINE_ALIGNMENT.items()]
+        + [found["method"] != ORACLE])
+    table1 = (found["table"] == "table1") & ~found["method"].isin([ORACLE, SOURCE_MODEL_LABEL])
+    other = ~found["table"].isin(["alignment", "table1"])
+    return pd.Series((alignment & headline) | table1 | other, index=found.index)
 
 
 def compare_claims(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Run A's and run B's claims on the same pairs: one line per tested pair of either run,
-    with both relations and p-values and ``agrees`` (the same relation in both; a pair one
-    run did not test has relation ``untested`` there). The claims of A that B does not make
-    are the lines where A's relation is not "not apart" and ``agrees`` is false."""
+    with both relations, p-values and the method each was against (``versus_a``,
+    ``versus_b``: the setting's best can differ), ``stated`` (findings.md of run A states
+    it) and ``agrees`` (the same relation in both; a pair one run did not test has relation
+    ``untested`` there). The claims of A's findings that B does not make are the stated
+    lines where A's relation is not "not apart" and ``agrees`` is false."""
     merged = a.merge(b, on=CLAIM_KEY, how="outer", suffixes=("_a", "_b"))
     for side in ("a", "b"):
         merged[f"relation_{side}"] = merged[f"relation_{side}"].fillna("untested")
+    merged["stated"] = merged["stated_a"].fillna(False).astype(bool)
     merged["agrees"] = merged["relation_a"] == merged["relation_b"]
-    columns = [*CLAIM_KEY, "relation_a", "p_a", "relation_b", "p_b", "agrees"]
+    columns = [*CLAIM_KEY, "versus_a", "versus_b", "relation_a", "p_a", "relation_b", "p_b",
+               "stated", "agrees"]
     return merged[columns].sort_values(["agrees", *CLAIM_KEY], kind="stable").reset_index(
         drop=True)
 
 
+def findings_claims(compared: pd.DataFrame) -> pd.DataFrame:
+    """The lines of :func:`compare_claims` that are claims of run A's findings: stated,
+    and better or worse."""
+    return compared[compared["stated"]
+                    & ~compared["relation_a"].isin(["not apart", "untested"])]
+
+
 def comparison_text(compared: pd.DataFrame) -> str:
-    """:func:`compare_claims` as text: each claim of run A and whether run B makes it,
-    then every other pair whose relation differs, with both p-values."""
-    made = compared[~compared["relation_a"].isin(["not apart", "untested"])]
-    lines = [f"Run A's claims ({len(made)}; {CORRECTION}, family-wise α = {FAMILY_ALPHA}):"]
+    """:func:`compare_claims` as text: each claim of run A's findings and whether run B
+    makes it, then every other pair whose relation differs (the tables' lines findings.md
+    does not state among them), with both p-values."""
+    made = findings_claims(compared)
+    lines = [f"Run A's findings' claims ({len(made)}; {CORRECTION}, family-wise "
+             f"α = {FAMILY_ALPHA}):"]
     for line in made.itertuples():
         held = "holds in B" if line.agrees else f"NOT in B ({line.relation_b}, p {line.p_b:.2g})"
         lines.append(f"- {_claim_label(line)}: {line.relation_a} (p {line.p_a:.2g}); {held}")
-    other = compared[~compared["agrees"] & compared["relation_a"].isin(["not apart", "untested"])]
-    lines += ["", f"Other pairs that differ ({len(other)}):"]
+    other = compared[~compared["agrees"] & ~compared.index.isin(made.index)]
+    lines += ["", f"Other pairs that differ ({len(other)}; unstated: only in the tables):"]
     lines += [f"- {_claim_label(line)}: A {line.relation_a} (p {line.p_a:.2g}), "
-              f"B {line.relation_b} (p {line.p_b:.2g})" for line in other.itertuples()]
+              f"B {line.relation_b} (p {line.p_b:.2g})"
+              + ("" if line.stated or line.relation_a == "untested" else " [unstated]")
+              for line in other.itertuples()]
     held = int(made["agrees"].sum())
-    lines += ["", f"{held} of {len(made)} claims of run A hold in run B."]
+    lines += ["", f"{held} of {len(made)} claims of run A's findings hold in run B."]
     return "\n".join(lines) + "\n"
 
 
 def _claim_label(line: Any) -> str:
     where = ", ".join(str(v) for v in (line.stage, line.lang, line.source, line.target,
                                        line.side, line.split, line.variant) if v and v == v)
-    return f"{line.table} [{where}] {line.metric}: {line.method} vs {line.versus}"
+    versus = {line.versus_a, line.versus_b} - {None, math.nan}
+    versus = {v for v in versus if isinstance(v, str)}
+    against = line.against if len(versus) != 1 else versus.pop()
+    if line.against == BEST and len(versus) == 2:
+        against = f"the best (A {line.versus_a}, B {line.versus_b})"
+    return f"{line.table} [{where}] {line.metric}: {line.method} vs {against}"
 
 
 # -- the text ------------------------------------------------------------------------------------
@@ -460,7 +505,8 @@ def _probe_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 "table": "plm_probes", "stage": "", "lang": line["lang"],
                 "source": line["source"], "target": line["target"], "side": "", "split": "",
                 "variant": "", "metric": probe, "method": line["target"],
-                "versus": "random rows", "diff": line[f"{probe}_diff"], "p": normal_p(z),
+                "versus": "random rows", "against": "random rows",
+                "diff": line[f"{probe}_diff"], "p": normal_p(z),
                 "clears": relation != "not apart", "relation": relation,
             })
     return lines
@@ -484,6 +530,7 @@ def _salt_omp_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
             "table": "salt_vs_omp", "stage": line.stage, "lang": line.lang,
             "source": line.source, "target": line.target, "side": "input", "split": "",
             "variant": "", "metric": line.metric, "method": line.method, "versus": "salt",
+            "against": "salt",
             "diff": line.diff, "p": line.p, "clears": bool(line.clears),
             "relation": _relation(line.diff, bool(line.clears), higher),
         })
@@ -626,8 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     a, b = (claims(read_tables(d)) for d in args.compare)
     compared = compare_claims(a, b)
     print(comparison_text(compared), end="")
-    made = compared[~compared["relation_a"].isin(["not apart", "untested"])]
-    return 0 if made["agrees"].all() else 1
+    return 0 if findings_claims(compared)["agrees"].all() else 1
 
 
 if __name__ == "__main__":
