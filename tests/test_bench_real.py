@@ -323,3 +323,14 @@ def test_bench_goal_counts_the_tables_methods_read():
         for lang, plm in (("de", "gpt2_de"), ("ar", "bert_ar"), ("de", "t5_de"))
         for kind in ("word", "token")
     }
+
+
+def test_the_real_small_timing_runs_what_make_real_run_runs():
+    """`bench_real.py --run real_small` times the command of `make real-run`: the same
+    config and the same extra arguments (memory cap, the source first)."""
+    makefile = (REPO / "Makefile").read_text()
+    variables = dict(re.findall(r"^(\w+) :?= (.+)$", makefile, re.M))
+    recipe = makefile.split("\nreal-run:", 1)[1].splitlines()[1]
+    recipe = re.sub(r"\$\((\w+)\)", lambda m: variables.get(m.group(1), m.group(0)), recipe)
+    spec = _bench().RUNS["real_small"]
+    assert f"--configfile {spec['config']} --cores 2 {' '.join(spec['args'])}" in recipe
