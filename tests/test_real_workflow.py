@@ -98,7 +98,6 @@ def test_the_report_writes_the_real_text_outputs(real_run: Path) -> None:
     assert (report / "alignment.csv").is_file()
     findings = (report / "findings.md").read_text()
     assert findings.startswith("# What real text shows") and "one seed" in findings
-    assert "alignment with the dictionary's held-out half" in findings
     table5 = (report / "table5.md").read_text()
     assert "30%" in table5 or "0.3" in table5
 
