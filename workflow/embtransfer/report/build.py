@@ -15,6 +15,7 @@ from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid, evaluated_stages, report_stages
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
+from embtransfer.evaluation.inputs import real_text_run
 from embtransfer.report.alignment_table import write_alignment
 from embtransfer.report.calibration import write_calibration
 from embtransfer.report.figures import (
@@ -41,6 +42,7 @@ from embtransfer.report.records import (
     zeroshot_identity,
 )
 from embtransfer.report.salt_omp import write_salt_vs_omp
+from embtransfer.report.source_floor import write_source_floor
 from embtransfer.report.tables import (
     TABLE_SPECS,
     Table,
@@ -52,12 +54,16 @@ from embtransfer.report.tables import (
 from embtransfer.report.zeroshot import write_zeroshot_comparison
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
+#: The report outputs the findings read (embtransfer.report.findings.TABLES), by name.
+FINDINGS_TABLES = ("alignment", "zeroshot", "table1", "plm_probes", "salt_vs_omp",
+                   "lapt_zeroshot", "source_floor")
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
     alignment_csv, plm_probes_md, plm_probes_csv, zeroshot_md, zeroshot_csv, calibration_md,
-    calibration_csv, salt_vs_omp_md, salt_vs_omp_csv, figure2, methods (the methods figure),
+    calibration_csv, lapt_zeroshot_md, lapt_zeroshot_csv, source_floor_md, source_floor_csv,
+    salt_vs_omp_md, salt_vs_omp_csv, figure2, methods (the methods figure),
     findings, report_md."""
     names = {}
     for n in TABLE_NUMBERS:
@@ -67,7 +73,7 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     names["alignment_csv"] = f"{directory}/alignment.csv"
     names["plm_probes_md"] = f"{directory}/plm_probes.md"
     names["plm_probes_csv"] = f"{directory}/plm_probes.csv"
-    for table in ("zeroshot", "calibration"):
+    for table in ("zeroshot", "calibration", "lapt_zeroshot", "source_floor"):
         names[f"{table}_md"] = f"{directory}/{table}.md"
         names[f"{table}_csv"] = f"{directory}/{table}.csv"
     names["salt_vs_omp_md"] = f"{directory}/salt_vs_omp.md"
@@ -99,6 +105,10 @@ class Inputs:
     #: world's (:data:`paths.SHARED_KINDS`, the miniature world only).
     real_shared_tokens: list[str] = field(default_factory=list)
     shared_kinds: list[str] = field(default_factory=list)
+    #: The source's quality floor records (:data:`paths.SOURCE_FLOOR`), real text only.
+    source_floor: list[str] = field(default_factory=list)
+    #: The final LAPT checkpoints' zero-shot records (:data:`paths.INTRINSIC_LAPT`).
+    lapt_zeroshot: list[str] = field(default_factory=list)
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
@@ -120,7 +130,7 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         "targets": {lang: list(plms) for lang, plms in config["targets"].items()},
         "models": {
             key: {k: v for k, v in config["models"][key].items()
-                  if k in ("type", "family", "repo_id")}
+                  if k in ("type", "family", "repo_id", "language")}
             for key in sorted(used) if key in config["models"]
         },
         "transfer": {"methods": list(config.get("transfer", {}).get("methods", []))},
@@ -129,6 +139,10 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         # the paired bootstrap of the zero-shot comparison
         "seed": config.get("seed", 0),
         "evaluation": {"stages": evaluated_stages(config)},
+        # a real-text run: its own report category, Table 5 for every LAPT run, the
+        # findings' real-text variant
+        # (a config without languages, as a part of one the tests pass, has no real text)
+        "real_text": "languages" in config and real_text_run(config),
     }
 
 
@@ -168,7 +182,8 @@ def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "res
               for n in (1, 2, 3, 4)}
     zeroshot = {zeroshot_identity(p): read_zeroshot(p)
                 for p in inputs.zeroshot if Path(p).is_file()}
-    tables[5] = table5(runs, grid, names, reference, zeroshot)
+    tables[5] = table5(runs, grid, names, reference, zeroshot,
+                       every_method=bool(config.get("real_text")))
     tables[6] = table6(coverage, grid, names, reference)
     tables[8] = table8(runs, grid, names, reference, config)
     return tables, grid, names, runs
@@ -203,6 +218,14 @@ def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str
         "calibration": write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
                                          outputs["calibration_csv"], outputs["calibration_md"]),
     }
+    seed = config.get("seed", 0)
+    written["lapt_zeroshot"] = write_zeroshot_comparison(
+        inputs.lapt_zeroshot, outputs["lapt_zeroshot_csv"], outputs["lapt_zeroshot_md"], seed,
+        lapt=True)
+    languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
+    written["source_floor"] = write_source_floor(
+        inputs.source_floor, languages, inputs.transfer_zeroshot, outputs["source_floor_csv"],
+        outputs["source_floor_md"])
     written["salt_vs_omp"] = write_salt_vs_omp(
         inputs.transfer_zeroshot, inputs.alignment, outputs["salt_vs_omp_csv"],
         outputs["salt_vs_omp_md"], config.get("seed", 0))
@@ -237,6 +260,19 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
         parts += _section("SALT against OMP",
                           f"Paired, per setting, in [salt_vs_omp.md]({name['salt_vs_omp_md']}) "
                           f"({len(written['salt_vs_omp'])} lines): zero-shot, LAPT and alignment.")
+    if len(written["lapt_zeroshot"]):
+        parts += _section("After LAPT: the final checkpoints' bits per byte",
+                          f"In [lapt_zeroshot.md]({name['lapt_zeroshot_md']}) "
+                          f"({len(written['lapt_zeroshot'])} lines): the zero-shot table's "
+                          "standard errors and paired tests for the final LAPT checkpoints.")
+    if len(written["source_floor"]):
+        floor = written["source_floor"]
+        held = floor[floor["text"] == "held-out"]
+        parts += _section("The source's quality floor",
+                          f"In [source_floor.md]({name['source_floor_md']}): "
+                          f"{int(held['clears_floor'].astype(bool).sum())} of {len(held)} "
+                          "sources clear the add-one unigram by 25 % and the Kneser–Ney "
+                          "bigram on their held-out text.")
     if len(probes):
         parts += _section("Do the target PLMs carry meaning?",
                           "Two probes per target PLM in "
@@ -266,10 +302,8 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
         with atomic_path(outputs[f"table{n}_csv"]) as tmp:
             table.long().to_csv(tmp, index=False)
     written = _write_comparisons(config, inputs, outputs, dpi)
-    write_findings({"alignment": outputs["alignment_csv"], "zeroshot": outputs["zeroshot_csv"],
-                    "table1": outputs["table1_csv"], "plm_probes": outputs["plm_probes_csv"],
-                    "salt_vs_omp": outputs["salt_vs_omp_csv"]},
-                   outputs["findings"])
+    write_findings({name: outputs[f"{name}_csv"] for name in FINDINGS_TABLES},
+                   outputs["findings"], real=bool(config.get("real_text")))
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     figure_dir = Path(outputs["report_md"]).parent
     figure_link = os.path.relpath(outputs["figure2"], figure_dir)

@@ -18,7 +18,10 @@ decision that puts a table's ``*``); elsewhere the methods are "not apart".
 
   copies the tables it reads into ``docs/reference_run/`` with ``run.json`` (the commit and
   date of the run) and rewrites the README between :data:`START` and :data:`END`;
-  ``--compare A B`` prints :func:`compare_claims` of two report folders.
+  ``--real-reference`` does the same for a real-text run (``docs/reference_real_run/``, the
+  README's "What real text shows" between :data:`REAL_START` and :data:`REAL_END`, beside
+  the miniature world's reference); ``--compare A B`` prints :func:`compare_claims` of two
+  report folders.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import pandas as pd
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm, normal_p
 from embtransfer.report.alignment_table import alignment_clears, table_order
+from embtransfer.report.source_floor import floor_sentence
 from embtransfer.report.tables import ORACLE, RANDOM, SOURCE_MODEL_LABEL
 from embtransfer.report.zeroshot import NOT_COMPETING, OWN_TOKENIZER, zeroshot_clears
 
@@ -49,12 +53,17 @@ TABLES = {
     "table1": "table1.csv",
     "plm_probes": "plm_probes.csv",
     "salt_vs_omp": "salt_vs_omp.csv",
+    "lapt_zeroshot": "lapt_zeroshot.csv",
+    "source_floor": "source_floor.csv",
 }
 #: The reference run the README's findings come from, and its record (commit, date).
 REFERENCE_DIR = Path("docs/reference_run")
 RUN_JSON = "run.json"
 README = Path("README.md")
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+#: The real-text run's reference (config/real_small.yaml) and its README section.
+REAL_REFERENCE_DIR = Path("docs/reference_real_run")
+REAL_START, REAL_END = "<!-- real-findings:start -->", "<!-- real-findings:end -->"
 #: The alignment metrics stated, headline first: (column, name, digits, unit).
 ALIGNMENT_METRICS = (
     ("p_at_10", "P@10", 1, " %"),
@@ -120,7 +129,9 @@ def _alignment_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return lines
 
 
-def _zeroshot_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _zeroshot_claims(frame: pd.DataFrame, table: str = "zeroshot") -> list[dict[str, Any]]:
+    """The zero-shot table's tests (``table="lapt_zeroshot"``: the final LAPT checkpoints',
+    the same table after LAPT)."""
     if frame.empty:
         return []
     decided = zeroshot_clears(frame)
@@ -132,7 +143,8 @@ def _zeroshot_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 continue
             clears = bool(decided.loc[i, f"vs_{other}_p"])
             lines.append({
-                "table": "zeroshot", "stage": "transfer", "lang": line["lang"],
+                "table": table, "stage": "lapt" if table == "lapt_zeroshot" else "transfer",
+                "lang": line["lang"],
                 "source": line["source"], "target": line["target"], "side": "", "split": "",
                 "variant": "", "metric": "bits_per_byte", "method": line["method"],
                 "versus": line["best"] if other == "best" else RANDOM,
@@ -184,7 +196,8 @@ def claims(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     the relation it supports (``better``, ``worse`` or ``not apart``)."""
     lines = (_alignment_claims(tables["alignment"]) + _zeroshot_claims(tables["zeroshot"])
              + _table1_claims(tables["table1"]) + _probe_claims(tables["plm_probes"])
-             + _salt_omp_claims(tables.get("salt_vs_omp", pd.DataFrame())))
+             + _salt_omp_claims(tables.get("salt_vs_omp", pd.DataFrame()))
+             + _zeroshot_claims(tables.get("lapt_zeroshot", pd.DataFrame()), "lapt_zeroshot"))
     columns = [*CLAIM_KEY, "versus", "diff", "p", "clears", "relation"]
     found = pd.DataFrame(lines, columns=columns)
     found["stated"] = stated(found)
@@ -316,13 +329,16 @@ def _relations(found: pd.DataFrame, versus: str | None = None, other: str = "bes
     return dict(zip(mine["method"], mine["relation"], strict=True))
 
 
-def _alignment_section(frame: pd.DataFrame, found: pd.DataFrame) -> list[str]:
+def _alignment_section(frame: pd.DataFrame, found: pd.DataFrame, real: bool = False
+                       ) -> list[str]:
     head = frame[(frame["split"] == "held_out") & (frame["stage"] == "transfer")
                  & (frame["side"] == "input")] if not frame.empty else frame
     if head.empty:
         return []
-    parts = ["", "### The new rows (alignment with the world's truth, before LAPT)", "",
-             "Held-out concepts (no method was aligned on them), input rows: P@10 and P@1 "
+    truth, items = (("the dictionary's held-out half", "Held-out FreeDict headwords")
+                    if real else ("the world's truth", "Held-out concepts"))
+    parts = ["", f"### The new rows (alignment with {truth}, before LAPT)", "",
+             f"{items} (no method was aligned on them), input rows: P@10 and P@1 "
              "of retrieving a token's translation among the source's text rows, and the "
              "cosine to the oracle row centred on the source's mean row "
              "(`results/report/alignment.md`)."]
@@ -385,12 +401,23 @@ def _pm(line: pd.Series, column: str, digits: int) -> str:
     return value if pd.isna(se) or se == 0 else f"{value} ± {se:.{digits}f}"
 
 
-def _zeroshot_section(frame: pd.DataFrame, found: pd.DataFrame) -> list[str]:
+#: The zero-shot section's heading and source table, and the same after LAPT.
+ZEROSHOT_HEADINGS = {
+    "zeroshot": ("Zero-shot (bits per byte, before any training)", "zeroshot.md"),
+    "lapt_zeroshot": ("After LAPT (bits per byte of the final checkpoints)",
+                      "lapt_zeroshot.md"),
+}
+
+
+def _zeroshot_section(frame: pd.DataFrame, found: pd.DataFrame, table: str = "zeroshot"
+                      ) -> list[str]:
     if frame.empty:
         return []
-    parts = ["", "### Zero-shot (bits per byte, before any training)", "",
+    heading, file = ZEROSHOT_HEADINGS[table]
+    found = found[found["table"] == table]
+    parts = ["", f"### {heading}", "",
              "Bits per byte on each target language's held-out text, lower is better; paired "
-             "tests over the same documents (`results/report/zeroshot.md`)."]
+             f"tests over the same documents (`results/report/{file}`)."]
     for (lang, source), block in frame.groupby(["lang", "source"], sort=True):
         own = block[block["target"] == OWN_TOKENIZER]
         for target, group in block[block["target"] != OWN_TOKENIZER].groupby("target",
@@ -402,7 +429,7 @@ def _zeroshot_section(frame: pd.DataFrame, found: pd.DataFrame) -> list[str]:
             if len(order) < 2:
                 parts.append(f"{head}: {_names([f'{m} ({value[m]})' for m in order])} alone.")
                 continue
-            mine = found[(found["table"] == "zeroshot") & (found["lang"] == lang)
+            mine = found[(found["lang"] == lang)
                          & (found["source"] == source) & (found["target"] == target)]
             vs_top = _versus_method(mine[mine["method"].isin(order)], order[0])
             vs_random = _relations(mine[mine["method"].isin(order)], RANDOM)
@@ -580,13 +607,16 @@ def _probe_section(frame: pd.DataFrame) -> list[str]:
             f"Carry meaning by both probes: {_names(yes)}. Do not: {_names(no)}."]
 
 
-def findings_markdown(tables: dict[str, pd.DataFrame], run: dict[str, Any] | None = None
-                      ) -> str:
+def findings_markdown(tables: dict[str, pd.DataFrame], run: dict[str, Any] | None = None,
+                      real: bool = False, world: dict[str, pd.DataFrame] | None = None) -> str:
     """The text of findings.md (and the README's section): every comparison the tables
-    test, in words, at the report's one threshold."""
+    test, in words, at the report's one threshold. ``real``: a real-text run's ("What real
+    text shows": its limits first, the source's floor, and where ``world`` (the miniature
+    world's tables) is given, which method leads in each)."""
     found = claims(tables)
     made = found[found["relation"] != "not apart"]
-    parts = [
+    parts = _real_preamble(tables, world) if real else []
+    parts += [
         "Written from the result tables by `embtransfer.report.findings`"
         + (f", from the run of commit {run['commit']} ({run['date']})" if run else "")
         + f". A method is called better, worse or best only where a paired test over the "
@@ -594,23 +624,108 @@ def findings_markdown(tables: dict[str, pd.DataFrame], run: dict[str, Any] | Non
         "over every test of its table (McNemar's exact test for 0/1 scores, a paired "
         "bootstrap otherwise; the tables' `*` marks the same tests); elsewhere the methods "
         f"are not apart. {len(made)} of the {len(found)} tested pairs clear it. "
-        f"`{ORACLE}` is the world's oracle: the translation's rows where the world knows a "
-        "token's meaning, Mean's row elsewhere; it is the upper bound of the alignment "
-        "metrics only.",
+        + ("" if real else
+           f"`{ORACLE}` is the world's oracle: the translation's rows where the world knows a "
+           "token's meaning, Mean's row elsewhere; it is the upper bound of the alignment "
+           "metrics only."),
     ]
-    parts += _alignment_section(tables["alignment"], found)
+    parts += _alignment_section(tables["alignment"], found, real)
     parts += _zeroshot_section(tables["zeroshot"], found)
+    parts += _zeroshot_section(tables.get("lapt_zeroshot", pd.DataFrame()), found,
+                               "lapt_zeroshot")
     parts += _table1_section(tables["table1"], found)
     parts += _probe_section(tables["plm_probes"])
     parts += _salt_omp_section(tables.get("salt_vs_omp", pd.DataFrame()))
     return "\n".join(parts) + "\n"
 
 
+#: What a real-text run is, stated before its findings.
+REAL_LIMITS = (
+    "A real-text run (`config/real_small.yaml`, docs/real_text.md) has its limits: one seed "
+    "of the source, small models (a source of width 128 and 4 layers, target PLMs of width "
+    "128 and 2 layers, all pretrained here), and the corpora's domains (LibreOffice help and "
+    "manual pages for English, German and Vietnamese; classical Arabic hadith and interface "
+    "strings for Arabic). What it shows holds for these models on this text."
+)
+
+
+def _real_preamble(tables: dict[str, pd.DataFrame],
+                   world: dict[str, pd.DataFrame] | None) -> list[str]:
+    """The limits of a real-text run, its source's floor figures and, beside the miniature
+    world's tables, which method leads in each."""
+    parts = [REAL_LIMITS]
+    floor = tables.get("source_floor", pd.DataFrame())
+    if len(floor):
+        held = floor[floor["text"] == "held-out"]
+        parts[0] += " " + "; ".join(floor_sentence(line) for line in held.itertuples()) + "."
+        control = floor[floor["text"] == "control"]
+        if len(control):
+            parts[0] += (" With its own tokenizer on the target languages' held-out text: "
+                         + ", ".join(f"{line.lang} {line.bits_per_byte:.3f}"
+                                     for line in control.itertuples())
+                         + " bits per byte.")
+    if world is not None:
+        parts += ["", "### Real text beside the miniature world", "",
+                  "The method first in each setting, on real text and in the miniature "
+                  "world's reference run (docs/reference_run/); `*`: best, apart from every "
+                  "other by the same rule.", ""]
+        for name, words in (("zeroshot", "zero-shot bits per byte"),
+                            ("alignment", "held-out P@10")):
+            real, mini = leaders(tables, name), leaders(world, name)
+            verdict = ("the same method leads most often" if _top(real) == _top(mini)
+                       else "the verdicts differ")
+            parts.append(f"- {words}: real text {_tally(real)}; the miniature world "
+                         f"{_tally(mini)}: {verdict}.")
+    return parts
+
+
+def leaders(tables: dict[str, pd.DataFrame], name: str) -> dict[str, tuple[str, bool]]:
+    """Per setting (language, source, target) of the ``zeroshot`` or ``alignment`` table
+    (held-out input rows before LAPT, as the findings state it): the first method and
+    whether it is best (every other competing method worse by :func:`claims`)."""
+    frame = tables.get(name, pd.DataFrame())
+    if frame.empty:
+        return {}
+    found = claims({**{k: pd.DataFrame() for k in TABLES}, name: frame})
+    if name == "alignment":
+        frame = frame[np.logical_and.reduce(
+            [frame[k] == v for k, v in HEADLINE_ALIGNMENT.items()])]
+        found = found[(found["split"] == "held_out") & (found["metric"] == "p_at_10")
+                      & (found["side"] == "input") & (found["stage"] == "transfer")]
+    competing = frame[~frame["method"].isin([*NOT_COMPETING, ORACLE])]
+    out = {}
+    for setting, group in competing.groupby(["lang", "source", "target"], sort=True):
+        top = group["best"].iloc[0]
+        if not isinstance(top, str) or not top:
+            continue
+        mine = found[(found["lang"] == setting[0]) & (found["source"] == setting[1])
+                     & (found["target"] == setting[2]) & (found["against"] == BEST)
+                     & (found["method"] != top) & ~found["method"].isin([*NOT_COMPETING,
+                                                                         ORACLE])]
+        out["/".join(setting)] = (top, bool(len(mine)) and (mine["relation"] == "worse").all())
+    return out
+
+
+def _top(lead: dict[str, tuple[str, bool]]) -> str | None:
+    counts = pd.Series([m for m, _ in lead.values()]).value_counts()
+    return str(counts.index[0]) if len(counts) else None
+
+
+def _tally(lead: dict[str, tuple[str, bool]]) -> str:
+    if not lead:
+        return "no setting"
+    counts = pd.Series([m for m, _ in lead.values()]).value_counts()
+    best = pd.Series([m for m, b in lead.values() if b]).value_counts()
+    return ", ".join(f"{m} first in {n} of {len(lead)}"
+                     + (f" ({best[m]}*)" if m in best else "") for m, n in counts.items())
+
+
 def write_findings(directory: str | Path | dict[str, str], path: str | Path,
-                   run: dict[str, Any] | None = None) -> str:
+                   run: dict[str, Any] | None = None, real: bool = False) -> str:
     """Write findings.md from the tables under ``directory`` (:func:`read_tables`); returns
-    its text."""
-    text = "# What the run shows\n\n" + findings_markdown(read_tables(directory), run)
+    its text. ``real``: a real-text run's ("What real text shows")."""
+    heading = "# What real text shows\n\n" if real else "# What the run shows\n\n"
+    text = heading + findings_markdown(read_tables(directory), run, real=real)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return text
@@ -619,27 +734,48 @@ def write_findings(directory: str | Path | dict[str, str], path: str | Path,
 # -- the reference run and the README ----------------------------------------------------------
 
 
-def readme_section(reference: Path = REFERENCE_DIR) -> str:
-    """The README's findings: the text of the reference run's tables."""
+#: The README's real-text section before a real run's tables are committed.
+NO_REAL_REFERENCE = (
+    "No real-text run's tables are committed yet (docs/reference_real_run/): "
+    "`make real-run`, then `make findings-real-reference` writes them and this section.\n"
+)
+
+
+def readme_section(reference: Path = REFERENCE_DIR, real: bool = False,
+                   world: Path = REFERENCE_DIR) -> str:
+    """The README's findings: the text of the reference run's tables. ``real``: the
+    real-text section, beside the miniature world's reference (``world``)."""
+    if real and not (reference / RUN_JSON).is_file():
+        return NO_REAL_REFERENCE
     run = json.loads((reference / RUN_JSON).read_text())
-    return findings_markdown(read_tables(reference), run)
+    if not real:
+        return findings_markdown(read_tables(reference), run)
+    return findings_markdown(read_tables(reference), run, real=True,
+                             world=read_tables(world))
 
 
-def replace_section(text: str, section: str) -> str:
-    """``text`` with what stands between :data:`START` and :data:`END` replaced."""
-    start, end = text.index(START) + len(START), text.index(END)
+def _markers(real: bool) -> tuple[str, str]:
+    return (REAL_START, REAL_END) if real else (START, END)
+
+
+def replace_section(text: str, section: str, real: bool = False) -> str:
+    """``text`` with what stands between :data:`START` and :data:`END` (``real``:
+    :data:`REAL_START`, :data:`REAL_END`) replaced."""
+    start_mark, end_mark = _markers(real)
+    start, end = text.index(start_mark) + len(start_mark), text.index(end_mark)
     return text[:start] + "\n" + section + text[end:]
 
 
-def current_section(text: str) -> str:
-    return text[text.index(START) + len(START) + 1 : text.index(END)]
+def current_section(text: str, real: bool = False) -> str:
+    start_mark, end_mark = _markers(real)
+    return text[text.index(start_mark) + len(start_mark) + 1 : text.index(end_mark)]
 
 
 def refresh_reference(report_dir: Path, reference: Path = REFERENCE_DIR,
-                      readme: Path = README) -> None:
+                      readme: Path = README, real: bool = False) -> None:
     """Copy a run's tables into ``reference`` with its ``run.json`` (the checkout's commit,
     ``-dirty`` when the working tree differs from it, and the date the tables were written)
-    and rewrite the README's findings from them."""
+    and rewrite the README's findings from them (``real``: its real-text section)."""
     # before anything here is written, which would make the tree differ
     commit = subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty=-dirty"],
                             capture_output=True, text=True, check=True).stdout.strip()
@@ -655,7 +791,8 @@ def refresh_reference(report_dir: Path, reference: Path = REFERENCE_DIR,
     date = dt.datetime.fromtimestamp(max(written), dt.UTC).date().isoformat()
     (reference / RUN_JSON).write_text(json.dumps({"commit": commit, "date": date}, indent=2)
                                       + "\n")
-    readme.write_text(replace_section(readme.read_text(), readme_section(reference)))
+    section = readme_section(reference, real=real)
+    readme.write_text(replace_section(readme.read_text(), section, real))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -664,11 +801,17 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--reference", type=Path, metavar="REPORT_DIR",
                        help="copy this report folder's tables into docs/reference_run/ and "
                             "rewrite the README's findings")
+    group.add_argument("--real-reference", type=Path, metavar="REPORT_DIR",
+                       help="copy a real-text run's tables into docs/reference_real_run/ and "
+                            "rewrite the README's real-text findings")
     group.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"),
                        help="print which claims of report folder A report folder B makes")
     args = parser.parse_args(argv)
     if args.reference:
         refresh_reference(args.reference)
+        return 0
+    if args.real_reference:
+        refresh_reference(args.real_reference, REAL_REFERENCE_DIR, real=True)
         return 0
     a, b = (claims(read_tables(d)) for d in args.compare)
     compared = compare_claims(a, b)

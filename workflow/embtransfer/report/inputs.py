@@ -8,7 +8,13 @@ from typing import Any
 
 from embtransfer.core import paths
 from embtransfer.core.grid import world_pairs
-from embtransfer.evaluation.inputs import all_alignment, all_evaluation, all_plm_probes
+from embtransfer.evaluation.inputs import (
+    all_alignment,
+    all_evaluation,
+    all_lapt_intrinsic,
+    all_plm_probes,
+    all_source_floors,
+)
 from embtransfer.lapt.inputs import all_lapt_metrics
 from embtransfer.report.build import output_names, zeroshot_paths
 from embtransfer.transfer.inputs import all_zeroshot
@@ -43,6 +49,10 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         # the calibration table: the committed real figures beside the world's
         "real_shared_tokens": [config["report"]["calibration"]] if world_pairs(config) else [],
         "shared_kinds": all_shared_kinds(config),
+        # the source's quality floor (rule source_floor) and the final LAPT checkpoints'
+        # zero-shot records (rule intrinsic_lapt)
+        "source_floor": all_source_floors(config),
+        "lapt_zeroshot": all_lapt_intrinsic(config),
     }
 
 
@@ -58,6 +68,8 @@ _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("plm_probes", "plm_probes", _TRUTH, {"table": "target-PLM probes"}),
     ("zeroshot", "zeroshot", _COMPARED, {"table": "zero-shot bits per byte"}),
     ("salt_vs_omp", "salt_vs_omp", _COMPARED, {"table": "SALT against OMP"}),
+    ("lapt_zeroshot", "lapt_zeroshot", _COMPARED, {"table": "after LAPT: bits per byte"}),
+    ("source_floor", "source_floor", _COMPARED, {"table": "the source's quality floor"}),
     ("findings", "findings", _COMPARED, {"table": "findings, in words", "format": "Markdown"}),
     ("methods", "methods", _COMPARED, {"figure": "held-out P@10 and zero-shot bits per byte"}),
     ("calibration", "calibration", "Calibration of the world",
@@ -66,9 +78,24 @@ _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )
 
 
-def report_entry(name: str) -> dict[str, Any]:
+#: The category of every report output of a real-text run
+#: (:func:`embtransfer.evaluation.inputs.real_text_run`): each keeps its own as subcategory.
+REAL_TEXT = "Real text"
+
+
+def report_entry(name: str, real_text: bool = False) -> dict[str, Any]:
     """How the report output ``name`` shows in `snakemake --report`: the keyword arguments
-    of Snakemake's report() (captions relative to workflow/rules/)."""
+    of Snakemake's report() (captions relative to workflow/rules/). ``real_text``: the run
+    compares the methods on real text (``real_text_run``); every output then shows under
+    :data:`REAL_TEXT`, its usual category (and subcategory) as its subcategory."""
+    entry = _entry(name)
+    if real_text:
+        within = ": ".join(v for v in (entry["category"], entry.get("subcategory")) if v)
+        entry = {**entry, "category": REAL_TEXT, "subcategory": within}
+    return entry
+
+
+def _entry(name: str) -> dict[str, Any]:
     kind = "Markdown" if name.endswith("_md") else "CSV"
     if name.startswith("table"):
         number = int(name[len("table") : name.index("_")])

@@ -616,45 +616,48 @@ def lapt_path(grid: Grid, lang: str, source: str, target: str, method: str) -> s
 def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
            reference: dict[tuple[str, ...], float],
            zeroshot: dict[tuple[str, str, str, str], dict[str, Any]] | None = None,
-           fractions: tuple[float, ...] = (0.3, 0.6, 0.9)) -> Table:
+           fractions: tuple[float, ...] = (0.3, 0.6, 0.9), every_method: bool = False
+           ) -> Table:
     """Eval loss (and bits per byte) at fractions of the LAPT steps, focus method, every
-    target PLM. ``zeroshot``: (lang, source, target, method) -> zero-shot record."""
+    target PLM. ``zeroshot``: (lang, source, target, method) -> zero-shot record.
+    ``every_method``: every LAPT run's method, not the focus method alone (a real-text run
+    trains every method on one target)."""
     zeroshot = zeroshot or {}
     by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     seen = sorted({f for r in runs for f in r.evals}) or list(fractions)
     metrics = [fraction_label(f) for f in seen]
     bpb_metrics = [fraction_label(f, "bits per byte") for f in seen]
     rows = []
-    method = grid.focus_method
-    for lang in grid.langs:
-        for source in grid.sources:
-            for target in grid.targets[lang]:
-                if not grid.wants_lapt(lang, source, target, method):
-                    continue
-                run = by_key.get((lang, source, target, method))
-                row = Row(keys={"lang": lang, "source": source, "target": target,
-                                "arch": names.arch(target) or "?", "method": method},
-                          paper=names.setting(source, lang, target, method))
-                path = lapt_path(grid, lang, source, target, method)
-                if run is None:
-                    row.missing.append(f"no LAPT metrics file ({path})")
-                counts = zeroshot.get((lang, source, target, method))
-                lacking = []
-                for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
-                    value = run.evals.get(fraction) if run else None
-                    row.values[metric] = value
-                    row.values[bpb] = (bits_per_byte(value, counts)
-                                       if value is not None and counts else None)
-                    if run is not None and value is None:
-                        lacking.append(f"{fraction:g}")
-                if lacking:
-                    row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in "
-                                       f"{run.path}")
-                if counts is None and any(run and f in run.evals for f in seen):
-                    row.missing.append(
-                        "bits per byte (no zero-shot record for the tokens per byte: "
-                        f"{zeroshot_path(grid, lang, source, target, method)})")
-                rows.append(row)
+    methods = grid.methods if every_method else [grid.focus_method]
+    for lang, source, method in ((lang, source, method) for lang in grid.langs
+                                 for source in grid.sources for method in methods):
+        for target in grid.targets[lang]:
+            if not grid.wants_lapt(lang, source, target, method):
+                continue
+            run = by_key.get((lang, source, target, method))
+            row = Row(keys={"lang": lang, "source": source, "target": target,
+                            "arch": names.arch(target) or "?", "method": method},
+                      paper=names.setting(source, lang, target, method))
+            path = lapt_path(grid, lang, source, target, method)
+            if run is None:
+                row.missing.append(f"no LAPT metrics file ({path})")
+            counts = zeroshot.get((lang, source, target, method))
+            lacking = []
+            for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
+                value = run.evals.get(fraction) if run else None
+                row.values[metric] = value
+                row.values[bpb] = (bits_per_byte(value, counts)
+                                   if value is not None and counts else None)
+                if run is not None and value is None:
+                    lacking.append(f"{fraction:g}")
+            if lacking:
+                row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in "
+                                   f"{run.path}")
+            if counts is None and any(run and f in run.evals for f in seen):
+                row.missing.append(
+                    "bits per byte (no zero-shot record for the tokens per byte: "
+                    f"{zeroshot_path(grid, lang, source, target, method)})")
+            rows.append(row)
     notes = ["Held-out loss per token of the transferred model's own tokenizer, evaluated at "
              "the given fractions of the LAPT optimizer steps. A per-token loss depends on the "
              "tokenizer (more tokens per byte, lower loss per token); bits per byte do not: "
@@ -664,6 +667,9 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
              "also scores the separators between documents, which the zero-shot counts leave "
              "out, so these are close to, not exactly, the checkpoint's bits per byte."]
     return Table(5, "eval loss during LAPT by target-PLM architecture",
+                 "Evaluation loss of every LAPT run at the configured fractions of the LAPT "
+                 "steps (`lapt.eval_fractions`), and the same in bits per byte."
+                 if every_method else
                  "Evaluation loss of the focus method (the paper: SALT) at 30/60/90% of the "
                  "LAPT steps, with each target PLM, and the same in bits per byte.",
                  sort_rows(rows, grid),

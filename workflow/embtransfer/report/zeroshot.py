@@ -261,10 +261,21 @@ COMPARISON_INTRO = (
 )
 
 
-def comparison_markdown(frame: pd.DataFrame) -> str:
+#: The same comparison of the final LAPT checkpoints (rule intrinsic_lapt's records).
+LAPT_TITLE = "After LAPT: the final checkpoints with standard errors and paired tests"
+LAPT_INTRO = (
+    "The final checkpoint of every LAPT run, scored as the transferred ones are "
+    "(`results/intrinsic/lapt/`), with the same tests: a setting's best is its best LAPT run, "
+    "Random the LAPT run of Random's checkpoint. "
+    + COMPARISON_INTRO.replace(" before any training", "")
+)
+
+
+def comparison_markdown(frame: pd.DataFrame,
+                        title: str = "Zero-shot comparison with standard errors and paired tests",
+                        intro: str = COMPARISON_INTRO) -> str:
     clears = zeroshot_clears(frame)
-    parts = ["# Zero-shot comparison with standard errors and paired tests", "",
-             COMPARISON_INTRO]
+    parts = [f"# {title}", "", intro]
     for (lang, source, target), group in frame.groupby(SETTING, sort=False):
         parts += ["", f"## {lang}, source {source}, target {target} "
                       f"({int(group['documents'].iloc[0])} documents, "
@@ -276,11 +287,16 @@ def comparison_markdown(frame: pd.DataFrame) -> str:
 
 
 def write_zeroshot_comparison(files: list[str], csv_path: str | os.PathLike,
-                              md_path: str | os.PathLike, seed: int) -> pd.DataFrame:
+                              md_path: str | os.PathLike, seed: int, lapt: bool = False
+                              ) -> pd.DataFrame:
+    """The comparison of ``files``' checkpoints; ``lapt``: they are final LAPT checkpoints
+    (the title and introduction say so)."""
     records = read_records(files, required=(*ZEROSHOT_KEYS, *DOCUMENT_KEYS))
     frame = zeroshot_comparison(records, seed)
+    text = (comparison_markdown(frame, LAPT_TITLE, LAPT_INTRO) if lapt
+            else comparison_markdown(frame))
     with atomic_path(csv_path) as tmp:
         frame.to_csv(tmp, index=False)
     with atomic_path(md_path) as tmp:
-        tmp.write_text(comparison_markdown(frame), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     return frame

@@ -21,6 +21,8 @@ inputs = Inputs(
     transfer_zeroshot=list(sm.input.transfer_zeroshot),
     real_shared_tokens=list(sm.input.real_shared_tokens),
     shared_kinds=list(sm.input.shared_kinds),
+    source_floor=list(sm.input.source_floor),
+    lapt_zeroshot=list(sm.input.lapt_zeroshot),
 )
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,

@@ -1,0 +1,133 @@
+"""The source's quality floor: is the source LLM a language model of its own language?
+
+Reads rule source_floor's records (:data:`embtransfer.core.paths.SOURCE_FLOOR`,
+:mod:`embtransfer.evaluation.lm_floor`) and writes ``source_floor.{csv,md}``: per source,
+its bits per byte on its language's held-out text beside the add-one unigram and the
+Kneser–Ney bigram of its own tokens (both fitted on its training text) and whether it
+clears them (:data:`~embtransfer.evaluation.lm_floor.FLOOR_MARGIN` below the unigram and
+below the bigram); then the control lines: the same source with its own tokenizer on each
+target language's held-out text (the zero-shot table's ``source_model``), the reference
+every transferred checkpoint stands beside.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from embtransfer.core import paths
+from embtransfer.core.atomic import atomic_path, read_json
+from embtransfer.core.paired import ratio_se
+from embtransfer.evaluation.lm_floor import FLOOR_MARGIN
+from embtransfer.report.records import read_records
+from embtransfer.report.tables import markdown
+
+#: ``text``: ``held-out`` (the floor's line, the source's own language) or ``control``.
+FLOOR_COLUMNS = [
+    "source", "lang", "text", "documents", "bytes", "bits_per_byte", "bits_per_byte_se",
+    "unigram_bits_per_byte", "kn_bigram_bits_per_byte", "below_unigram", "below_kn_bigram",
+    "clears_floor",
+]  # fmt: skip
+NAN = math.nan
+
+
+def _se(nll_nats: list[float], n_bytes: list[int]) -> float:
+    nll = np.asarray(nll_nats, np.float64) / math.log(2)
+    return ratio_se(nll, np.asarray(n_bytes, np.float64)) if nll.size >= 2 else NAN
+
+
+def floor_frame(floor_files: list[str], languages: dict[str, str],
+                zeroshot_files: list[str]) -> pd.DataFrame:
+    """One ``held-out`` line per floor record (``languages``: source -> its language), then
+    one ``control`` line per source-model zero-shot record of ``zeroshot_files`` of a
+    source with a floor record (other records are skipped)."""
+    lines: list[dict[str, Any]] = []
+    for path in floor_files:
+        source = paths.SOURCE_FLOOR.parse(path)["source"]
+        record = read_json(path)
+        lines.append({
+            "source": source, "lang": languages[source], "text": "held-out",
+            "documents": record["documents"], "bytes": record["bytes"],
+            "bits_per_byte": record["model_bits_per_byte"],
+            "bits_per_byte_se": _se(record["document_nll_nats"]["model"],
+                                    record["document_bytes"]),
+            **{k: record[k] for k in ("unigram_bits_per_byte", "kn_bigram_bits_per_byte",
+                                      "below_unigram", "below_kn_bigram", "clears_floor")},
+        })
+    floored = {line["source"] for line in lines}
+    controls = [r for r in read_records([p for p in zeroshot_files
+                                         if paths.ZEROSHOT_SOURCE.parse(p)])
+                if r["source"] in floored]
+    for record in sorted(controls, key=lambda r: (r["source"], r["lang"])):
+        lines.append({
+            "source": record["source"], "lang": record["lang"], "text": "control",
+            "documents": len(record.get("document_bytes", [])) or NAN,
+            "bytes": record.get("bytes", NAN), "bits_per_byte": record["bits_per_byte"],
+            "bits_per_byte_se": _se(record.get("document_nll_nats", []),
+                                    record.get("document_bytes", [])),
+            "unigram_bits_per_byte": NAN, "kn_bigram_bits_per_byte": NAN,
+            "below_unigram": NAN, "below_kn_bigram": NAN, "clears_floor": NAN,
+        })
+    return pd.DataFrame(lines, columns=FLOOR_COLUMNS)
+
+
+def floor_sentence(line: Any) -> str:
+    """One floor line (``held-out``) in words, as the findings state it."""
+    verdict = "clears" if line.clears_floor else "does not clear"
+    return (f"{line.source} reads its held-out {line.lang} at {line.bits_per_byte:.3f} bits "
+            f"per byte against {line.unigram_bits_per_byte:.3f} for an add-one unigram and "
+            f"{line.kn_bigram_bits_per_byte:.3f} for a Kneser–Ney bigram of its own tokens "
+            f"({100 * line.below_unigram:.0f} % below the unigram, "
+            f"{100 * line.below_kn_bigram:.0f} % below the bigram): it {verdict} the floor")
+
+
+def floor_markdown(frame: pd.DataFrame) -> str:
+    parts = [
+        "# The source's quality floor",
+        "",
+        "Bits per byte (lower is better, `±` one standard error over the documents) of each "
+        "source LLM pretrained here on real text, on its language's held-out lines, beside "
+        "two count models of its own tokens fitted on its training text: an add-one unigram "
+        "and an interpolated Kneser–Ney bigram (`embtransfer.evaluation.lm_floor`). A source "
+        f"clears the floor at least {100 * FLOOR_MARGIN:.0f} % below the unigram and below "
+        "the bigram. The control lines: the same source with its own tokenizer on each target "
+        "language's held-out text (`source_model` in the zero-shot table).",
+    ]
+    floor, control = frame[frame["text"] == "held-out"], frame[frame["text"] == "control"]
+    if floor.empty:
+        return "\n".join([*parts, "", "(no source pretrained here on real text)"]) + "\n"
+    parts += ["", "## Held-out text of the source's language", "", markdown(pd.DataFrame({
+        "source": floor["source"], "language": floor["lang"],
+        "bits per byte": [f"{v:.4f} ± {se:.4f}" for v, se in
+                          zip(floor["bits_per_byte"], floor["bits_per_byte_se"], strict=True)],
+        "add-one unigram": floor["unigram_bits_per_byte"],
+        "Kneser–Ney bigram": floor["kn_bigram_bits_per_byte"],
+        "below unigram": floor["below_unigram"].map(lambda v: f"{100 * v:.1f} %"),
+        "below bigram": floor["below_kn_bigram"].map(lambda v: f"{100 * v:.1f} %"),
+        "clears": floor["clears_floor"].map(lambda v: "yes" if v else "no"),
+    }))]
+    if len(control):
+        parts += ["", "## Control: the source on each target language's held-out text", "",
+                  markdown(pd.DataFrame({
+                      "source": control["source"], "language": control["lang"],
+                      "bits per byte": [
+                          f"{v:.4f}" + ("" if math.isnan(se) else f" ± {se:.4f}")
+                          for v, se in zip(control["bits_per_byte"],
+                                           control["bits_per_byte_se"], strict=True)],
+                  }))]
+    return "\n".join(parts) + "\n"
+
+
+def write_source_floor(floor_files: list[str], languages: dict[str, str],
+                       zeroshot_files: list[str], csv_path: str | os.PathLike,
+                       md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = floor_frame(floor_files, languages, zeroshot_files)
+    with atomic_path(csv_path) as tmp:
+        frame.to_csv(tmp, index=False)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(floor_markdown(frame), encoding="utf-8")
+    return frame
