@@ -45,8 +45,8 @@ import torch
 from embtransfer.transfer.regression import DEFAULT_BATCH_BYTES, STATUSES
 
 #: Tokens per batch at most: the scores' product (tokens x h by h x N) runs near the CPU's
-#: peak from about 256 rows, and a batch's scores (256 x N) stay near the cache.
-BATCH_TOKENS = 256
+#: peak from about 256 rows; 512 share the per-step overhead more.
+BATCH_TOKENS = 512
 #: Candidates per block of the first scan: the scores are read once for each block's
 #: maximum, then again only in the blocks that reach the best's error window.
 SCAN_BLOCK = 32
@@ -170,14 +170,18 @@ class _Screen:
         u = torch.finfo(dtype).eps / 2
         self.u = u / (1 - u)
 
-    def scores(self, r32: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(|s~| (b, N) in ``dtype``, rho (b,) float64) of the residuals ``r32`` (b, h),
-        each within ``eps`` (b,) of the float64 one."""
-        norm = r32.double().norm(dim=1, keepdim=True)
+    def scores(self, r32: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(|s~| (b, N) in ``dtype``, rho and |r~| (b,) float64) of the residuals ``r32``
+        (b, h), each within ``eps`` (b,) of the float64 one."""
+        # in float32: the unit vector is then off by (h + 3) 2**-24 at most, and rho's
+        # own float32 norm by h 2**-24 of it
+        norm = r32.norm(dim=1, keepdim=True)
         unit = r32 / torch.where(norm > 0, norm, 1.0)
         low = unit.to(self.dtype)
-        rho = (unit - low.to(torch.float64)).norm(dim=1) + 2 * eps / norm.squeeze(1)
-        return torch.mm(low, self.d_t).abs_(), rho
+        rho = (unit - low.float()).norm(dim=1).double() * (1 + self.gamma)
+        norm = norm.squeeze(1).double()
+        rho += (r32.shape[1] + 3) * U32 + 2 * eps / norm
+        return torch.mm(low, self.d_t).abs_(), rho, norm
 
     def pick(
         self, r32: torch.Tensor, eps: torch.Tensor, done: torch.Tensor,
@@ -187,26 +191,33 @@ class _Screen:
         (ties: the lowest index, as NumPy's argmax); ``resid64(rows)`` gives the float64
         residuals of those rows."""
         b, n = r32.shape[0], self.d64.shape[0]
-        scores, rho = self.scores(r32, eps)
+        scores, rho, r_norm = self.scores(r32, eps)
         u = self.u
         # the best, and a first cut with every bound at its largest (picks made are in:
         # their exact scores are 0, below the best's); one pass over the scores for the
         # blocks' maxima, then only the blocks that reach the cut
-        blocks = scores.view(b, self.d_t.shape[1] // SCAN_BLOCK, SCAN_BLOCK)
-        block_max = blocks.amax(dim=2).double()
+        # block i holds the candidates i, i + w, i + 2 w, ... (w = N / SCAN_BLOCK, padded):
+        # the maxima then run along rows of the scores, which is fast
+        width = self.d_t.shape[1] // SCAN_BLOCK
+        blocks = scores.view(b, SCAN_BLOCK, width)
+        block_max = blocks.amax(dim=1).float()
         bound_max = rho * self.per_rho_max + self.fixed_max
-        floor = (block_max.amax(dim=1) * (1 - u) - 2 * bound_max) / (1 + u)
+        floor = (block_max.amax(dim=1).double() * (1 - u) - 2 * bound_max) / (1 + u)
+        floor = _float_below(floor)
         row, blk = (block_max >= floor[:, None]).nonzero().unbind(1)
-        inside = blocks[row, blk].double() >= floor[row, None]  # (blocks, SCAN_BLOCK)
+        inside = blocks[row, :, blk] >= floor[row, None]  # (blocks, SCAN_BLOCK)
         at, off = inside.nonzero().unbind(1)
-        row, cand = row[at], blk[at] * SCAN_BLOCK + off  # by row, then candidate
-        s1 = blocks[row, blk[at], off].double()
-        keep = cand < n
-        if done.shape[1]:
-            keep &= ~(done[row] == cand[:, None]).any(dim=1)
-        row, cand, s1 = row[keep], cand[keep], s1[keep]
+        row, cand = row[at], off * width + blk[at]
+        order = torch.argsort(row * self.d_t.shape[1] + cand)  # by row, then candidate
+        row, cand = row[order], cand[order]
+        s1 = scores[row, cand].double()
+        row, cand, s1 = row[cand < n], cand[cand < n], s1[cand < n]
         # then each candidate's own bound against the best's lower end
         b_j = rho[row] * self.per_rho[cand] + self.fixed[cand]
+        if done.shape[1]:  # the picks made (exact score 0) among those that may score 0
+            maybe = (s1 * (1 - u) <= b_j).nonzero().squeeze(1)
+            made = (done[row[maybe]] == cand[maybe, None]).any(dim=1)
+            s1[maybe[made]] = -torch.inf  # out of the cut below
         low_end = torch.full((b,), -torch.inf, dtype=torch.float64)
         low_end.scatter_reduce_(0, row, s1 * (1 - u) - b_j, "amax")
         keep = s1 * (1 + u) + b_j >= low_end[row]
@@ -217,7 +228,6 @@ class _Screen:
             return new
         # stage 2: float32 products, off by at most err (float64)
         s2 = _sampled_products(r32, self.d32, row, cand).double().abs_()
-        r_norm = r32.double().norm(dim=1)
         err = (eps[row] + (U32 + self.gamma) * 1.01 * r_norm[row]) * self.d_norm[cand]
         top = torch.full((b,), -torch.inf, dtype=torch.float64)
         top.scatter_reduce_(0, row, s2 - err, "amax")
@@ -232,6 +242,12 @@ class _Screen:
         r64[rows] = resid64(rows)
         exact = _sampled_products(r64, self.d64, row, cand).abs_()
         return _first_best(row, cand, exact, new)
+
+
+def _float_below(v: torch.Tensor) -> torch.Tensor:
+    """float64 ``v`` rounded down to float32."""
+    v32 = v.float()
+    return torch.where(v32.double() > v, torch.nextafter(v32, v32.new_tensor(-torch.inf)), v32)
 
 
 def _several(row: torch.Tensor, cand: torch.Tensor, b: int) -> tuple[torch.Tensor, ...]:
@@ -279,6 +295,7 @@ def _omp_batch(
     # the picks' rows, in order: float32 for the residual, float64 for G's entries
     rows32 = torch.zeros(b, k, h, dtype=torch.float32)
     rows64 = torch.zeros(b, k, h, dtype=torch.float64) if gram is None else None
+    pick_norm = torch.zeros(b, k, dtype=torch.float64)
     chol = torch.zeros(b, k, k, dtype=torch.float64)  # L: G[I, I] = L L^T
     y = torch.zeros(b, k, dtype=torch.float64)  # L^{-1} (x . d_I): x's part on each pick
     coef = torch.zeros(b, k, dtype=torch.float64)
@@ -307,11 +324,12 @@ def _omp_batch(
         else:
             new = torch.zeros(b, dtype=torch.int64)
             new[live] = screen.pick(r32[live], eps[live], picked[live, :t],
-                                    lambda sel, t=t: resid64(live[sel], t))
+                                    lambda sel, t=t, live=live: resid64(live[sel], t))
         atom = d64.index_select(0, new)  # (b, h)
         # Cholesky update: w = L^{-1} G[I, j], G's entries in float64
         if gram is not None:
-            g_new = gram[new[:, None], picked[:, :t].clamp(min=0)].unsqueeze(-1)
+            flat = new[:, None] * gram.shape[0] + picked[:, :t].clamp(min=0)
+            g_new = torch.take(gram, flat).unsqueeze(-1)
         else:
             g_new = torch.bmm(rows64[:, :t], atom.unsqueeze(-1))  # (b, t, 1)
         w = torch.linalg.solve_triangular(chol[:, :t, :t], g_new, upper=False).squeeze(-1)
@@ -323,7 +341,8 @@ def _omp_batch(
         # stopped tokens' slots: L's row e_t and y 0, so their coefficients come out 0
         diag = torch.where(active, diag_sq, 1.0).sqrt_()
         picked[:, t] = torch.where(active, new, -1)
-        rows32[:, t] = d32[new] * active[:, None]
+        rows32[:, t] = d32.index_select(0, new) * active[:, None]
+        pick_norm[:, t] = screen.d_norm[new] * active
         if rows64 is not None:
             rows64[:, t] = atom * active[:, None]
         chol[:, t, :t] = w * active[:, None]
@@ -344,8 +363,7 @@ def _omp_batch(
             r32 = torch.baddbmm(x32.unsqueeze(1), c32.unsqueeze(1), rows32[:, : t + 1],
                                 alpha=-1).squeeze(1)
             # roundings of x, c and the rows (one each), and of the float32 sums (t + 2)
-            c_mass = (coef[:, : t + 1].abs() * screen.d_norm[picked[:, : t + 1].clamp(min=0)]
-                      ).sum(dim=1)
+            c_mass = (coef[:, : t + 1].abs() * pick_norm[:, : t + 1]).sum(dim=1)
             eps = (t + 6) * 1.01 * U32 * (x_norm + c_mass)
     used = (picked >= 0).sum(dim=1)
     coef[picked < 0] = 0.0
