@@ -9,20 +9,23 @@ every row picked so far and updates ``r``. The final coefficients are that least
 fit; :func:`embtransfer.transfer.regression.apply_coefficients` combines the same tokens'
 source rows with them, exactly as for SALT.
 
-Arithmetic: Batch OMP (Rubinstein, Zibulevsky & Elad 2008). The residual is never
-formed; its scores come from ``alpha0 = D x`` (one product per batch of tokens) and the
-Gram matrix ``G = D D^T`` (once): after picks ``I`` with least-squares coefficients ``c``,
-``alpha = alpha0 - G[I]^T c``, ``t`` of G's rows per token and step instead of a product
-of width h (k/2 = 32 against h = 768 on average). ``c`` solves ``G[I, I] c = alpha0[I]``
-through the Cholesky factor ``L`` of ``G[I, I]``, grown by one row per pick (``w = L^{-1}
-G[I, j]``, diagonal ``sqrt(G[j, j] - w.w)``) and two triangular solves, all in float64 with
-G's entries for the factor taken from the float64 rows. The scores run in float32 (G's
-rows are gathered per token and step: memory-bound, so half float64's bytes are half its
-time); where a token's best float32 scores lie closer than their error bound (doubled:
-:data:`TIE_MARGIN` for ``alpha0``'s products, G's and ``c``'s roundings for the rest), those
-candidates are rescored from the float64 residual ``x - D_I^T c``, so the choice is the
-float64 one. Memory: G in float32 (N^2 * 4 bytes: 1.3 GB for N = 18,234) and, per batch of
-tokens, their gathered rows of G (k x N float32 each) within ``batch_bytes``.
+Arithmetic. Each step scores every candidate at once: one product of the batch's
+residuals (tokens x h) with all candidate rows (h x N) in bfloat16 (oneDNN runs it on
+AMX / AVX-512 at ~0.5-0.9 TFLOPS a core here; float32 where bfloat16 is not native), which
+is compute-bound, where Batch OMP's Gram update (``alpha0 - G[I]^T c``, the previous
+version) read t of G's rows per token and step from memory. The pick must still be the
+float64 one: :class:`_Screen` bounds each low-precision score's error (the rows' roundings
+by Cauchy-Schwarz, the float32 sums, the result's rounding), keeps the candidates that may
+beat the best within those bounds (about 7 of 4,828 at h = 768), rescores them in float32
+(sampled products: only those pairs) and, where float32 still leaves a near tie, from the
+float64 residual. The coefficients come from the Cholesky factor ``L`` of ``G[I, I]``,
+grown by one row per pick (``w = L^{-1} G[I, j]``, diagonal ``sqrt(G[j, j] - w.w)``) and
+two triangular solves, in float64 with G's entries from the float64 Gram matrix (kept
+where it takes at most :data:`GRAM_BYTES`, N <= 11,585) or from the picks' float64 rows.
+The residual ``x - D_I^T c`` for the next product is formed in float32 from the picks'
+rows, with a bound on its distance to the float64 one that the screen adds to its own.
+Memory: per batch of tokens, the scores (N bfloat16 each) and the picks' rows (k x h
+float32, and float64 without the Gram matrix).
 
 Early stop. A token stops before ``k`` when its residual vanishes (relative
 :data:`RESIDUAL_TOL`; ``|r|^2 = |x|^2 - |L^{-1} alpha0[I]|^2``, and where that is near
@@ -112,8 +115,11 @@ def omp_select(
     # per token: the scores (N, screening dtype, and a mask), the picked rows (k x h
     # float32, and float64 without the Gram matrix), the factor L (k x k float64),
     # residual and row (h float64 each)
-    per_token = ((screen.dtype.itemsize + 1) * n + (4 if gram is not None else 12) * k * h
-                 + 8 * (k * k + 4 * h))
+    per_token = (
+        (screen.dtype.itemsize + 1) * n
+        + (4 if gram is not None else 12) * k * h
+        + 8 * (k * k + 4 * h)
+    )
     size = max(1, min(b_total, BATCH_TOKENS, budget // per_token))
     for start in range(0, b_total, size):
         stop = min(start + size, b_total)
@@ -140,7 +146,7 @@ class _Screen:
     (1 - u)``). The float64 best ``j*`` then has ``|s~_j*| (1 + u') + b_j* >= |s~_i| (1 -
     u') - b_i`` for every ``i``; the candidates that pass this against the stage's best
     ``i`` go on (about 7 of 4,828 at h = 768 in bfloat16; measured errors stay under a
-    fifth of ``b_j``: tests/test_omp.py). Stage 2 scores them in float32 (``r~ . d_j``,
+    fifth of ``b_j``, tests/test_omp.py). Stage 2 scores them in float32 (``r~ . d_j``,
     off by ``(eps + (2**-24 + gamma) |r~|) |d_j|`` at most) and keeps those within that of
     its best, and where that leaves more than one, stage 3 scores them from the float64
     residual. Tokens that need stage 3 are few (near ties within ~1e-4).
@@ -184,7 +190,10 @@ class _Screen:
         return torch.mm(low, self.d_t).abs_(), rho, norm
 
     def pick(
-        self, r32: torch.Tensor, eps: torch.Tensor, done: torch.Tensor,
+        self,
+        r32: torch.Tensor,
+        eps: torch.Tensor,
+        done: torch.Tensor,
         resid64: Callable[[torch.Tensor], torch.Tensor],
     ) -> torch.Tensor:
         """Each residual's float64 best candidate, the picks ``done`` (b, t) excluded
@@ -281,13 +290,20 @@ def _sampled_products(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
         pattern = torch.sparse_csr_tensor(
-            crow, cand, torch.zeros(cand.shape[0], dtype=r.dtype),
-            (r.shape[0], d.shape[0]), check_invariants=False)
+            crow,
+            cand,
+            torch.zeros(cand.shape[0], dtype=r.dtype),
+            (r.shape[0], d.shape[0]),
+            check_invariants=False,
+        )
         return torch.sparse.sampled_addmm(pattern, r, d.T, beta=0.0).values()
 
 
 def _omp_batch(
-    x: torch.Tensor, screen: _Screen, gram: torch.Tensor | None, k: int,
+    x: torch.Tensor,
+    screen: _Screen,
+    gram: torch.Tensor | None,
+    k: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b, h = x.shape
     d64, d32 = screen.d64, screen.d32
@@ -311,8 +327,9 @@ def _omp_batch(
         if t == 0:
             return x[sel]
         atoms = d64.index_select(0, picked[sel, :t].clamp(min=0).flatten())
-        return torch.baddbmm(x[sel, None], coef[sel, None, :t], atoms.view(-1, t, h),
-                             alpha=-1).squeeze(1)
+        return torch.baddbmm(
+            x[sel, None], coef[sel, None, :t], atoms.view(-1, t, h), alpha=-1
+        ).squeeze(1)
 
     for t in range(k):
         if not active.any():
@@ -323,8 +340,12 @@ def _omp_batch(
             new = screen.pick(r32, eps, picked[:, :t], lambda sel, t=t: resid64(sel, t))
         else:
             new = torch.zeros(b, dtype=torch.int64)
-            new[live] = screen.pick(r32[live], eps[live], picked[live, :t],
-                                    lambda sel, t=t, live=live: resid64(live[sel], t))
+            new[live] = screen.pick(
+                r32[live],
+                eps[live],
+                picked[live, :t],
+                lambda sel, t=t, live=live: resid64(live[sel], t),
+            )
         atom = d64.index_select(0, new)  # (b, h)
         # Cholesky update: w = L^{-1} G[I, j], G's entries in float64
         if gram is not None:
@@ -351,7 +372,8 @@ def _omp_batch(
         y[:, t] = torch.where(active, y_t, 0.0)
         # c = (L L^T)^{-1} (x . d_I) = L^{-T} y
         coef[:, : t + 1] = torch.linalg.solve_triangular(
-            chol[:, : t + 1, : t + 1].mT, y[:, : t + 1, None], upper=True).squeeze(-1)
+            chol[:, : t + 1, : t + 1].mT, y[:, : t + 1, None], upper=True
+        ).squeeze(-1)
         # |r|^2 = |x|^2 - |y|^2; near zero it loses its digits: the residual itself there
         r_sq = x_sq - y[:, : t + 1].square().sum(dim=1)
         small = (active & (r_sq <= 1e-8 * x_sq)).nonzero().squeeze(1)
@@ -360,8 +382,9 @@ def _omp_batch(
             active[small] = r_norm > RESIDUAL_TOL * x_norm[small]
         if t + 1 < k:
             c32 = coef[:, : t + 1].to(torch.float32)
-            r32 = torch.baddbmm(x32.unsqueeze(1), c32.unsqueeze(1), rows32[:, : t + 1],
-                                alpha=-1).squeeze(1)
+            r32 = torch.baddbmm(
+                x32.unsqueeze(1), c32.unsqueeze(1), rows32[:, : t + 1], alpha=-1
+            ).squeeze(1)
             # roundings of x, c and the rows (one each), and of the float32 sums (t + 2)
             c_mass = (coef[:, : t + 1].abs() * pick_norm[:, : t + 1]).sum(dim=1)
             eps = (t + 6) * 1.01 * U32 * (x_norm + c_mass)
