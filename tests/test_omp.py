@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from embtransfer.transfer.methods.base import TransferInputs, get_method
-from embtransfer.transfer.omp import omp_coefficients, omp_select
+from embtransfer.transfer.omp import _Screen, omp_coefficients, omp_select
 
 
 def slow_omp(x: np.ndarray, d: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
@@ -173,8 +174,9 @@ def make_inputs(h_t: int = 16, untied_plm: bool = False) -> TransferInputs:
     )
 
 
-def expected_row(inputs: TransferInputs, donor: np.ndarray, side: str, t: int,
-                 k: int) -> np.ndarray:
+def expected_row(
+    inputs: TransferInputs, donor: np.ndarray, side: str, t: int, k: int
+) -> np.ndarray:
     """The slow OMP's row of token t: its coefficients on the candidates' source rows."""
     cand_t = np.arange(1, 40)  # shared minus the special token 0
     cand_s = inputs.overlap["source_id"].to_numpy()[1:40]
@@ -195,8 +197,9 @@ def test_method_rows(untied_plm: bool) -> None:
         assert result.stats["counts"] == {"copied": 40, "projected": 19, "zero_row": 1}
         donor = inputs.plm_output if side == "output" and untied_plm else inputs.plm_input
         for t in (40, 50, 59):
-            np.testing.assert_allclose(result.rows[t], expected_row(inputs, donor, side, t, 5),
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                result.rows[t], expected_row(inputs, donor, side, t, 5), rtol=1e-5, atol=1e-5
+            )
         # the zero row is drawn, not fitted: not the zero combination
         assert result.how[45] == "zero_row" and np.abs(result.rows[45]).sum() > 0
 
@@ -223,16 +226,62 @@ def test_centered_fit_is_affine() -> None:
 
 def test_omp_salt_k_reads_salts_median() -> None:
     inputs = make_inputs()
-    inputs.projected = {"k_used": np.array([2, 3, 3, 9, 0]),
-                        "status": np.array(["projected"] * 4 + ["missing_vector"], object)}
+    inputs.projected = {
+        "k_used": np.array([2, 3, 3, 9, 0]),
+        "status": np.array(["projected"] * 4 + ["missing_vector"], object),
+    }
     result = get_method("omp_salt_k").fn(inputs, {"centered": False}, "input")
     assert result.stats["k"] == 3
 
 
 def test_coefficients_keep_salts_format() -> None:
     inputs = make_inputs()
-    fit = omp_coefficients(inputs.plm_input, np.arange(40, 60), np.arange(1, 40),
-                           inputs.overlap["source_id"].to_numpy()[1:40], k=4)
+    fit = omp_coefficients(
+        inputs.plm_input,
+        np.arange(40, 60),
+        np.arange(1, 40),
+        inputs.overlap["source_id"].to_numpy()[1:40],
+        k=4,
+    )
     assert fit["k_used"].sum() == fit["coefficients"].size == fit["source_ids"].size
     assert fit["k_used"].tolist() == [4] * 5 + [0] + [4] * 14
     assert fit["stats"]["n_zero_row"] == 1
+
+
+# ----------------------------------------------------------------------------- screening
+
+
+@pytest.mark.parametrize("score_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("gram_bytes", [2**30, 0])
+def test_screened_picks_equal_float64_omp_on_near_ties(score_dtype, gram_bytes) -> None:
+    """Candidates in near-duplicate pairs (scores equal to ~1e-9, far below bfloat16's
+    resolution) and exact duplicates: the low-precision screen still yields the float64
+    textbook's picks, in order, with or without the Gram matrix."""
+    rng = np.random.default_rng(8)
+    base = rng.standard_normal((150, 64)) * rng.uniform(0.3, 2.0, (150, 1))
+    d = np.vstack([base, base * (1 + 1e-9), base[:10]])  # 310 rows
+    d[150:300] += 1e-9 * rng.standard_normal((150, 64))
+    x = np.vstack([rng.standard_normal((20, 64)), base[:5] + 1e-3 * rng.standard_normal((5, 64))])
+    picked, coef, used = omp_select(x, d, 12, score_dtype=score_dtype, gram_bytes=gram_bytes)
+    assert (used == 12).all()
+    for i in range(x.shape[0]):
+        ref_picked, ref_c = slow_omp(x[i], d, 12)
+        assert picked[i].tolist() == ref_picked
+        np.testing.assert_allclose(coef[i], ref_c, rtol=1e-6, atol=1e-8)
+
+
+def test_screen_error_bound_holds() -> None:
+    """The bfloat16 product's scores against float64's: every error within the bound
+    the screen's cut assumes (rho |d_j| + delta_j + ... + u' |s~_j|)."""
+    rng = np.random.default_rng(9)
+    d = torch.from_numpy(rng.standard_normal((2000, 768)) * rng.uniform(0.5, 1.5, (2000, 1)))
+    screen = _Screen(d, torch.bfloat16)
+    r = torch.from_numpy(rng.standard_normal((64, 768)))
+    r32 = r.to(torch.float32)
+    eps = (r32.double() - r).norm(dim=1)
+    scores, rho, _ = screen.scores(r32, eps)
+    exact = (r / r.norm(dim=1, keepdim=True)) @ (d / d.norm(dim=1).max()).T
+    err = (scores[:, :2000].double() - exact.abs()).abs()
+    bound = rho[:, None] * screen.per_rho + screen.fixed + screen.u * scores[:, :2000].double()
+    assert (err <= bound).all()
+    assert (err / bound).max() < 0.5  # the bound is loose, not tight to the last digit
