@@ -38,6 +38,7 @@ from embtransfer.evaluation.inputs import (
     evaluation_outputs,
     evaluation_resources,
     job_name,
+    plm_probe_inputs,
     shipped_tasks_code,
     tokenizer_stats_inputs,
     tokenizer_stats_models,
@@ -87,6 +88,7 @@ from embtransfer.vocab.inputs import (
     all_shared_kinds,
     overlap_text,
     shared_kinds_inputs,
+    shared_kinds_params,
 )
 
 
