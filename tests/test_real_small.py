@@ -91,7 +91,8 @@ def test_offline_without_real_data_the_run_names_make_real_data(
 def test_the_source_is_checked_against_the_count_model_floor(config) -> None:
     """A source pretrained here on real text gets rule source_floor's record; the miniature
     world's sources do not (their text is generated)."""
-    from embtransfer.evaluation.inputs import all_intrinsic, floor_sources
+    from embtransfer.core.grid import floor_sources
+    from embtransfer.evaluation.inputs import all_intrinsic
 
     assert floor_sources(config) == ["llama_en"]
     assert "results/intrinsic/source_floor/llama_en.json" in all_intrinsic(config)
@@ -152,8 +153,8 @@ def test_every_plm_gets_the_span_probe_and_its_shared_token_figures(config) -> N
     assert salt == set(pairs)  # SALT's neighbour tables are built for every PLM anyway
     for lang, source, target in pairs:
         inputs = plm_probe_inputs(config, {"lang": lang, "source": source, "target": target})
-        assert set(inputs) == {"plm", "neighbors", "overlap"}  # no world: no class probe
-        assert inputs["neighbors"].endswith(f"/{salt_vectors(config)}.parquet")
+        assert set(inputs) == {"plm", "overlap"}  # no world: no class probe
+    assert salt_vectors(config) == "word"  # the neighbour tables fastText's word vectors give
     assert all_shared_kinds(config) == ["results/overlap/shared_kinds.csv"]
     inputs = shared_kinds_inputs(config)
     assert "world" not in inputs and len(inputs["vocab"]) == 9

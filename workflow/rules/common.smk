@@ -4,7 +4,7 @@
 # logic live in the stages' packages (embtransfer/<stage>/inputs.py, tested without Snakemake
 # in tests/test_rule_inputs.py), as functions of the config the rules pass them.
 from embtransfer.core import paths
-from embtransfer.core.grid import source_first, world_pairs
+from embtransfer.core.grid import real_text_run, source_first, world_pairs
 from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
 from embtransfer.data.inputs import (
@@ -42,7 +42,6 @@ from embtransfer.evaluation.inputs import (
     shipped_tasks_code,
     tokenizer_stats_inputs,
     tokenizer_stats_models,
-    real_text_run,
     world_benchmark_inputs,
 )
 from embtransfer.fasttext.inputs import fasttext_bin, fasttext_word_bin

@@ -154,6 +154,7 @@ rule plm_probe:
     # span probe of every pair, the class probe of the world's (its concept classes).
     input:
         unpack(lambda w: plm_probe_inputs(config, w)),
+        neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors(config)),
     output:
         paths.PLM_PROBE,
     params:

@@ -18,7 +18,6 @@ from embtransfer.core.grid import (
     held_out_dictionary,
     lapt_runs,
     real_pairs,
-    real_text_run,  # noqa: F401 (the rules import it from here)
     transfer_runs,
     world_pairs,
 )
@@ -29,7 +28,6 @@ from embtransfer.evaluation.task_catalog import (
     world_task_keys,
 )
 from embtransfer.models.inputs import model_dir, tokenizer_dir
-from embtransfer.transfer.inputs import salt_vectors
 
 # The name (log and benchmark paths) of one evaluated checkpoint's job, and a source model's.
 CHECKPOINT_JOB = "{stage}/{lang}/{source}/{target}/{method}"
@@ -214,12 +212,11 @@ def all_plm_probes(config: dict[str, Any]) -> list[str]:
 
 
 def plm_probe_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict[str, str]:
-    """What one PLM's probes read: its rows, SALT's neighbour table and the pair's overlap
-    (the span probe), and for a world pair the world's truth and concept classes (the
-    class probe)."""
+    """What one PLM's probes read besides SALT's neighbour table (the rule names it): its
+    rows and the pair's overlap (the span probe), and for a world pair the world's truth
+    and concept classes (the class probe)."""
     inputs = {
         "plm": model_dir(config, wildcards["target"]),
-        "neighbors": paths.NEIGHBORS.fill(**wildcards, vectors=salt_vectors(config)),
         "overlap": paths.OVERLAP.fill(source=wildcards["source"], target=wildcards["target"]),
     }
     pair = (wildcards["lang"], wildcards["source"], wildcards["target"])

@@ -81,7 +81,7 @@ _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 
 
 #: The category of every report output of a real-text run
-#: (:func:`embtransfer.evaluation.inputs.real_text_run`): each keeps its own as subcategory.
+#: (:func:`embtransfer.core.grid.real_text_run`): each keeps its own as subcategory.
 REAL_TEXT = "Real text"
 
 
