@@ -14,6 +14,7 @@ SLOWEST_FIRST = (
     "test_workflow.py",
     "test_evaluation_workflow.py",
     "test_plm_formats.py",
+    "test_real_workflow.py",
     "test_lapt.py",
 )
 

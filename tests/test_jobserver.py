@@ -210,7 +210,9 @@ def test_start_and_stop_set_and_clear_the_variable(monkeypatch):
         host, _, path = os.environ[jobserver.ENV].partition(":")
         assert host == socket.gethostname() and Path(path).parent == workdir.resolve()
         # the real preload list: torch, transformers, lm-eval
+        assert jobserver.starting(path).exists() or Path(path).is_socket()
         assert _wait(Path(path).is_socket, 60)
+        assert _wait(lambda: not jobserver.starting(path).exists(), 5)  # ready: no marker
         assert Path(path).stat().st_mode & 0o077 == 0  # it runs what it is sent: ours only
     finally:
         jobserver.stop()
@@ -260,3 +262,32 @@ def test_every_job_script_hands_over_before_its_imports():
                 if line.strip() and not line.startswith("#")]
         assert code[:2] == ["from embtransfer.core.jobserver import delegate", "delegate()"] \
             or code[1].startswith("delegate()"), script
+
+
+def test_a_job_waits_for_a_server_still_importing(tmp_path, monkeypatch):
+    """While a live process's starting marker stands beside a socket not yet there, a job
+    waits for the socket; with the marker's process gone it runs itself at once."""
+    import threading
+
+    path = tmp_path / "later.sock"
+    monkeypatch.setenv(jobserver.ENV, f"{socket.gethostname()}:{path}")
+    monkeypatch.delenv(jobserver.CHILD_ENV, raising=False)
+    jobserver.starting(str(path)).write_text(str(os.getpid()))  # a live process: importing
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def ready() -> None:
+        time.sleep(1.0)
+        listener.bind(str(path))
+        listener.listen(1)
+
+    threading.Thread(target=ready, daemon=True).start()
+    start = time.monotonic()
+    assert jobserver._server_path() == str(path)  # waited for the socket
+    assert time.monotonic() - start >= 0.9
+    listener.close()
+    path.unlink()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    jobserver.starting(str(path)).write_text(dead)  # its server died importing
+    start = time.monotonic()
+    assert jobserver._server_path() is None and time.monotonic() - start < 1.0

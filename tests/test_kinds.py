@@ -270,6 +270,33 @@ def test_calibration_table_flags_each_world_figure_outside_its_family_s_range(tm
     assert "(no world pairs in this run)" in (tmp_path / "c.md").read_text()
 
 
+def test_a_real_text_runs_pairs_stand_beside_their_own_languages_committed_range(tmp_path):
+    """A real-text run's shared_kinds table (languages de, vi; the run's own source and
+    PLMs) is held to the committed range of the same language; a language the committed
+    table does not measure has no line."""
+    real = pd.read_csv(_real_script().TABLE)
+    run = real[real["source"] == "gemma3"].assign(source="llama_en")
+    run["target"] = run["target"].str.replace("_bytelevel_bpe", "_gpt2")
+    run = pd.concat([run[run["lang"].isin(["de", "vi"])],
+                     run[run["lang"] == "de"].head(1).assign(lang="xx", target="gpt2_xx")])
+    run.loc[run.index[0], "word_pct"] = 99.0
+    (tmp_path / "run.csv").write_text(run.to_csv(index=False))
+    frame = write_calibration(
+        [_real_script().TABLE], [str(tmp_path / "run.csv")], tmp_path / "c.csv", tmp_path / "c.md"
+    )
+    assert set(frame["lang"]) == {"de", "vi"} and (frame["lang"] == frame["real_lang"]).all()
+    de = real[(real["lang"] == "de") & real["source"].isin(["gemma3", "qwen3"])]
+    line = frame[(frame["target"] == run["target"].iloc[0]) & (frame["figure"] == "word_pct")]
+    assert line["value"].iloc[0] == 99.0 and not line["in_range"].iloc[0]
+    assert (line["real_low"].iloc[0], line["real_high"].iloc[0]) == (
+        de["word_pct"].min(), de["word_pct"].max())
+    assert int((~frame["in_range"]).sum()) == 1  # Gemma 3's own figures lie in the range
+    text = (tmp_path / "c.md").read_text()
+    assert text.startswith("# This run's shared tokens beside the committed real ones")
+    assert "de, this run's pairs beside the committed de figures: 1 of 27 figures" in text
+    assert "gpt2_xx" not in text
+
+
 def _docs_world_tables() -> tuple[pd.DataFrame, dict[str, set[tuple[str, str]]]]:
     """The default world's figures as docs/calibration.md's "Where the default world stands"
     prints them, and per language the (target, figure) cells it marks †."""

@@ -255,6 +255,10 @@ def test_probe_plm_is_seeded_and_reports_both_probes():
     assert first["class"]["classes"] == 2
     other_seed = probe_plm(*args, seed=4, rcond=RCOND)
     assert other_seed["span"] != first["span"] and other_seed["class"] == first["class"]
+    # real text: no truth and no concept classes, the same span probe and no class probe
+    real = probe_plm(rows, table, np.arange(20), None, None, seed=3, rcond=RCOND)
+    assert real["class"] is None and real["span"] == first["span"]
+    assert real["geometry"] == first["geometry"]
 
 
 def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_clear(tmp_path):
@@ -281,6 +285,37 @@ def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_c
     assert "0.500 vs 0.100: +0.400 ± 0.100 (z 4.0, n 10)" in text and "| —" in text
     with pytest.raises(ValueError, match="not a PLM probe record"):
         probe_frame([str(tmp_path / "p.csv")])
+
+
+def test_a_table_of_span_probes_alone_has_no_class_columns_and_says_why(tmp_path):
+    """A real-text run's records have no class probe: the table keeps the span probe's
+    columns only, a PLM clears by the span probe, and the findings decide and state the span
+    probe alone."""
+    from embtransfer.report.findings import findings_markdown, probe_decisions
+
+    files = []
+    for target, z in (("gpt2_de", 12.0), ("bert_de", 0.5)):
+        path = tmp_path / paths.PLM_PROBE.fill(lang="de", source="llama_en", target=target)
+        stats = {"items": 50, "mean": 0.4, "random": 0.2, "diff": 0.2, "se": 0.2 / z}
+        write_json(path, {"span": stats | {"z": z, "mean_k": 8.0}, "class": None,
+                          "geometry": {"row_norm": 1.0, "pairwise_cosine": 0.01},
+                          "rcond": RCOND, "seed": 1})
+        files.append(str(path))
+    frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
+    assert not [c for c in frame.columns if c.startswith("class")]
+    assert frame["span_z"].tolist() == [0.5, 12.0] and frame["clears"].tolist() == [False, True]
+    text = (tmp_path / "p.md").read_text()
+    assert "span: neighbours vs random" in text and "class: same class" not in text
+    assert "not measured on real text" in text and "| z ≥ 3 |" in text
+    read = pd.read_csv(tmp_path / "p.csv")
+    decided = probe_decisions(read)
+    assert list(decided.columns) == ["lang", "source", "target", "span", "carries"]
+    assert decided["carries"].tolist() == [False, True]
+    findings = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                                  "table1": pd.DataFrame(), "plm_probes": read})
+    assert "The span probe of each PLM against random baselines" in findings
+    assert "Carry meaning by the span probe: gpt2_de (span z 12.0)." in findings
+    assert "Do not: bert_de (span z 0.5)." in findings and "class z" not in findings
 
 
 @pytest.mark.parametrize("std", [None, 0.05])

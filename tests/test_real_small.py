@@ -91,7 +91,8 @@ def test_offline_without_real_data_the_run_names_make_real_data(
 def test_the_source_is_checked_against_the_count_model_floor(config) -> None:
     """A source pretrained here on real text gets rule source_floor's record; the miniature
     world's sources do not (their text is generated)."""
-    from embtransfer.evaluation.inputs import all_intrinsic, floor_sources
+    from embtransfer.core.grid import floor_sources
+    from embtransfer.evaluation.inputs import all_intrinsic
 
     assert floor_sources(config) == ["llama_en"]
     assert "results/intrinsic/source_floor/llama_en.json" in all_intrinsic(config)
@@ -128,4 +129,36 @@ def test_alignment_scores_every_checkpoint_of_a_held_out_dictionary_pair(config)
     assert inputs["truth"] == "results/truth_dictionary/ar/llama_en/bert_ar.parquet"
     assert inputs["checkpoints"] == [
         f"results/transfer/ar/llama_en/bert_ar/{m}" for m in ("salt", "omp", "omp_salt_k")
+    ]
+
+
+def test_every_plm_gets_the_span_probe_and_its_shared_token_figures(config) -> None:
+    """Every (language, source, target) of the run gets a probe record (the span probe: its
+    neighbour table is SALT's, which every PLM has) and a line of the shared-token table,
+    measured with its language's wordfreq lexicon against the source's English."""
+    from embtransfer.core.grid import target_pairs
+    from embtransfer.evaluation.inputs import all_plm_probes, plm_probe_inputs
+    from embtransfer.transfer.inputs import salt_vectors
+    from embtransfer.vocab.inputs import (
+        all_shared_kinds,
+        shared_kinds_inputs,
+        shared_kinds_params,
+    )
+
+    pairs = target_pairs(config)
+    assert len(pairs) == 9
+    assert all_plm_probes(config) == [f"results/probes/{lang}/{s}/{t}.json"
+                                      for lang, s, t in pairs]
+    salt = {(r.lang, r.source, r.target) for r in transfer_runs(config) if r.method == "salt"}
+    assert salt == set(pairs)  # SALT's neighbour tables are built for every PLM anyway
+    for lang, source, target in pairs:
+        inputs = plm_probe_inputs(config, {"lang": lang, "source": source, "target": target})
+        assert set(inputs) == {"plm", "overlap"}  # no world: no class probe
+    assert salt_vectors(config) == "word"  # the neighbour tables fastText's word vectors give
+    assert all_shared_kinds(config) == ["results/overlap/shared_kinds.csv"]
+    inputs = shared_kinds_inputs(config)
+    assert "world" not in inputs and len(inputs["vocab"]) == 9
+    assert shared_kinds_params(config) == [
+        {"lang": lang, "source": s, "target": t, "lexicon": "wordfreq", "other": "en"}
+        for lang, s, t in pairs
     ]

@@ -1,11 +1,13 @@
 """Integration: a slice of config/real_small.yaml on the real-text fixtures runs to its report.
 
 The slice keeps one target language (German, with its FreeDict dictionary split in halves),
-the source and one GPT-2 PLM at tiny sizes, SALT, OMP and Random, and one LAPT run,
-in a copy of the workflow (tests/fixtures/real: 300 lines a language). The report's
-real-text outputs must exist and show under their own category, and the alignment truth must
-come from the dictionary's held-out half alone. (WECHSEL and OFA need fastText vectors of the
-dictionary's words, which 300 lines a language do not give.)
+the source and one GPT-2 PLM at tiny sizes, SALT and Random, and one LAPT run, in a copy of
+the workflow (tests/fixtures/real: 300 lines a language), in one Snakemake call that writes
+the report archive after the run (``--report-after-run``). The report's real-text outputs
+must exist and show under their own category, the alignment truth must come from the
+dictionary's held-out half alone, and the PLM's span probe and its shared-token figures
+must stand in the report. (WECHSEL and OFA need fastText vectors of the dictionary's words,
+which 300 lines a language do not give.)
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def sliced_config() -> dict:
     gpt2["tokenizer"] = gpt2["tokenizer"] | {"vocab_size": 500}
     config["models"] = {"llama_en": source, "gpt2_de": gpt2}
     config["targets"] = {"de": ["gpt2_de"]}
-    config["transfer"]["select"] = [{"methods": ["salt", "omp", "random"]}]
+    config["transfer"]["select"] = [{"methods": ["salt", "random"]}]
     config["zeroshot"] = {"max_length": 32, "batch_size": 8, "max_lines": 30}
     for level in ("word", "token"):
         config["fasttext"][level] |= {"dim": 16, "epoch": 1, "min_count": 1, "bucket": 2000}
@@ -69,10 +71,9 @@ def real_run(tmp_path_factory) -> Path:
     env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
     base = [sys.executable, "-m", "snakemake", "--directory", str(workdir), "--snakefile",
             str(workdir / "Snakefile"), "--configfile", str(workdir / "test_config.yaml")]
-    for args in (["--cores", "2", "report"], ["--report", "report.zip"]):
-        proc = subprocess.run([*base, *args], capture_output=True, text=True, env=env,
-                              cwd=workdir)
-        assert proc.returncode == 0, f"{args}:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    args = ["--cores", "2", "report", "--report", "report.zip", "--report-after-run"]
+    proc = subprocess.run([*base, *args], capture_output=True, text=True, env=env, cwd=workdir)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     return workdir
 
 
@@ -84,7 +85,7 @@ def test_the_report_writes_the_real_text_outputs(real_run: Path) -> None:
     assert held["unigram_bits_per_byte"] > 0 and held["kn_bigram_bits_per_byte"] > 0
     assert list(floor.loc[floor["text"] == "control", "lang"]) == ["de"]
     zeroshot = pd.read_csv(report / "zeroshot.csv")
-    assert {"salt", "omp", "random", "source_model"} <= set(zeroshot["method"])
+    assert {"salt", "random", "source_model"} <= set(zeroshot["method"])
     lapt = pd.read_csv(report / "lapt_zeroshot.csv")
     assert list(lapt["method"]) == ["salt"] and lapt["documents"].iloc[0] >= 2
     # the alignment of both stages against the dictionary's held-out half (the fixtures'
@@ -100,6 +101,32 @@ def test_the_report_writes_the_real_text_outputs(real_run: Path) -> None:
     assert findings.startswith("# What real text shows") and "one seed" in findings
     table5 = (report / "table5.md").read_text()
     assert "30%" in table5 or "0.3" in table5
+
+
+def test_the_report_probes_the_plm_and_sets_its_shared_tokens_beside_the_real_ranges(
+    real_run: Path,
+) -> None:
+    """The PLM's span probe (no class probe: real text has no concept classes) and the
+    pair's shared-token figures, measured with German's wordfreq lexicon, beside the
+    committed German range."""
+    report = real_run / "results" / "report"
+    probes = pd.read_csv(report / "plm_probes.csv")
+    assert probes[["lang", "source", "target"]].values.tolist() == [["de", "llama_en",
+                                                                     "gpt2_de"]]
+    assert probes["span_items"].iloc[0] > 0 and not any(c.startswith("class")
+                                                        for c in probes.columns)
+    assert "not measured on real text" in (report / "plm_probes.md").read_text()
+    assert "The span probe of each PLM" in (report / "findings.md").read_text()
+    kinds = pd.read_csv(real_run / "results" / "overlap" / "shared_kinds.csv")
+    assert kinds[["lang", "source", "target"]].values.tolist() == [["de", "llama_en",
+                                                                    "gpt2_de"]]
+    assert 0 < kinds["vocab_coverage_pct"].iloc[0] <= 100
+    assert kinds["word_pct"].iloc[0] > 0  # German words from wordfreq among the shared
+    calibration = pd.read_csv(report / "calibration.csv")
+    assert set(calibration["lang"]) == {"de"} and set(calibration["real_lang"]) == {"de"}
+    assert len(calibration) == 9 and (calibration["real_low"] <= calibration["real_high"]).all()
+    assert "this run's pairs beside the committed de figures" in (
+        report / "calibration.md").read_text()
 
 
 def test_the_report_shows_under_real_text(real_run: Path) -> None:

@@ -64,7 +64,7 @@ def test_the_floor_table_reads_the_floor_record_and_the_control_lines(tmp_path) 
 
 
 def test_a_real_text_run_is_told_by_its_config() -> None:
-    from embtransfer.evaluation.inputs import real_text_run
+    from embtransfer.core.grid import real_text_run
 
     real = validate_config(yaml.safe_load((REPO / "config" / "real_small.yaml").read_text()))
     world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))

@@ -28,6 +28,7 @@ from embtransfer.vocab.inputs import (
     all_shared_kinds,
     overlap_text,
     shared_kinds_inputs,
+    shared_kinds_params,
 )
 
 MUSE = "resources/dictionaries/muse/en-de.txt"
@@ -216,13 +217,17 @@ def test_shared_kinds_read_the_world_pairs_only(config):
 
     pairs = world_pairs(config)
     inputs = shared_kinds_inputs(config)
+    assert inputs.pop("world") == "results/world/world.json"  # the world's lexicon
     assert {len(v) for v in inputs.values()} == {len(pairs)}
     assert inputs["overlap"] == [f"results/overlap/{s}/{t}.parquet" for _, s, t in pairs]
     assert inputs["valid"] == [f"results/corpus/{lang}/valid.txt" for lang, _, _ in pairs]
     assert all_shared_kinds(config) == (["results/overlap/shared_kinds.csv"] if pairs else [])
+    assert {p["lexicon"] for p in shared_kinds_params(config)} == {"world"}
     for model in config["models"].values():
         model["type"] = "hub"  # no miniature pair left: nothing to measure
-    assert shared_kinds_inputs(config)["vocab"] == [] and all_shared_kinds(config) == []
+    assert shared_kinds_inputs(config) == {"vocab": [], "overlap": [], "tokenizer": [],
+                                           "valid": []}
+    assert all_shared_kinds(config) == []
 
 
 def test_plm_probes_of_the_world_pairs_with_salts_rcond(config):
@@ -233,6 +238,10 @@ def test_plm_probes_of_the_world_pairs_with_salts_rcond(config):
         f"results/probes/{lang}/{s}/{t}.json" for lang, s, t in world_pairs(config)
     ] != []
     assert report.report_inputs(config)["plm_probes"] == evaluation.all_plm_probes(config)
+    lang, source, target = world_pairs(config)[0]
+    inputs = evaluation.plm_probe_inputs(config, {"lang": lang, "source": source,
+                                                  "target": target})
+    assert set(inputs) == {"plm", "overlap", "truth", "world"}  # both probes
     assert transfer.salt_rcond(config) == resolve_options("salt", {})["rcond"]
     config["transfer"]["options"]["salt"] = {"rcond": 1e-3}
     assert transfer.salt_rcond(config) == 1e-3

@@ -4,7 +4,7 @@
 # logic live in the stages' packages (embtransfer/<stage>/inputs.py, tested without Snakemake
 # in tests/test_rule_inputs.py), as functions of the config the rules pass them.
 from embtransfer.core import paths
-from embtransfer.core.grid import source_first, world_pairs
+from embtransfer.core.grid import real_text_run, source_first, world_pairs
 from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
 from embtransfer.data.inputs import (
@@ -38,10 +38,10 @@ from embtransfer.evaluation.inputs import (
     evaluation_outputs,
     evaluation_resources,
     job_name,
+    plm_probe_inputs,
     shipped_tasks_code,
     tokenizer_stats_inputs,
     tokenizer_stats_models,
-    real_text_run,
     world_benchmark_inputs,
 )
 from embtransfer.fasttext.inputs import fasttext_bin, fasttext_word_bin
@@ -87,6 +87,7 @@ from embtransfer.vocab.inputs import (
     all_shared_kinds,
     overlap_text,
     shared_kinds_inputs,
+    shared_kinds_params,
 )
 
 

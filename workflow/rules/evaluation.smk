@@ -150,13 +150,11 @@ rule alignment:
 
 
 rule plm_probe:
-    # Whether a target PLM's input rows carry meaning (SALT reads them): two paired probes.
+    # Whether a target PLM's input rows carry meaning (SALT reads them): paired probes, the
+    # span probe of every pair, the class probe of the world's (its concept classes).
     input:
-        plm=lambda w: model_dir(config, w.target),
+        unpack(lambda w: plm_probe_inputs(config, w)),
         neighbors=lambda w: paths.NEIGHBORS.fill(**w, vectors=salt_vectors(config)),
-        overlap=paths.OVERLAP,
-        truth=paths.WORLD_TRUTH,
-        world=paths.WORLD,
     output:
         paths.PLM_PROBE,
     params:

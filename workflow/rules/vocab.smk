@@ -93,15 +93,15 @@ rule dictionary_truth:
 
 
 rule shared_kinds:
-    # The world's pairs measured as the real ones are (benchmarks/real_shared_tokens.py):
-    # coverage and the kinds of shared tokens, beside the real table in docs/calibration.md.
+    # The world's pairs, or a real-text run's, measured as the real ones are
+    # (benchmarks/real_shared_tokens.py): coverage and the kinds of shared tokens, beside the
+    # committed real table (docs/calibration.md).
     input:
         unpack(lambda w: shared_kinds_inputs(config)),
-        world=rules.world.output[0],
     output:
         paths.SHARED_KINDS,
     params:
-        pairs=[list(pair) for pair in world_pairs(config)],
+        pairs=shared_kinds_params(config),
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("vocab/kinds.py"),
     conda:

@@ -81,6 +81,32 @@ def world_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
             and mini(source) and mini(target)]
 
 
+def floor_sources(config: dict[str, Any]) -> list[str]:
+    """The sources pretrained here on real text (a ``mini`` source whose language is not a
+    miniature one): each is checked against the count-model floor (rule source_floor)."""
+    return [
+        source
+        for source in config["sources"]
+        if config["models"][source]["type"] == "mini"
+        and config["languages"][config["models"][source]["language"]]["corpus"]["type"] != "mini"
+    ]
+
+
+def real_text_run(config: dict[str, Any]) -> bool:
+    """Whether the run compares the methods on real text: no pair of the miniature world,
+    and a source pretrained here on real text (:func:`floor_sources`). Its report outputs
+    show under their own category (embtransfer/report/inputs.py) and its findings state
+    the limits of real text (embtransfer/report/findings.py)."""
+    return not world_pairs(config) and bool(floor_sources(config))
+
+
+def real_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (language, source, target) pairs of a real-text run (:func:`real_text_run`):
+    every pair of its grid. What :func:`world_pairs` are to the miniature world's probes and
+    shared-token figures, these are to a real-text run's (none in any other run)."""
+    return target_pairs(config) if real_text_run(config) else []
+
+
 def held_out_dictionary(config: dict[str, Any], lang: str) -> bool:
     """Whether ``lang``'s real dictionary keeps a held-out half as alignment truth
     (``held_out: true``; :mod:`embtransfer.data.dictionary_split`)."""

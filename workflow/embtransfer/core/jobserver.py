@@ -16,9 +16,12 @@ imports the job's own code, from the job's path, afresh), runs the script as ``_
 and reports its exit status, which the job process exits with. Signals the job process
 gets (Snakemake stopping a job) go to the child; a child whose job process died exits.
 
-Without a server (cluster jobs, another host, ``job_server: false``, a server not yet
-ready or gone) :func:`delegate` returns and the script runs in its own process, as
-before. The job's code, inputs and seeds are the same either way, and so are its outputs
+A job started while the server still imports its libraries waits for it (its
+:func:`starting` marker names the server's process; at most :data:`STARTUP_WAIT_S`): on a
+machine of few cores the job's own imports would only compete with the server's. Without a
+server (cluster jobs, another host, ``job_server: false``, a server gone or not ready in
+time) :func:`delegate` returns and the script runs in its own process, as before. The
+job's code, inputs and seeds are the same either way, and so are its outputs
 (tests/test_jobserver.py). This module imports nothing beyond the standard library: it
 runs first in every job.
 """
@@ -77,6 +80,8 @@ _HEADER_MAX = 1 << 20
 SOCKET_PATH_MAX = 90
 #: Seconds a job waits for the server to take it (fork and reply) before running itself.
 HANDSHAKE_TIMEOUT_S = 30.0
+#: Seconds a job waits for a server that is still importing its libraries.
+STARTUP_WAIT_S = 120.0
 
 
 def _send(sock: socket.socket, obj: object) -> None:
@@ -102,13 +107,35 @@ def _recv(sock: socket.socket) -> object:
 
 
 def _server_path() -> str | None:
-    """The socket of this host's server, from :data:`ENV` (None: none usable here)."""
+    """The socket of this host's server, from :data:`ENV` (None: none usable here). A
+    server still importing its libraries (its :func:`starting` marker names a live
+    process) is waited for, up to :data:`STARTUP_WAIT_S`: the job would import the same
+    libraries itself, beside it, on the same cores."""
     if os.environ.get(CHILD_ENV):
         return None
     host, sep, path = os.environ.get(ENV, "").partition(":")
-    if not sep or host != socket.gethostname() or not Path(path).is_socket():
+    if not sep or host != socket.gethostname():
         return None
-    return path
+    deadline = time.monotonic() + STARTUP_WAIT_S
+    while not Path(path).is_socket() and _starting_pid(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return path if Path(path).is_socket() else None
+
+
+def starting(path: str) -> Path:
+    """The marker :func:`start` writes beside the socket ``path`` while its server imports
+    its libraries: the server's process id. The server removes it once it accepts jobs."""
+    return Path(f"{path}.starting")
+
+
+def _starting_pid(path: str) -> int | None:
+    """The process id in ``path``'s :func:`starting` marker if that process is alive."""
+    try:
+        pid = int(starting(path).read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
 
 
 def delegate() -> None:
@@ -257,8 +284,9 @@ class _Server(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
 def _exit_with_parent(parent: int, path: str) -> None:
     while os.getppid() == parent:  # reparented once the process that started it is gone
         time.sleep(1)
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    for gone in (path, starting(path)):
+        with contextlib.suppress(OSError):
+            os.unlink(gone)
     os._exit(0)
 
 
@@ -286,6 +314,8 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, parent: int | None = No
     finally:
         os.umask(mask)
     os.replace(tmp, path)  # ready: jobs see the socket only once it accepts
+    with contextlib.suppress(OSError):
+        starting(path).unlink()
     server.serve_forever(poll_interval=0.5)
 
 
@@ -296,8 +326,8 @@ def start(directory: str | Path, threads: int) -> None:
     """Start this host's server in the background (its socket under ``directory``) and set
     :data:`ENV` here, so the jobs started from this process find it; :func:`stop` ends it.
     The server loads its libraries as a job of ``threads`` threads would (Snakemake's
-    :data:`THREAD_ENV`): jobs of other thread counts run in their own process, as do jobs
-    started before it is ready."""
+    :data:`THREAD_ENV`): jobs of other thread counts run in their own process. Jobs started
+    while it imports wait for it (its :func:`starting` marker)."""
     directory = Path(directory)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = str((directory / f"jobserver.{os.getpid()}.sock").resolve())
@@ -314,6 +344,9 @@ def start(directory: str | Path, threads: int) -> None:
             stderr=subprocess.STDOUT, env=env,
             start_new_session=True,  # Ctrl-C reaches Snakemake, which stops the server
         ))
+    marker = starting(path)
+    marker.with_suffix(".tmp").write_text(str(_PROCESS[-1].pid))
+    marker.with_suffix(".tmp").replace(marker)  # jobs started from now on wait for it
     os.environ[ENV] = f"{socket.gethostname()}:{path}"
 
 
@@ -327,8 +360,9 @@ def stop() -> None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
     if path:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        for gone in (path, starting(path)):
+            with contextlib.suppress(OSError):
+                os.unlink(gone)
         if Path(path).parent.name.startswith("embt-jobserver-"):
             with contextlib.suppress(OSError):
                 Path(path).parent.rmdir()

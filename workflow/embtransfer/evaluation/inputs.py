@@ -14,8 +14,10 @@ from embtransfer.core.grid import (
     alignment_groups,
     evaluated_runs,
     evaluated_sources,
+    floor_sources,
     held_out_dictionary,
     lapt_runs,
+    real_pairs,
     transfer_runs,
     world_pairs,
 )
@@ -201,11 +203,26 @@ def all_alignment(config: dict[str, Any]) -> list[str]:
 
 
 def all_plm_probes(config: dict[str, Any]) -> list[str]:
-    """The target-PLM probes of every world pair (evaluation/plm_probes.py)."""
+    """The target-PLM probes (evaluation/plm_probes.py) of every world pair, and of every
+    pair of a real-text run (the span probe only: real text has no concept classes)."""
     return [
         paths.PLM_PROBE.fill(lang=lang, source=source, target=target)
-        for lang, source, target in world_pairs(config)
+        for lang, source, target in world_pairs(config) + real_pairs(config)
     ]
+
+
+def plm_probe_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict[str, str]:
+    """What one PLM's probes read besides SALT's neighbour table (the rule names it): its
+    rows and the pair's overlap (the span probe), and for a world pair the world's truth
+    and concept classes (the class probe)."""
+    inputs = {
+        "plm": model_dir(config, wildcards["target"]),
+        "overlap": paths.OVERLAP.fill(source=wildcards["source"], target=wildcards["target"]),
+    }
+    pair = (wildcards["lang"], wildcards["source"], wildcards["target"])
+    if pair in world_pairs(config):
+        inputs |= {"truth": paths.WORLD_TRUTH.fill(**wildcards), "world": paths.WORLD}
+    return inputs
 
 
 def all_intrinsic(config: dict[str, Any]) -> list[str]:
@@ -225,24 +242,5 @@ def all_lapt_intrinsic(config: dict[str, Any]) -> list[str]:
     return [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
 
 
-def floor_sources(config: dict[str, Any]) -> list[str]:
-    """The sources pretrained here on real text (a ``mini`` source whose language is not a
-    miniature one): each is checked against the count-model floor (rule source_floor)."""
-    return [
-        source
-        for source in config["sources"]
-        if config["models"][source]["type"] == "mini"
-        and config["languages"][config["models"][source]["language"]]["corpus"]["type"] != "mini"
-    ]
-
-
 def all_source_floors(config: dict[str, Any]) -> list[str]:
     return [paths.SOURCE_FLOOR.fill(source=s) for s in floor_sources(config)]
-
-
-def real_text_run(config: dict[str, Any]) -> bool:
-    """Whether the run compares the methods on real text: no pair of the miniature world,
-    and a source pretrained here on real text (:func:`floor_sources`). Its report outputs
-    show under their own category (embtransfer/report/inputs.py) and its findings state
-    the limits of real text (embtransfer/report/findings.py)."""
-    return not world_pairs(config) and bool(floor_sources(config))

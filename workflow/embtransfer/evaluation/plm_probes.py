@@ -1,4 +1,4 @@
-"""Do a target PLM's input embeddings carry meaning? Two probes per PLM (miniature world).
+"""Do a target PLM's input embeddings carry meaning? Two probes per PLM.
 
 SALT rebuilds a non-shared target token's row from the PLM rows of its fastText neighbours
 (:mod:`embtransfer.transfer.regression`). That only transfers meaning when the PLM's own
@@ -20,7 +20,8 @@ over the same items:
   belongs together; a row's own concept's other forms are left out, so spelling and
   inflection do not count. (Pairs of one concept's forms were tried first: in ``vi_mini`` the
   only such pairs are a word and its capitalised, sentence-initial form, so that probe
-  measured position in the sentence, not meaning.)
+  measured position in the sentence, not meaning.) Only the miniature world has concept
+  classes: on real text the class probe is not measured (the record's ``class`` is None).
 
 Each probe reports the mean paired difference, its standard error (standard deviation of the
 differences over sqrt(n); tokens share partners, so it errs low) and ``z`` = difference /
@@ -181,23 +182,25 @@ def probe_plm(
     rows: np.ndarray,
     neighbors: Neighbors,
     shared_ids: np.ndarray,
-    truth: pd.DataFrame,
-    classes: dict[str, str],
+    truth: pd.DataFrame | None,
+    classes: dict[str, str] | None,
     seed: int,
     rcond: float,
 ) -> dict[str, Any]:
-    """Both probes and the geometry of one PLM's input rows (the record of
+    """The probes and the geometry of one PLM's input rows (the record of
     :data:`embtransfer.core.paths.PLM_PROBE`). ``shared_ids``: the shared, non-special target
     ids (the span probe's random candidates); ``classes``: :func:`concept_classes`;
-    ``seed`` seeds the span probe's random rows."""
+    ``seed`` seeds the span probe's random rows. Without ``truth`` and ``classes`` (real
+    text: no concept classes) the record's ``class`` is None: not measured."""
     span = span_probe(rows, neighbors, np.unique(shared_ids), np.random.default_rng(seed), rcond)
-    by_class = class_probe(rows, truth, classes)
-    return {
+    record: dict[str, Any] = {
         "span": paired_summary(span["neighbors"].to_numpy(), span["random"].to_numpy())
         | {"mean_k": float(span["k"].mean()) if len(span) else None},
-        "class": paired_summary(by_class["same"].to_numpy(), by_class["other"].to_numpy())
-        | {"classes": int(by_class["class"].nunique())},
-        "geometry": geometry(rows),
-        "rcond": rcond,
-        "seed": seed,
+        "class": None,
     }
+    if truth is not None and classes is not None:
+        by_class = class_probe(rows, truth, classes)
+        record["class"] = paired_summary(
+            by_class["same"].to_numpy(), by_class["other"].to_numpy()
+        ) | {"classes": int(by_class["class"].nunique())}
+    return record | {"geometry": geometry(rows), "rcond": rcond, "seed": seed}

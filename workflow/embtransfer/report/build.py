@@ -13,9 +13,8 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path
-from embtransfer.core.grid import Grid, evaluated_stages, report_stages
+from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
-from embtransfer.evaluation.inputs import real_text_run
 from embtransfer.report.alignment_table import write_alignment
 from embtransfer.report.calibration import write_calibration
 from embtransfer.report.figures import (

@@ -1,13 +1,14 @@
-"""The calibration table: the world's shared-token figures beside the real ones.
+"""The calibration table: the run's shared-token figures beside the real ones.
 
 Reads the real table the repository commits (``resources/calibration/real_shared_tokens.csv``,
-made by ``benchmarks/real_shared_tokens.py``) and the world's (rule shared_kinds,
-``results/overlap/shared_kinds.csv``), both with the columns of
-:data:`embtransfer.vocab.kinds.COLUMNS`, and compares each world figure with the range of
-the real language of its script family (``ar_mini`` with Arabic, ``vi_mini`` with
-Vietnamese) over the multilingual sources (Gemma 3 and Qwen 3, like the paper's Gemma and
-XGLM) and every target family; the English-centric Llama 2's range is shown beside it, not
-held to. docs/calibration.md explains the figures and the ranges.
+made by ``benchmarks/real_shared_tokens.py``) and the run's (rule shared_kinds,
+``results/overlap/shared_kinds.csv``: the miniature world's pairs, or every pair of a
+real-text run), both with the columns of :data:`embtransfer.vocab.kinds.COLUMNS`, and
+compares each figure of the run with the range of its real language (:func:`real_language`:
+``ar_mini`` with Arabic, ``vi_mini`` with Vietnamese, a real language with itself) over the
+multilingual sources (Gemma 3 and Qwen 3, like the paper's Gemma and XGLM) and every target
+family; the English-centric Llama 2's range is shown beside it, not held to.
+docs/calibration.md explains the figures and the ranges.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ MULTILINGUAL = ("gemma3", "qwen3")
 ENGLISH_CENTRIC = ("llama2",)
 #: The world's target languages and the real language of their script family.
 WORLD_LANGUAGES = {"ar_mini": "ar", "vi_mini": "vi"}
+
+
+def real_language(lang: str) -> str:
+    """The real language whose committed range a run's language is held to: a world
+    language's script family (:data:`WORLD_LANGUAGES`), a real language itself."""
+    return WORLD_LANGUAGES.get(lang, lang)
 #: The figures compared (docs/calibration.md says what each is).
 SHOWN = (
     "vocab_coverage_pct",
@@ -60,21 +67,25 @@ def _range(low: float, high: float) -> str:
 
 
 def calibration_frame(real: pd.DataFrame, world: pd.DataFrame) -> pd.DataFrame:
-    """One line per world pair and shown figure: its value, the real ranges of its script
-    family (multilingual sources; Llama 2) and whether it lies inside the multilingual one."""
+    """One line per measured pair of the run (``world``: the shared_kinds table) and shown
+    figure: its value, the real ranges of its real language (:func:`real_language`;
+    multilingual sources; Llama 2) and whether it lies inside the multilingual one. A
+    language the real table does not measure has no lines."""
     lines: list[dict[str, Any]] = []
-    for world_lang, lang in WORLD_LANGUAGES.items():
-        mine = world[world["lang"] == world_lang]
-        multi = real[(real["lang"] == lang) & real["source"].isin(MULTILINGUAL)]
-        english = real[(real["lang"] == lang) & real["source"].isin(ENGLISH_CENTRIC)]
-        for pair in mine.itertuples(index=False):
+    for lang in dict.fromkeys(world["lang"]):
+        measured = real_language(lang)
+        multi = real[(real["lang"] == measured) & real["source"].isin(MULTILINGUAL)]
+        english = real[(real["lang"] == measured) & real["source"].isin(ENGLISH_CENTRIC)]
+        if multi.empty:
+            continue
+        for pair in world[world["lang"] == lang].itertuples(index=False):
             for figure in SHOWN:
                 low, high = _span(multi, figure)
                 value = float(getattr(pair, figure))
                 lines.append(
                     {
-                        "lang": world_lang,
-                        "real_lang": lang,
+                        "lang": lang,
+                        "real_lang": measured,
                         "source": pair.source,
                         "target": pair.target,
                         "figure": figure,
@@ -123,9 +134,11 @@ def compare(real: pd.DataFrame, world: pd.DataFrame) -> str:
         pairs = list(dict.fromkeys(zip(lines["source"], lines["target"], strict=True)))
         names = [f"{target} ({source})" for source, target in pairs]
         outside, total = counts[world_lang]
+        measured = real_language(world_lang)
+        beside = f"{world_lang} beside {measured}" if measured != world_lang else (
+            f"{world_lang}, this run's pairs beside the committed {measured} figures")
         parts += [
-            f"{world_lang} beside {WORLD_LANGUAGES[world_lang]}: {outside} of {total} figures "
-            "outside the multilingual range",
+            f"{beside}: {outside} of {total} figures outside the multilingual range",
             "",
             "| figure | Gemma 3, Qwen 3 | Llama 2 | " + " | ".join(names) + " |",
             "|---|---|---|" + "---|" * len(names),
@@ -145,31 +158,41 @@ def compare(real: pd.DataFrame, world: pd.DataFrame) -> str:
 
 
 INTRO = (
-    "What the target vocabularies share with the source, measured on the world's pairs "
+    "What the target vocabularies share with the source, measured on the run's pairs "
     "(`results/overlap/shared_kinds.csv`) as on real ones "
     "(`resources/calibration/real_shared_tokens.csv`: the real Gemma 3, Llama 2, Llama 3 and "
     "Qwen 3 tokenizers against a byte-level BPE, a WordPiece and a Unigram target tokenizer "
-    "per language, trained on real text). Each world figure stands beside the range of the "
-    "real language of its script family (ar_mini: Arabic, vi_mini: Vietnamese) over the "
-    "multilingual sources Gemma 3 and Qwen 3, like the paper's; the English-centric "
-    "Llama 2's range is shown beside it. † marks a world figure outside the multilingual "
-    "range (`in_range` in calibration.csv). docs/calibration.md says what each figure is."
+    "per language, trained on real text). Each figure of the run stands beside the range of "
+    "its real language (the miniature world's script family: ar_mini Arabic, vi_mini "
+    "Vietnamese; a real-text run's language: itself, its words from `wordfreq` as the real "
+    "table's) over the multilingual sources Gemma 3 and Qwen 3, like the paper's; the "
+    "English-centric Llama 2's range is shown beside it. † marks a figure outside the "
+    "multilingual range (`in_range` in calibration.csv). docs/calibration.md says what each "
+    "figure is."
 )
+#: The title of calibration.md: the miniature world's, a real-text run's.
+TITLES = {True: "# The world's shared tokens beside real ones",
+          False: "# This run's shared tokens beside the committed real ones"}
+
+
+def _world_run(world: pd.DataFrame) -> bool:
+    return bool(world["lang"].isin(list(WORLD_LANGUAGES)).any()) or world.empty
 
 
 def calibration_markdown(real: pd.DataFrame, world: pd.DataFrame) -> str:
     beside = compare(real, world)
+    mini = _world_run(world)
     parts = [
-        "# The world's shared tokens beside real ones",
+        TITLES[mini],
         "",
         INTRO,
         "",
         "## Real ranges over the three target families",
         "",
         real_ranges(real),
-        "## The world beside them",
+        "## The world beside them" if mini else "## The run's pairs beside them",
         "",
-        beside or f"(no world pair of {' or '.join(WORLD_LANGUAGES)} in this run)\n",
+        beside or "(no pair of a language the real table measures in this run)\n",
     ]
     return "\n".join(parts)
 
@@ -181,11 +204,11 @@ def write_calibration(
     md_path: str | os.PathLike,
 ) -> pd.DataFrame:
     """Write calibration.{csv,md} from the real table (``real_paths``: its one path) and the
-    world's (``world_paths``: the shared_kinds table); a run without world pairs has
-    neither and writes an empty table."""
+    run's (``world_paths``: the shared_kinds table of the world's or a real-text run's
+    pairs); a run with neither writes an empty table."""
     if not world_paths:
         frame = pd.DataFrame(columns=CALIBRATION_COLUMNS)
-        text = "# The world's shared tokens beside real ones\n\n(no world pairs in this run)\n"
+        text = f"{TITLES[True]}\n\n(no world pairs in this run)\n"
     else:
         real = pd.concat([pd.read_csv(p) for p in real_paths])
         world = pd.concat([pd.read_csv(p) for p in world_paths])

@@ -502,7 +502,8 @@ def _score(block: pd.DataFrame, method: str) -> str:
 def probe_decisions(frame: pd.DataFrame) -> pd.DataFrame:
     """Per target PLM: each probe's relation to its random baseline by the report's rule
     (the normal two-sided p of its z, one family over every probe of the table): ``better``,
-    ``worse`` or ``not apart``; and ``carries``, both better."""
+    ``worse`` or ``not apart``; and ``carries``, every probe better. The probes are the
+    table's ``*_z`` columns (a real-text run's table has the span probe only)."""
     probes = [c[: -len("_z")] for c in frame.columns if c.endswith("_z")]
     z = frame[[f"{p}_z" for p in probes]].to_numpy(np.float64)
     p = np.vectorize(lambda v: math.nan if math.isnan(v) else normal_p(v))(z)
@@ -600,11 +601,18 @@ def _probe_section(frame: pd.DataFrame) -> list[str]:
 
     yes = [label(i) for i in frame.index if decided.loc[i, "carries"]]
     no = [label(i) for i in frame.index if not decided.loc[i, "carries"]]
+    if len(probes) > 1:
+        what, by = "Two probes per PLM", "both probes"
+    else:
+        what, by = f"The {probes[0]} probe of each PLM", f"the {probes[0]} probe"
+    absent = ("" if "class" in probes else " The class probe needs the miniature world's "
+              "concept classes: not measured on real text.")
     return ["", "### The target PLMs SALT recycles", "",
-            "Two probes per PLM against random baselines (`results/report/plm_probes.md`), "
+            f"{what} against random baselines (`results/report/plm_probes.md`), "
             "decided by the same rule (the normal two-sided p-value of each probe's z, one "
-            "family over every probe of the table). "
-            f"Carry meaning by both probes: {_names(yes)}. Do not: {_names(no)}."]
+            "family over every probe of the table)." + absent + " "
+            f"Carry meaning by {by}: {_names(yes)}. Do not: {_names(no)}."]
+
 
 
 def findings_markdown(tables: dict[str, pd.DataFrame], run: dict[str, Any] | None = None,

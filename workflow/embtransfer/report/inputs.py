@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.core.grid import world_pairs
 from embtransfer.evaluation.inputs import (
     all_alignment,
     all_evaluation,
@@ -46,8 +45,11 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         "reference": config["report"]["reference"],
         # every checkpoint's zero-shot record: the zero-shot comparison and the methods figure
         "transfer_zeroshot": all_zeroshot(config),
-        # the calibration table: the committed real figures beside the world's
-        "real_shared_tokens": [config["report"]["calibration"]] if world_pairs(config) else [],
+        # the calibration table: the committed real figures beside the world's or a
+        # real-text run's pairs'
+        "real_shared_tokens": (
+            [config["report"]["calibration"]] if all_shared_kinds(config) else []
+        ),
         "shared_kinds": all_shared_kinds(config),
         # the source's quality floor (rule source_floor) and the final LAPT checkpoints'
         # zero-shot records (rule intrinsic_lapt)
@@ -73,13 +75,13 @@ _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("findings", "findings", _COMPARED, {"table": "findings, in words", "format": "Markdown"}),
     ("methods", "methods", _COMPARED, {"figure": "held-out P@10 and zero-shot bits per byte"}),
     ("calibration", "calibration", "Calibration of the world",
-     {"table": "shared tokens, world and real"}),
+     {"table": "shared tokens, the run's and real"}),
     ("figure2", "figure2", "Paper figures", {"figure": "2"}),
 )
 
 
 #: The category of every report output of a real-text run
-#: (:func:`embtransfer.evaluation.inputs.real_text_run`): each keeps its own as subcategory.
+#: (:func:`embtransfer.core.grid.real_text_run`): each keeps its own as subcategory.
 REAL_TEXT = "Real text"
 
 

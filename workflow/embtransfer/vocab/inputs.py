@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.core.grid import target_pairs, world_pairs
+from embtransfer.core.grid import real_pairs, target_pairs, world_pairs
 from embtransfer.models.inputs import model_language, tokenizer_dir
 
 
@@ -22,17 +22,44 @@ def all_coverage(config: dict[str, Any]) -> list[str]:
     return sorted({paths.COVERAGE.fill(source=s, target=t) for _, s, t in target_pairs(config)})
 
 
-def shared_kinds_inputs(config: dict[str, Any]) -> dict[str, list[str]]:
-    """What the shared-token kinds of the world's pairs read (rule shared_kinds)."""
-    pairs = world_pairs(config)
-    return {
+def shared_kinds_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (language, source, target) pairs measured as the real ones are (rule
+    shared_kinds): the miniature world's pairs, or every pair of a real-text run."""
+    return world_pairs(config) + real_pairs(config)
+
+
+def shared_kinds_inputs(config: dict[str, Any]) -> dict[str, Any]:
+    """What the shared-token kinds of :func:`shared_kinds_pairs` read (rule shared_kinds):
+    each pair's target vocabulary, overlap, tokenizer and held-out text, and the world when
+    a pair's lexicon is the world's."""
+    pairs = shared_kinds_pairs(config)
+    inputs: dict[str, Any] = {
         "vocab": [paths.VOCAB.fill(model=t) for _, _, t in pairs],
         "overlap": [paths.OVERLAP.fill(source=s, target=t) for _, s, t in pairs],
         "tokenizer": [tokenizer_dir(config, t) for _, _, t in pairs],
         "valid": [paths.CORPUS.fill(lang=lang, split="valid") for lang, _, _ in pairs],
     }
+    if world_pairs(config):
+        inputs["world"] = paths.WORLD
+    return inputs
+
+
+def shared_kinds_params(config: dict[str, Any]) -> list[dict[str, str]]:
+    """Per pair of :func:`shared_kinds_pairs`: its language, source and target, and its
+    lexicon: ``world`` (the miniature world's words, names and foreign words) or
+    ``wordfreq`` (a real language's, against the source's language, as
+    benchmarks/real_shared_tokens.py measures the committed real figures)."""
+    world = set(world_pairs(config))
+    return [
+        {"lang": lang, "source": source, "target": target,
+         "lexicon": "world" if (lang, source, target) in world else "wordfreq",
+         # the source's language, English where the config names none (a hub source)
+         "other": config["models"][source].get("language") or "en"}
+        for lang, source, target in shared_kinds_pairs(config)
+    ]
 
 
 def all_shared_kinds(config: dict[str, Any]) -> list[str]:
-    """The shared-token kinds file when the run has world pairs (docs/calibration.md)."""
-    return [paths.SHARED_KINDS] if world_pairs(config) else []
+    """The shared-token kinds file when the run has world pairs or is a real-text run
+    (docs/calibration.md)."""
+    return [paths.SHARED_KINDS] if shared_kinds_pairs(config) else []

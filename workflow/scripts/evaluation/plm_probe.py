@@ -1,5 +1,6 @@
 """Whether one target PLM's input rows carry meaning: the span probe over SALT's neighbour
-table and the class probe over the world's truth (embtransfer.evaluation.plm_probes)."""
+table and, for a pair of the miniature world, the class probe over the world's truth
+(embtransfer.evaluation.plm_probes)."""
 
 from embtransfer.core.jobserver import delegate
 
@@ -19,12 +20,13 @@ plm = load_embeddings(sm.input.plm, trust_remote_code=sm.params.trust_remote_cod
 table, _ = read_neighbors(sm.input.neighbors)
 pairs = read_overlap(sm.input.overlap)
 shared = pairs.loc[pairs["how"] != "special", "target_id"].to_numpy()
+world = "world" in sm.input.keys()  # real text has no concept classes: no class probe
 record = probe_plm(
     plm.input,
     Neighbors.from_table(table),
     shared,
-    read_truth(sm.input.truth),
-    concept_classes(read_json(sm.input.world)),
+    read_truth(sm.input.truth) if world else None,
+    concept_classes(read_json(sm.input.world)) if world else None,
     seed=sm.params.seed,
     rcond=sm.params.rcond,
 )
