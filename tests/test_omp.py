@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from embtransfer.transfer.methods.base import TransferInputs, get_method
-from embtransfer.transfer.omp import _Screen, omp_coefficients, omp_select
+from embtransfer.transfer.omp import _residuals, _Screen, omp_coefficients, omp_select
 
 
 def slow_omp(x: np.ndarray, d: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
@@ -285,3 +285,40 @@ def test_screen_error_bound_holds() -> None:
     bound = rho[:, None] * screen.per_rho + screen.fixed + screen.u * scores[:, :2000].double()
     assert (err <= bound).all()
     assert (err / bound).max() < 0.5  # the bound is loose, not tight to the last digit
+
+
+# ------------------------------------------------------------- incremental factor, residual
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sparse_residuals_equal_dense(dtype) -> None:
+    """``_residuals`` (a CSR product over the candidates) against gathered rows, with the
+    stopped slots (-1, coefficient 0) a stopped token has, within the float32 bound the
+    screen assumes ((t + 6) roundings of |x| + sum |c_i| |d_i|)."""
+    rng = np.random.default_rng(10)
+    d = torch.from_numpy(rng.standard_normal((500, 96)))
+    x = torch.from_numpy(rng.standard_normal((30, 96)))
+    picked = torch.stack([torch.randperm(500)[:7] for _ in range(30)])
+    coef = torch.from_numpy(rng.standard_normal((30, 7)))
+    picked[3:6, 4:] = -1  # stopped after 4 picks
+    coef[3:6, 4:] = 0.0
+    got = _residuals(x, coef, picked, d.to(dtype)).double()
+    want = x - torch.einsum("bt,bth->bh", coef, d[picked.clamp(min=0)])
+    mass = x.norm(dim=1) + (coef.abs() * d.norm(dim=1)[picked.clamp(min=0)]).sum(dim=1)
+    unit = 2.0**-24 if dtype == torch.float32 else 2.0**-53
+    assert ((got - want).norm(dim=1) <= 13 * unit * mass).all()
+
+
+@pytest.mark.parametrize("gram_bytes", [2**30, 0])
+def test_incremental_inverse_factor_equals_a_fresh_solve(gram_bytes) -> None:
+    """The coefficients from L^{-1} grown a row per pick (rank-1 updates of c = L^{-T} y)
+    against a fresh least-squares solve on the same picks, on correlated rows (near-
+    duplicates, spread norms: a worse-conditioned G[I, I] than random rows give)."""
+    rng = np.random.default_rng(11)
+    d = correlated_rows(rng, 400, 64)
+    x = rng.standard_normal((25, 64))
+    picked, coef, used = omp_select(x, d, 40, gram_bytes=gram_bytes)
+    for i in range(x.shape[0]):
+        rows = d[picked[i, : used[i]]]
+        fresh = np.linalg.solve(rows @ rows.T, rows @ x[i])
+        np.testing.assert_allclose(coef[i, : used[i]], fresh, rtol=1e-7, atol=1e-9)

@@ -18,14 +18,16 @@ float64 one: :class:`_Screen` bounds each low-precision score's error (the rows'
 by Cauchy-Schwarz, the float32 sums, the result's rounding), keeps the candidates that may
 beat the best within those bounds (about 7 of 4,828 at h = 768), rescores them in float32
 (sampled products: only those pairs) and, where float32 still leaves a near tie, from the
-float64 residual. The coefficients come from the Cholesky factor ``L`` of ``G[I, I]``,
-grown by one row per pick (``w = L^{-1} G[I, j]``, diagonal ``sqrt(G[j, j] - w.w)``) and
-two triangular solves, in float64 with G's entries from the float64 Gram matrix (kept
-where it takes at most :data:`GRAM_BYTES`, N <= 11,585) or from the picks' float64 rows.
-The residual ``x - D_I^T c`` for the next product is formed in float32 from the picks'
-rows, with a bound on its distance to the float64 one that the screen adds to its own.
-Memory: per batch of tokens, the scores (N bfloat16 each) and the picks' rows (k x h
-float32, and float64 without the Gram matrix).
+float64 residual. The coefficients come from the inverse ``L^{-1}`` of the Cholesky factor
+``L`` of ``G[I, I]``, grown by one row per pick (``w = L^{-1} G[I, j]``, diagonal
+``d = sqrt(G[j, j] - w.w)``, new row ``(-w^T L^{-1} / d, 1 / d)``): two small products a
+step and a rank-1 update of ``c = L^{-T} y``, no triangular solves, in float64 with G's
+entries from the float64 Gram matrix (kept where it takes at most :data:`GRAM_BYTES`,
+N <= 11,585) or from sampled float64 products of the new pick with the picks before.
+The residual ``x - D_I^T c`` for the next product is formed in float32 by a sparse (CSR)
+product of the coefficients with the candidates (no per-token copies of the picked rows),
+with a bound on its distance to the float64 one that the screen adds to its own.
+Memory: per batch of tokens, the scores (N bfloat16 each) and ``L^{-1}`` (k x k float64).
 
 Early stop. A token stops before ``k`` when its residual vanishes (relative
 :data:`RESIDUAL_TOL`; ``|r|^2 = |x|^2 - |L^{-1} alpha0[I]|^2``, and where that is near
@@ -91,7 +93,7 @@ def omp_select(
     Returns (``picked`` (B, k) int64 candidate indices in pick order, ``coef`` (B, k)
     float64 least-squares coefficients, ``k_used`` (B,) int64): entries past a token's
     ``k_used`` are -1 and 0. ``k`` is capped by N. Tokens go in batches of at most
-    :data:`BATCH_TOKENS` whose work (scores, the picked rows, the Cholesky factor) stays
+    :data:`BATCH_TOKENS` whose work (scores, the Cholesky factor's inverse) stays
     under ``batch_bytes``. ``score_dtype`` (bfloat16 or float32; default
     :func:`default_score_dtype`) is the screening product's precision: the picks are the
     float64 ones either way. The float64 Gram matrix is kept where it takes at most
@@ -112,14 +114,9 @@ def omp_select(
     screen = _Screen(d64, score_dtype or default_score_dtype())
     gram = d64 @ d64.T if 8 * n * n <= gram_bytes else None
     budget = batch_bytes or DEFAULT_BATCH_BYTES["cpu"] * 32
-    # per token: the scores (N, screening dtype, and a mask), the picked rows (k x h
-    # float32, and float64 without the Gram matrix), the factor L (k x k float64),
-    # residual and row (h float64 each)
-    per_token = (
-        (screen.dtype.itemsize + 1) * n
-        + (4 if gram is not None else 12) * k * h
-        + 8 * (k * k + 4 * h)
-    )
+    # per token: the scores (N, screening dtype, and a mask), L^{-1} (k x k float64), the
+    # coefficients and picks (k each), residuals and rows (h float64 each)
+    per_token = (screen.dtype.itemsize + 1) * n + 8 * (k * k + 4 * k + 4 * h)
     size = max(1, min(b_total, BATCH_TOKENS, budget // per_token))
     for start in range(0, b_total, size):
         stop = min(start + size, b_total)
@@ -299,6 +296,27 @@ def _sampled_products(
         return torch.sparse.sampled_addmm(pattern, r, d.T, beta=0.0).values()
 
 
+def _residuals(
+    x: torch.Tensor, coef: torch.Tensor, picked: torch.Tensor, d: torch.Tensor
+) -> torch.Tensor:
+    """``x - coef @ d[picked]`` row by row (``x`` (b, h), ``coef`` and ``picked`` (b, t),
+    slots with ``picked`` < 0 must have ``coef`` 0), in ``d``'s dtype: a sparse (CSR)
+    product reads each candidate row in place, without the (b, t, h) gathered copies a
+    batched product needs (~1.5x faster, and no such copies to keep)."""
+    b, t = picked.shape
+    crow = torch.arange(0, b * t + 1, t, dtype=torch.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        weights = torch.sparse_csr_tensor(
+            crow,
+            picked.clamp(min=0).flatten(),
+            coef.to(d.dtype).flatten(),
+            (b, d.shape[0]),
+            check_invariants=False,
+        )
+        return torch.addmm(x.to(d.dtype), weights, d, alpha=-1)
+
+
 def _omp_batch(
     x: torch.Tensor,
     screen: _Screen,
@@ -308,15 +326,16 @@ def _omp_batch(
     b, h = x.shape
     d64, d32 = screen.d64, screen.d32
     d_sq = screen.d_norm.square()
-    # the picks' rows, in order: float32 for the residual, float64 for G's entries
-    rows32 = torch.zeros(b, k, h, dtype=torch.float32)
-    rows64 = torch.zeros(b, k, h, dtype=torch.float64) if gram is None else None
     pick_norm = torch.zeros(b, k, dtype=torch.float64)
-    chol = torch.zeros(b, k, k, dtype=torch.float64)  # L: G[I, I] = L L^T
+    # L^{-1} for the Cholesky factor L of G[I, I] = L L^T, grown a row per pick: one
+    # product per step for w = L^{-1} G[I, j] and one for the new row, where L itself
+    # needs two triangular solves (and their slice copies) per step
+    linv = torch.zeros(b, k, k, dtype=torch.float64)
     y = torch.zeros(b, k, dtype=torch.float64)  # L^{-1} (x . d_I): x's part on each pick
-    coef = torch.zeros(b, k, dtype=torch.float64)
+    coef = torch.zeros(b, k, dtype=torch.float64)  # L^{-T} y, a rank-1 update per pick
     picked = torch.full((b, k), -1, dtype=torch.int64)
     active = torch.ones(b, dtype=torch.bool)
+    arange = torch.arange(b)
     x32 = x.to(torch.float32)
     x_sq = x.square().sum(dim=1)
     x_norm = x_sq.sqrt()
@@ -326,10 +345,7 @@ def _omp_batch(
         """x - D_I^T c in float64 for the tokens ``sel`` (t picks so far)."""
         if t == 0:
             return x[sel]
-        atoms = d64.index_select(0, picked[sel, :t].clamp(min=0).flatten())
-        return torch.baddbmm(
-            x[sel, None], coef[sel, None, :t], atoms.view(-1, t, h), alpha=-1
-        ).squeeze(1)
+        return _residuals(x[sel], coef[sel, :t], picked[sel, :t], d64)
 
     for t in range(k):
         if not active.any():
@@ -347,33 +363,33 @@ def _omp_batch(
                 lambda sel, t=t, live=live: resid64(live[sel], t),
             )
         atom = d64.index_select(0, new)  # (b, h)
-        # Cholesky update: w = L^{-1} G[I, j], G's entries in float64
+        # w = L^{-1} G[I, j], G's entries in float64 (L^{-1}'s rows :t are 0 past t, so
+        # the slots past t, whatever their entries, add nothing)
         if gram is not None:
-            flat = new[:, None] * gram.shape[0] + picked[:, :t].clamp(min=0)
-            g_new = torch.take(gram, flat).unsqueeze(-1)
+            g_new = torch.take(gram, new[:, None] * gram.shape[0] + picked.clamp(min=0))
         else:
-            g_new = torch.bmm(rows64[:, :t], atom.unsqueeze(-1))  # (b, t, 1)
-        w = torch.linalg.solve_triangular(chol[:, :t, :t], g_new, upper=False).squeeze(-1)
+            g_new = torch.zeros(b, k, dtype=torch.float64)
+            g_new[:, :t] = _sampled_products(
+                atom, d64, arange.repeat_interleave(t), picked[:, :t].clamp(min=0).flatten()
+            ).view(b, t)
+        w = torch.bmm(linv[:, :t], g_new.unsqueeze(-1)).squeeze(-1)  # (b, t)
         diag_sq = d_sq[new] - w.square().sum(dim=1)
         # the part of d_j orthogonal to the picks has norm sqrt(diag_sq)
         active &= diag_sq > DEPENDENT_TOL**2 * d_sq[new]
         if not active.any():
             break
-        # stopped tokens' slots: L's row e_t and y 0, so their coefficients come out 0
+        # stopped tokens' slots: L^{-1}'s row e_t and y 0, so their coefficients stay 0
         diag = torch.where(active, diag_sq, 1.0).sqrt_()
+        w *= active[:, None]
         picked[:, t] = torch.where(active, new, -1)
-        rows32[:, t] = d32.index_select(0, new) * active[:, None]
         pick_norm[:, t] = screen.d_norm[new] * active
-        if rows64 is not None:
-            rows64[:, t] = atom * active[:, None]
-        chol[:, t, :t] = w * active[:, None]
-        chol[:, t, t] = diag
+        # L's new row (w, diag): L^{-1}'s is (-w^T L^{-1} / diag, 1 / diag)
+        row = torch.bmm(w.unsqueeze(1), linv[:, :t]).squeeze(1).div_(-diag[:, None])
+        row[:, t] = 1.0 / diag
+        linv[:, t] = row
         y_t = ((x * atom).sum(dim=1) - (w * y[:, :t]).sum(dim=1)) / diag
         y[:, t] = torch.where(active, y_t, 0.0)
-        # c = (L L^T)^{-1} (x . d_I) = L^{-T} y
-        coef[:, : t + 1] = torch.linalg.solve_triangular(
-            chol[:, : t + 1, : t + 1].mT, y[:, : t + 1, None], upper=True
-        ).squeeze(-1)
+        coef.addcmul_(y[:, t, None], row)  # c = L^{-T} y gains y_t times the new row
         # |r|^2 = |x|^2 - |y|^2; near zero it loses its digits: the residual itself there
         r_sq = x_sq - y[:, : t + 1].square().sum(dim=1)
         small = (active & (r_sq <= 1e-8 * x_sq)).nonzero().squeeze(1)
@@ -381,10 +397,7 @@ def _omp_batch(
             r_norm = resid64(small, t + 1).norm(dim=1)
             active[small] = r_norm > RESIDUAL_TOL * x_norm[small]
         if t + 1 < k:
-            c32 = coef[:, : t + 1].to(torch.float32)
-            r32 = torch.baddbmm(
-                x32.unsqueeze(1), c32.unsqueeze(1), rows32[:, : t + 1], alpha=-1
-            ).squeeze(1)
+            r32 = _residuals(x32, coef[:, : t + 1], picked[:, : t + 1], d32)
             # roundings of x, c and the rows (one each), and of the float32 sums (t + 2)
             c_mass = (coef[:, : t + 1].abs() * pick_norm[:, : t + 1]).sum(dim=1)
             eps = (t + 6) * 1.01 * U32 * (x_norm + c_mass)
