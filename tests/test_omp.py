@@ -322,3 +322,22 @@ def test_incremental_inverse_factor_equals_a_fresh_solve(gram_bytes) -> None:
         rows = d[picked[i, : used[i]]]
         fresh = np.linalg.solve(rows @ rows.T, rows @ x[i])
         np.testing.assert_allclose(coef[i, : used[i]], fresh, rtol=1e-7, atol=1e-9)
+
+
+def test_threads_run_batches_side_by_side_with_the_same_results() -> None:
+    """With torch at 2 threads the batches run in 2 single-threaded worker threads: the
+    same picks and coefficients as one thread, and torch's thread count restored."""
+    rng = np.random.default_rng(12)
+    d = rng.standard_normal((900, 80)) * rng.uniform(0.5, 1.5, (900, 1))
+    x = rng.standard_normal((300, 80))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = omp_select(x, d, 20)
+        torch.set_num_threads(2)
+        two = omp_select(x, d, 20, batch_bytes=60 * 900 * 3)  # several batches a thread
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)

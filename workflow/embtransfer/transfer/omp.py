@@ -42,6 +42,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,8 @@ from embtransfer.transfer.regression import DEFAULT_BATCH_BYTES, STATUSES
 #: Tokens per batch at most: the scores' product (tokens x h by h x N) runs near the CPU's
 #: peak from about 256 rows; 512 share the per-step overhead more.
 BATCH_TOKENS = 512
+#: Tokens per batch at least when batches are split across threads (torch's thread count).
+MIN_THREAD_TOKENS = 64
 #: Candidates per block of the first scan: the scores are read once for each block's
 #: maximum, then again only in the blocks that reach the best's error window.
 SCAN_BLOCK = 32
@@ -117,11 +120,34 @@ def omp_select(
     # per token: the scores (N, screening dtype, and a mask), L^{-1} (k x k float64), the
     # coefficients and picks (k each), residuals and rows (h float64 each)
     per_token = (screen.dtype.itemsize + 1) * n + 8 * (k * k + 4 * k + 4 * h)
-    size = max(1, min(b_total, BATCH_TOKENS, budget // per_token))
-    for start in range(0, b_total, size):
+    threads = torch.get_num_threads()
+    size = max(1, min(b_total, BATCH_TOKENS, budget // (per_token * threads)))
+    if threads > 1:  # at least a batch per thread where the tokens allow
+        size = min(size, max(MIN_THREAD_TOKENS, -(-b_total // threads)))
+    starts = range(0, b_total, size)
+    workers = min(threads, len(starts))
+
+    def run(start: int) -> None:
+        if workers > 1:
+            torch.set_num_threads(1)  # this thread's own: its batches run single-threaded
         stop = min(start + size, b_total)
         p, c, u = _omp_batch(x_all[start:stop], screen, gram, k)
         picked[start:stop], coef[start:stop], k_used[start:stop] = p, c, u
+
+    empty = torch.zeros(0, dtype=torch.int64)
+    _csr(empty, empty, empty.double(), (0, 0))  # torch's one warning, here
+    if workers == 1:
+        for start in starts:
+            run(start)
+        return picked, coef, k_used
+    # a batch per thread, each single-threaded: each step's many small operations
+    # (cuts, gathers, k x k products) gain nothing from torch's intra-op threads, while
+    # whole batches side by side scale with the cores (torch releases the GIL)
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run, starts))
+    finally:
+        torch.set_num_threads(threads)  # MKL's setting is process-wide
     return picked, coef, k_used
 
 
@@ -284,16 +310,24 @@ def _sampled_products(
     counts = torch.bincount(row, minlength=r.shape[0])
     crow = torch.zeros(r.shape[0] + 1, dtype=torch.int64)
     torch.cumsum(counts, 0, out=crow[1:])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        pattern = torch.sparse_csr_tensor(
-            crow,
-            cand,
-            torch.zeros(cand.shape[0], dtype=r.dtype),
-            (r.shape[0], d.shape[0]),
-            check_invariants=False,
-        )
-        return torch.sparse.sampled_addmm(pattern, r, d.T, beta=0.0).values()
+    pattern = _csr(crow, cand, torch.zeros(cand.shape[0], dtype=r.dtype), (r.shape[0], d.shape[0]))
+    return torch.sparse.sampled_addmm(pattern, r, d.T, beta=0.0).values()
+
+
+_csr_warned = False
+
+
+def _csr(crow: torch.Tensor, col: torch.Tensor, val: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """A CSR tensor. torch warns once per process that CSR support is in beta: the first
+    call silences that (:func:`omp_select` makes it before any worker thread starts, as
+    ``catch_warnings`` is not thread-safe)."""
+    global _csr_warned
+    if not _csr_warned:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            torch.sparse_csr_tensor(torch.zeros(1, dtype=torch.int64), col[:0], val[:0], (0, 0))
+        _csr_warned = True
+    return torch.sparse_csr_tensor(crow, col, val, shape, check_invariants=False)
 
 
 def _residuals(
@@ -305,16 +339,8 @@ def _residuals(
     batched product needs (~1.5x faster, and no such copies to keep)."""
     b, t = picked.shape
     crow = torch.arange(0, b * t + 1, t, dtype=torch.int64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        weights = torch.sparse_csr_tensor(
-            crow,
-            picked.clamp(min=0).flatten(),
-            coef.to(d.dtype).flatten(),
-            (b, d.shape[0]),
-            check_invariants=False,
-        )
-        return torch.addmm(x.to(d.dtype), weights, d, alpha=-1)
+    weights = _csr(crow, picked.clamp(min=0).flatten(), coef.to(d.dtype).flatten(), (b, d.shape[0]))
+    return torch.addmm(x.to(d.dtype), weights, d, alpha=-1)
 
 
 def _omp_batch(
