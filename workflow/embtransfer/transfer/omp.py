@@ -269,10 +269,8 @@ class _Screen:
         if row.numel() == 0:
             return new
         # stage 3: float64 products with the float64 residuals
-        rows = row.unique()
-        r64 = torch.zeros(b, r32.shape[1], dtype=torch.float64)
-        r64[rows] = resid64(rows)
-        exact = _sampled_products(r64, self.d64, row, cand).abs_()
+        rows, local = row.unique(return_inverse=True)  # only those rows' residuals
+        exact = _sampled_products(resid64(rows), self.d64, local, cand).abs_()
         return _first_best(row, cand, exact, new)
 
 
