@@ -28,6 +28,9 @@ The residual ``x - D_I^T c`` for the next product is formed in float32 by a spar
 product of the coefficients with the candidates (no per-token copies of the picked rows),
 with a bound on its distance to the float64 one that the screen adds to its own.
 Memory: per batch of tokens, the scores (N bfloat16 each) and ``L^{-1}`` (k x k float64).
+Threads: batches run side by side in single-threaded worker threads (torch releases the
+GIL in its operations), not with torch's intra-op threads, which each step's many small
+operations do not use well.
 
 Early stop. A token stops before ``k`` when its residual vanishes (relative
 :data:`RESIDUAL_TOL`; ``|r|^2 = |x|^2 - |L^{-1} alpha0[I]|^2``, and where that is near
@@ -97,7 +100,9 @@ def omp_select(
     float64 least-squares coefficients, ``k_used`` (B,) int64): entries past a token's
     ``k_used`` are -1 and 0. ``k`` is capped by N. Tokens go in batches of at most
     :data:`BATCH_TOKENS` whose work (scores, the Cholesky factor's inverse) stays
-    under ``batch_bytes``. ``score_dtype`` (bfloat16 or float32; default
+    under ``batch_bytes`` (all threads' batches together); at ``torch.get_num_threads()``
+    T > 1, T worker threads take batches side by side, each at one torch thread (the
+    results are the same as at one thread). ``score_dtype`` (bfloat16 or float32; default
     :func:`default_score_dtype`) is the screening product's precision: the picks are the
     float64 ones either way. The float64 Gram matrix is kept where it takes at most
     ``gram_bytes``.
