@@ -115,6 +115,25 @@ def test_cholesky_path_near_the_width() -> None:
         np.testing.assert_allclose(coef[i], ref_c, rtol=1e-7, atol=1e-9)
 
 
+def test_picks_up_to_the_width_are_the_textbooks_scored_densely(monkeypatch) -> None:
+    """k = h over many candidates: near the width every score is within the screen's bound,
+    so the last steps score every candidate in float64 (Screen.dense_pick); the picks and
+    coefficients are still the textbook's."""
+    rng = np.random.default_rng(8)
+    d = rng.standard_normal((600, 24))
+    x = rng.standard_normal((10, 24))
+    dense = []
+    original = _Screen.dense_pick
+    monkeypatch.setattr(_Screen, "dense_pick",
+                        lambda self, *a: dense.append(1) or original(self, *a))
+    picked, coef, used = omp_select(x, d, 24)
+    assert dense  # the dense path ran
+    for i in range(x.shape[0]):
+        ref_picked, ref_c = slow_omp(x[i], d, int(used[i]))
+        assert picked[i, : used[i]].tolist() == ref_picked
+        np.testing.assert_allclose(coef[i, : used[i]], ref_c, rtol=1e-6, atol=1e-8)
+
+
 def test_dependent_candidates_stop_early() -> None:
     """Candidates spanning 3 of 8 dimensions: after 3 picks every candidate is dependent on
     the picks (scores 0 to rounding), so the token stops with the least-squares fit on the

@@ -61,6 +61,11 @@ MIN_THREAD_TOKENS = 64
 #: Candidates per block of the first scan: the scores are read once for each block's
 #: maximum, then again only in the blocks that reach the best's error window.
 SCAN_BLOCK = 32
+#: Share of the candidate blocks left in doubt by the screen's first cut above which a step
+#: scores every candidate in float64 instead: near the width (k close to h) the residual
+#: lies in a few dimensions, every score is within the bf16 bound of the best, and
+#: screening them one by one costs ~50x one dense product.
+DENSE_SHARE = 0.25
 #: The float64 Gram matrix (the Cholesky factor's entries, gathered) up to this size;
 #: above it (N > 11,585) those entries are products of the picks' stored float64 rows.
 GRAM_BYTES = 2**30
@@ -242,6 +247,8 @@ class _Screen:
         floor = (block_max.amax(dim=1).double() * (1 - u) - 2 * bound_max) / (1 + u)
         floor = _float_below(floor)
         row, blk = (block_max >= floor[:, None]).nonzero().unbind(1)
+        if row.numel() > DENSE_SHARE * b * width:
+            return self.dense_pick(done, resid64(torch.arange(b)))
         inside = blocks[row, :, blk] >= floor[row, None]  # (blocks, SCAN_BLOCK)
         at, off = inside.nonzero().unbind(1)
         row, cand = row[at], off * width + blk[at]
@@ -277,6 +284,15 @@ class _Screen:
         rows, local = row.unique(return_inverse=True)  # only those rows' residuals
         exact = _sampled_products(resid64(rows), self.d64, local, cand).abs_()
         return _first_best(row, cand, exact, new)
+
+
+    def dense_pick(self, done: torch.Tensor, r64: torch.Tensor) -> torch.Tensor:
+        """Each float64 residual's best candidate from every float64 score, the picks
+        ``done`` (b, t; -1: none) excluded (ties: the lowest index)."""
+        n = self.d64.shape[0]
+        exact = torch.cat([(r64 @ self.d64.T).abs_(), r64.new_zeros(r64.shape[0], 1)], dim=1)
+        exact.scatter_(1, torch.where(done >= 0, done, n), -torch.inf)  # column n: no pick
+        return exact[:, :n].argmax(dim=1)  # the first of equal maxima
 
 
 def _float_below(v: torch.Tensor) -> torch.Tensor:
