@@ -162,3 +162,15 @@ def test_every_plm_gets_the_span_probe_and_its_shared_token_figures(config) -> N
         {"lang": lang, "source": s, "target": t, "lexicon": "wordfreq", "other": "en"}
         for lang, s, t in pairs
     ]
+
+
+def test_make_real_data_is_not_refused_as_offline() -> None:
+    """`make real-data` builds resources/real from the package archives: its Snakemake call
+    sets none of the variables that make a run offline, which would refuse it for the very
+    files it builds (check_real_data)."""
+    from embtransfer.data.download import OFFLINE_VARS
+
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\nreal-data:", 1)[1].split("\n\n", 1)[0]
+    call = next(line for line in recipe.splitlines() if "snakemake" in line)
+    assert not [var for var in OFFLINE_VARS if f"{var}=" in call], call
