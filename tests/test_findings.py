@@ -76,6 +76,15 @@ def tables(close_to_best: bool = True) -> dict[str, pd.DataFrame]:
             "table1": pd.DataFrame(), "plm_probes": pd.DataFrame()}
 
 
+def write_report(directory: Path, found: dict[str, pd.DataFrame]) -> Path:
+    """The tables ``found`` as a report folder holds them (an empty one: no file)."""
+    directory.mkdir()
+    for name, frame in found.items():
+        if len(frame):
+            frame.to_csv(directory / TABLES[name], index=False)
+    return directory
+
+
 def test_claims_are_the_tables_own_decisions():
     found = tables()
     claimed = claims(found)
@@ -146,11 +155,7 @@ def test_the_readme_shows_the_findings_of_the_committed_reference_run():
 
 
 def test_refresh_copies_the_tables_and_rewrites_only_the_section(tmp_path, monkeypatch):
-    report = tmp_path / "report"
-    report.mkdir()
-    for name, frame in tables().items():
-        if len(frame):
-            frame.to_csv(report / TABLES[name], index=False)
+    report = write_report(tmp_path / "report", tables())
     readme = tmp_path / "README.md"
     readme.write_text(f"# T\n\nbefore\n{START}\nold text\n{END}\nafter\n")
     monkeypatch.chdir(REPO)  # the commit is the checkout's
@@ -178,10 +183,7 @@ def test_two_runs_are_compared_claim_by_claim(tmp_path, capsys):
     same = compare_claims(claims(a), claims(a))
     assert same["agrees"].all()
     for name, found in (("A", a), ("B", b)):
-        (tmp_path / name).mkdir()
-        for key, frame in found.items():
-            if len(frame):
-                frame.to_csv(tmp_path / name / TABLES[key], index=False)
+        write_report(tmp_path / name, found)
     assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 1
     assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "A")]) == 0
     assert "claims of run A's findings hold in run B" in capsys.readouterr().out
@@ -235,11 +237,7 @@ def test_only_the_claims_findings_md_states_are_its_claims():
 def test_the_report_writes_findings_md(tmp_path):
     from embtransfer.report.findings import write_findings
 
-    report = tmp_path / "report"
-    report.mkdir()
-    for name, frame in tables().items():
-        if len(frame):
-            frame.to_csv(report / TABLES[name], index=False)
+    report = write_report(tmp_path / "report", tables())
     text = write_findings(report, tmp_path / "findings.md")
     assert (tmp_path / "findings.md").read_text() == text
     assert text == "# What the run shows\n\n" + findings_markdown(tables())
@@ -389,11 +387,7 @@ def test_the_readme_shows_the_findings_of_the_committed_real_reference_run():
 def test_refresh_of_the_real_reference_rewrites_only_its_section(tmp_path, monkeypatch):
     from embtransfer.report.findings import REAL_END, REAL_START
 
-    report = tmp_path / "report"
-    report.mkdir()
-    for name, frame in real_tables().items():
-        if len(frame):
-            frame.to_csv(report / TABLES[name], index=False)
+    report = write_report(tmp_path / "report", real_tables())
     readme = tmp_path / "README.md"
     readme.write_text(f"{START}\nworld\n{END}\n{REAL_START}\nold\n{REAL_END}\n")
     monkeypatch.chdir(REPO)  # the commit is the checkout's; the world's reference is REPO's

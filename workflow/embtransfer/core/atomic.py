@@ -134,6 +134,16 @@ def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
         np.save(fh, array, allow_pickle=False)
 
 
+def write_table(frame: Any, markdown: str, csv_path: str | os.PathLike,
+                md_path: str | os.PathLike) -> None:
+    """A report table, each file atomically: ``frame`` (a pandas DataFrame) as CSV without
+    its index, and its Markdown text."""
+    with atomic_path(csv_path) as tmp:
+        frame.to_csv(tmp, index=False)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(markdown, encoding="utf-8")
+
+
 def write_text_lines(path: str | os.PathLike, lines: Iterator[str] | list[str]) -> int:
     """Write one line per item, atomically; returns the number of lines."""
     n = 0

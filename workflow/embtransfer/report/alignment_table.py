@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.atomic import atomic_path
+from embtransfer.core.atomic import write_table
 from embtransfer.core.paired import (
     CORRECTION,
     FAMILY_ALPHA,
@@ -255,8 +255,5 @@ def write_alignment(
     files: list[str], csv_path: str | Path, md_path: str | Path, seed: int = 0
 ) -> pd.DataFrame:
     frame = alignment_frame(read_alignment(files), seed)
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(alignment_markdown(frame), encoding="utf-8")
+    write_table(frame, alignment_markdown(frame), csv_path, md_path)
     return frame

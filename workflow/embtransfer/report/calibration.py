@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from embtransfer.core.atomic import atomic_path
+from embtransfer.core.atomic import write_table
 
 #: The multilingual sources, like the paper's: the range the world is held to.
 MULTILINGUAL = ("gemma3", "qwen3")
@@ -214,8 +214,5 @@ def write_calibration(
         world = pd.concat([pd.read_csv(p) for p in world_paths])
         frame = calibration_frame(real, world)
         text = calibration_markdown(real, world)
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    write_table(frame, text, csv_path, md_path)
     return frame

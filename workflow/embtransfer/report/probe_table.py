@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.atomic import atomic_path, read_json
+from embtransfer.core.atomic import read_json, write_table
 from embtransfer.evaluation.plm_probes import PROBES, Z_CLEARS
 from embtransfer.report.tables import markdown
 
@@ -126,8 +126,5 @@ def probes_markdown(frame: pd.DataFrame) -> str:
 
 def write_probes(files: list[str], csv_path: str | Path, md_path: str | Path) -> pd.DataFrame:
     frame = probe_frame(files)
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(probes_markdown(frame), encoding="utf-8")
+    write_table(frame, probes_markdown(frame), csv_path, md_path)
     return frame

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from embtransfer.core.atomic import atomic_path
+from embtransfer.core.atomic import write_table
 from embtransfer.core.paired import (
     CORRECTION,
     FAMILY_ALPHA,
@@ -161,8 +161,5 @@ def write_salt_vs_omp(transfer_zeroshot: list[str], alignment: list[str],
                       csv_path: str | os.PathLike, md_path: str | os.PathLike,
                       seed: int) -> pd.DataFrame:
     frame = salt_vs_omp(transfer_zeroshot, alignment, seed)
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(salt_omp_markdown(frame), encoding="utf-8")
+    write_table(frame, salt_omp_markdown(frame), csv_path, md_path)
     return frame

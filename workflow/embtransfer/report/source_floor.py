@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.atomic import atomic_path, read_json
+from embtransfer.core.atomic import read_json, write_table
 from embtransfer.core.paired import ratio_se
 from embtransfer.evaluation.lm_floor import FLOOR_MARGIN
 from embtransfer.report.records import read_records
@@ -126,8 +126,5 @@ def write_source_floor(floor_files: list[str], languages: dict[str, str],
                        zeroshot_files: list[str], csv_path: str | os.PathLike,
                        md_path: str | os.PathLike) -> pd.DataFrame:
     frame = floor_frame(floor_files, languages, zeroshot_files)
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(floor_markdown(frame), encoding="utf-8")
+    write_table(frame, floor_markdown(frame), csv_path, md_path)
     return frame

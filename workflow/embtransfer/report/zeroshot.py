@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from embtransfer.core.atomic import atomic_path
+from embtransfer.core.atomic import write_table
 from embtransfer.core.paired import (
     CORRECTION,
     FAMILY_ALPHA,
@@ -135,10 +135,7 @@ def write_zeroshot_table(records: list[dict[str, Any]], csv_path: str | os.PathL
             )
             pivot = pivot.sort_values(list(pivot.columns)[0]).reset_index()
             parts.append(markdown(pivot))
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text("\n".join(parts) + "\n")
+    write_table(frame, "\n".join(parts) + "\n", csv_path, md_path)
     return frame
 
 
@@ -295,8 +292,5 @@ def write_zeroshot_comparison(files: list[str], csv_path: str | os.PathLike,
     frame = zeroshot_comparison(records, seed)
     text = (comparison_markdown(frame, LAPT_TITLE, LAPT_INTRO) if lapt
             else comparison_markdown(frame))
-    with atomic_path(csv_path) as tmp:
-        frame.to_csv(tmp, index=False)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    write_table(frame, text, csv_path, md_path)
     return frame
