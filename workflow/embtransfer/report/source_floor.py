@@ -22,7 +22,6 @@ import pandas as pd
 from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
 from embtransfer.core.paired import ratio_se
-from embtransfer.evaluation.lm_floor import FLOOR_MARGIN
 from embtransfer.report.records import read_records
 from embtransfer.report.tables import markdown
 
@@ -86,6 +85,9 @@ def floor_sentence(line: Any) -> str:
 
 
 def floor_markdown(frame: pd.DataFrame) -> str:
+    # lm_floor imports torch: the report's inputs (and so the Snakefile) import this module
+    from embtransfer.evaluation.lm_floor import FLOOR_MARGIN  # noqa: PLC0415 (Snakefile start-up)
+
     parts = [
         "# The source's quality floor",
         "",
