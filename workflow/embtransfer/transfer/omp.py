@@ -362,6 +362,26 @@ def _residuals(
     return torch.addmm(x.to(d.dtype), weights, d, alpha=-1)
 
 
+def _gram_column(
+    gram: torch.Tensor | None,
+    d64: torch.Tensor,
+    atom: torch.Tensor,
+    new: torch.Tensor,
+    picked: torch.Tensor,
+    t: int,
+) -> torch.Tensor:
+    """G[I, j] (b, k) in float64 for each token's new pick ``new`` (rows ``atom``) against
+    its picks so far; the slots past ``t`` hold anything (L^{-1}'s rows :t are 0 there)."""
+    if gram is not None:
+        return torch.take(gram, new[:, None] * gram.shape[0] + picked.clamp(min=0))
+    b, k = picked.shape
+    column = torch.zeros(b, k, dtype=torch.float64)
+    column[:, :t] = _sampled_products(
+        atom, d64, torch.arange(b).repeat_interleave(t), picked[:, :t].clamp(min=0).flatten()
+    ).view(b, t)
+    return column
+
+
 def _omp_batch(
     x: torch.Tensor,
     screen: _Screen,
@@ -380,7 +400,6 @@ def _omp_batch(
     coef = torch.zeros(b, k, dtype=torch.float64)  # L^{-T} y, a rank-1 update per pick
     picked = torch.full((b, k), -1, dtype=torch.int64)
     active = torch.ones(b, dtype=torch.bool)
-    arange = torch.arange(b)
     x32 = x.to(torch.float32)
     x_sq = x.square().sum(dim=1)
     x_norm = x_sq.sqrt()
@@ -408,15 +427,8 @@ def _omp_batch(
                 lambda sel, t=t, live=live: resid64(live[sel], t),
             )
         atom = d64.index_select(0, new)  # (b, h)
-        # w = L^{-1} G[I, j], G's entries in float64 (L^{-1}'s rows :t are 0 past t, so
-        # the slots past t, whatever their entries, add nothing)
-        if gram is not None:
-            g_new = torch.take(gram, new[:, None] * gram.shape[0] + picked.clamp(min=0))
-        else:
-            g_new = torch.zeros(b, k, dtype=torch.float64)
-            g_new[:, :t] = _sampled_products(
-                atom, d64, arange.repeat_interleave(t), picked[:, :t].clamp(min=0).flatten()
-            ).view(b, t)
+        # w = L^{-1} G[I, j]
+        g_new = _gram_column(gram, d64, atom, new, picked, t)
         w = torch.bmm(linv[:, :t], g_new.unsqueeze(-1)).squeeze(-1)  # (b, t)
         diag_sq = d_sq[new] - w.square().sum(dim=1)
         # the part of d_j orthogonal to the picks has norm sqrt(diag_sq)
