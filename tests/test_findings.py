@@ -169,6 +169,23 @@ def test_refresh_copies_the_tables_and_rewrites_only_the_section(tmp_path, monke
                                   pd.read_csv(report / TABLES["alignment"]))
 
 
+def test_refreshing_the_world_reference_rewrites_the_real_section_beside_it(tmp_path, monkeypatch):
+    """The real-text findings compare their leaders with the miniature world's, so a new
+    world reference rewrites that section too (it would otherwise read the old world)."""
+    from embtransfer.report.findings import REAL_END, REAL_REFERENCE_DIR, REAL_START
+
+    report = write_report(tmp_path / "report", tables())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\nold world\n{END}\n{REAL_START}\nold real\n{REAL_END}\n")
+    monkeypatch.chdir(REPO)
+    real = REPO / REAL_REFERENCE_DIR
+    refresh_reference(report, tmp_path / "ref", readme, real_reference=real)
+    text = readme.read_text()
+    assert "old real" not in text
+    assert current_section(text, real=True) == readme_section(real, real=True,
+                                                               world=tmp_path / "ref")
+
+
 def test_two_runs_are_compared_claim_by_claim(tmp_path, capsys):
     a, b = tables(close_to_best=False), tables(close_to_best=True)
     compared = compare_claims(claims(a), claims(b))

@@ -780,10 +780,13 @@ def current_section(text: str, real: bool = False) -> str:
 
 
 def refresh_reference(report_dir: Path, reference: Path = REFERENCE_DIR,
-                      readme: Path = README, real: bool = False) -> None:
+                      readme: Path = README, real: bool = False,
+                      real_reference: Path = REAL_REFERENCE_DIR) -> None:
     """Copy a run's tables into ``reference`` with its ``run.json`` (the checkout's commit,
     ``-dirty`` when the working tree differs from it, and the date the tables were written)
-    and rewrite the README's findings from them (``real``: its real-text section)."""
+    and rewrite the README's findings from them (``real``: its real-text section). A new
+    world reference rewrites the real-text section too (``real_reference`` beside it),
+    which compares its leaders with the world's."""
     # before anything here is written, which would make the tree differ
     commit = subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty=-dirty"],
                             capture_output=True, text=True, check=True).stdout.strip()
@@ -799,8 +802,11 @@ def refresh_reference(report_dir: Path, reference: Path = REFERENCE_DIR,
     date = dt.datetime.fromtimestamp(max(written), dt.UTC).date().isoformat()
     (reference / RUN_JSON).write_text(json.dumps({"commit": commit, "date": date}, indent=2)
                                       + "\n")
-    section = readme_section(reference, real=real)
-    readme.write_text(replace_section(readme.read_text(), section, real))
+    text = replace_section(readme.read_text(), readme_section(reference, real=real), real)
+    if not real and REAL_START in text:
+        text = replace_section(text, readme_section(real_reference, real=True, world=reference),
+                               real=True)
+    readme.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
