@@ -230,6 +230,27 @@ def test_a_claim_against_the_best_holds_when_two_methods_not_apart_swap_first_pl
     assert "NOT in B" not in text
 
 
+def test_a_pair_whose_best_changed_side_is_read_from_the_other_run_reversed():
+    """A: w is worse than its best o. B: w is the best and o, against it, is not apart. The
+    pair is the same: B's test of it decides A's claim, and it is not listed twice."""
+    from embtransfer.report.findings import CLAIM_KEY
+
+    def claim(method: str, versus: str, relation: str, p: float) -> dict:
+        where = {key: "x" for key in CLAIM_KEY}
+        return {**where, "method": method, "against": "best", "versus": versus, "diff": 0.1,
+                "p": p, "clears": relation != "not apart", "relation": relation, "stated": True}
+
+    a = pd.DataFrame([claim("w", "o", "worse", 1e-9)])
+    b = pd.DataFrame([claim("o", "w", "not apart", 0.004)])
+    compared = compare_claims(a, b)
+    assert len(compared) == 1
+    line = compared.iloc[0]
+    assert (line["method"], line["relation_b"], line["p_b"]) == ("w", "not apart", 0.004)
+    assert "NOT in B (not apart, p 0.004)" in comparison_text(compared)
+    held = compare_claims(a, pd.DataFrame([claim("o", "w", "better", 1e-8)]))
+    assert len(held) == 1 and held["agrees"].all()
+
+
 def test_only_the_claims_findings_md_states_are_its_claims():
     """The tables' lines the text leaves out (the dictionary half, LAPT, the oracle) are
     listed as differences, not counted as claims of the findings."""

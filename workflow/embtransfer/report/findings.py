@@ -227,12 +227,36 @@ def compare_claims(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     merged = a.merge(b, on=CLAIM_KEY, how="outer", suffixes=("_a", "_b"))
     for side in ("a", "b"):
         merged[f"relation_{side}"] = merged[f"relation_{side}"].fillna("untested")
+    merged = _read_reversed(merged)
     merged["stated"] = merged["stated_a"].fillna(False).astype(bool)
     merged["agrees"] = merged["relation_a"] == merged["relation_b"]
     columns = [*CLAIM_KEY, "versus_a", "versus_b", "relation_a", "p_a", "relation_b", "p_b",
                "stated", "agrees"]
     return merged[columns].sort_values(["agrees", *CLAIM_KEY], kind="stable").reset_index(
         drop=True)
+
+
+def _read_reversed(merged: pd.DataFrame) -> pd.DataFrame:
+    """A's claim "x vs the best y" where B tested the pair from y's side ("y vs the best
+    x": the two methods swapped first place): B's relation, flipped, decides it, and B's
+    line goes (it is the same pair)."""
+    flip = {"better": "worse", "worse": "better", "not apart": "not apart"}
+    where = [key for key in CLAIM_KEY if key != "method"]
+    only_b = merged[(merged["relation_a"] == "untested") & (merged["against"] == BEST)]
+    reversed_b = only_b.rename(columns={"method": "versus_a_key", "versus_b": "method_b"})
+    lookup = {(*row[where], row["versus_a_key"], row["method_b"]): i
+              for i, row in reversed_b.iterrows()}
+    drop = []
+    for i, row in merged.iterrows():
+        if row["relation_b"] != "untested" or row["relation_a"] == "untested":
+            continue
+        j = lookup.get((*row[where], row["versus_a"], row["method"]))
+        if j is None:
+            continue
+        merged.loc[i, ["relation_b", "p_b", "versus_b"]] = (
+            flip[merged.at[j, "relation_b"]], merged.at[j, "p_b"], merged.at[j, "method"])
+        drop.append(j)
+    return merged.drop(index=drop)
 
 
 def findings_claims(compared: pd.DataFrame) -> pd.DataFrame:
