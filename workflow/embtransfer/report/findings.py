@@ -79,6 +79,8 @@ CLAIM_KEY = ["table", "stage", "lang", "source", "target", "side", "split", "var
 #: tables hold more: the dictionary half, the output rows, after LAPT).
 HEADLINE_ALIGNMENT = {"split": "held_out", "stage": "transfer", "side": "input"}
 BEST = "best"
+#: A pair's relation read from its other side.
+FLIPPED = {"better": "worse", "worse": "better", "not apart": "not apart"}
 
 
 def read_tables(directory: str | Path | dict[str, str]) -> dict[str, pd.DataFrame]:
@@ -240,23 +242,18 @@ def _read_reversed(merged: pd.DataFrame) -> pd.DataFrame:
     """A's claim "x vs the best y" where B tested the pair from y's side ("y vs the best
     x": the two methods swapped first place): B's relation, flipped, decides it, and B's
     line goes (it is the same pair)."""
-    flip = {"better": "worse", "worse": "better", "not apart": "not apart"}
     where = [key for key in CLAIM_KEY if key != "method"]
-    only_b = merged[(merged["relation_a"] == "untested") & (merged["against"] == BEST)]
-    reversed_b = only_b.rename(columns={"method": "versus_a_key", "versus_b": "method_b"})
-    lookup = {(*row[where], row["versus_a_key"], row["method_b"]): i
-              for i, row in reversed_b.iterrows()}
-    drop = []
-    for i, row in merged.iterrows():
-        if row["relation_b"] != "untested" or row["relation_a"] == "untested":
-            continue
-        j = lookup.get((*row[where], row["versus_a"], row["method"]))
-        if j is None:
-            continue
-        merged.loc[i, ["relation_b", "p_b", "versus_b"]] = (
-            flip[merged.at[j, "relation_b"]], merged.at[j, "p_b"], merged.at[j, "method"])
-        drop.append(j)
-    return merged.drop(index=drop)
+    best = merged["against"] == BEST
+    only_a = merged[best & (merged["relation_b"] == "untested")
+                    & (merged["relation_a"] != "untested")].reset_index()
+    only_b = merged[best & (merged["relation_a"] == "untested")].reset_index()
+    pairs = only_a.merge(only_b, left_on=[*where, "method", "versus_a"],
+                         right_on=[*where, "versus_b", "method"], suffixes=("", "_rev"))
+    at, rev = pairs["index"].to_numpy(), pairs["index_rev"].to_numpy()
+    merged.loc[at, "relation_b"] = pairs["relation_b_rev"].map(FLIPPED).to_numpy()
+    merged.loc[at, "p_b"] = pairs["p_b_rev"].to_numpy()
+    merged.loc[at, "versus_b"] = pairs["method_rev"].to_numpy()
+    return merged.drop(index=rev)
 
 
 def findings_claims(compared: pd.DataFrame) -> pd.DataFrame:
@@ -412,10 +409,9 @@ def _versus_method(found: pd.DataFrame, top: str) -> dict[str, str]:
     best; where ``top`` is not that best, the pair is read from the other side)."""
     direct = found[found["versus"] == top]
     out = dict(zip(direct["method"], direct["relation"], strict=True))
-    flip = {"better": "worse", "worse": "better", "not apart": "not apart"}
     reverse = found[found["method"] == top]
     for versus, relation in zip(reverse["versus"], reverse["relation"], strict=True):
-        out.setdefault(versus, flip[relation])
+        out.setdefault(versus, FLIPPED[relation])
     return out
 
 
