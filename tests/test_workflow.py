@@ -59,8 +59,11 @@ def small_config() -> dict:
     return config
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Snakemake on the copy ``workdir`` with its test config; ``env`` adds variables."""
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(workdir / "workflow"))
     proc = subprocess.run(
         [*SNAKEMAKE, "--directory", str(workdir), "--snakefile", str(workdir / "Snakefile"),
          "--configfile", str(workdir / "test_config.yaml"), *args],
