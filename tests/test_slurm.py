@@ -5,11 +5,12 @@ with the reason, when that is impossible: not root, no apt-get, the install
 fails). A private munged and a one-node cluster (this machine, no accounting,
 no cgroups) are started in a temporary directory on free ports and stopped at
 the end. A small miniature world (one language, one source, one target PLM,
-salt + focus + random) then runs twice: through `snakemake --profile slurm`
-(a copy of the shipped profile with the site keys filled in, GPU rules mapped
-to `gpu: 0` because this node has no GPU) and locally with `--cores 2`. The
-test asserts that every non-local job went through sbatch and finished on the
-cluster, and that the artifacts of both runs are identical.
+salt + focus + random) is pretrained locally; from a copy of that directory it then runs
+to its end twice, side by side: through `snakemake --profile slurm` (a copy of the shipped
+profile with the site keys filled in, GPU rules mapped to `gpu: 0` because this node has no
+GPU) and locally with `--cores 2`. The test asserts that every non-local job went through
+sbatch and finished on the cluster, that the cluster redid none of the local jobs, and that
+the artifacts of both runs are identical.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from test_workflow import REPO, copy_workflow, small_config, snakemake
+from test_workflow import REPO, copy_workflow, job_stats, small_config, snakemake
 
 from embtransfer.core.cluster import check_slurm_run, find_placeholders, placeholder_message
 
@@ -45,6 +46,9 @@ ACCOUNT = "testaccount"
 # are left out to keep the test within minutes on two cores.
 # The transfer part of the DAG and one LAPT run: both GPU-declared rules go through sbatch.
 TARGETS = ("zeroshot_table", "results/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
+#: The rules run locally before the cluster's run (`--until`): the world, the corpora, the
+#: tokenizers and models, the word vectors.
+UPSTREAM = ("pretrain_model", "fasttext_word")
 GPU_RULES = ("salt_regression", "lapt", "evaluate", "evaluate_source")
 
 
@@ -334,11 +338,18 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
     env = slurm_cluster["env"]
     config = cluster_config()
     local = copy_workflow(tmp_path / "local")
-    cluster = copy_workflow(tmp_path / "cluster")
-    for workdir in (local, cluster):
-        # Also as config/config.yaml, so that no run can see the default's languages.
-        for name in ("test_config.yaml", "config/config.yaml"):
-            (workdir / name).write_text(yaml.safe_dump(config, allow_unicode=True))
+    # Also as config/config.yaml, so that no run can see the default's languages.
+    for name in ("test_config.yaml", "config/config.yaml"):
+        (local / name).write_text(yaml.safe_dump(config, allow_unicode=True))
+    # The models are pretrained once, locally; the cluster's run resumes from a copy of that
+    # directory (Snakemake's records with it), as a run moved to a cluster does. Each job
+    # through sbatch costs a status check or two (1-11 s apart), so this takes 7 of the
+    # chain's 16 steps off the cluster and still sends it every GPU rule.
+    proc = snakemake(local, "--cores", "2", *TARGETS, "--until", *UPSTREAM)
+    upstream = set(job_stats(proc.stdout + proc.stderr))
+    assert set(UPSTREAM) <= upstream and "salt_regression" not in upstream, upstream
+    cluster = tmp_path / "cluster"
+    shutil.copytree(local, cluster, symlinks=True)
     _test_profile(cluster)
 
     def local_run() -> float:
@@ -347,7 +358,7 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
         return time.monotonic() - started
 
     # The local run goes side by side with the cluster's, which mostly waits on SLURM's
-    # status checks (one every 1-11 s), so the two take little longer than the cluster's.
+    # status checks, so the two take little longer than the cluster's alone.
     before = set(_finished_jobs(env))
     with ThreadPoolExecutor(1) as pool:
         local_s = pool.submit(local_run)
@@ -381,6 +392,7 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
         assert f"Partition={PARTITION}" in info and f"Account={ACCOUNT}" in info, info
         assert "gpu" not in info.lower(), (rule, info)
     assert {"salt_regression", "lapt"} <= set(rule_of.values())
+    assert not upstream & set(rule_of.values()), "the cluster redid the local jobs"
 
     compared = _compare_runs(local, cluster, config)
     assert compared > 15
