@@ -343,8 +343,8 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
         (local / name).write_text(yaml.safe_dump(config, allow_unicode=True))
     # The models are pretrained once, locally; the cluster's run resumes from a copy of that
     # directory (Snakemake's records with it), as a run moved to a cluster does. Each job
-    # through sbatch costs a status check or two (1-11 s apart), so this takes 7 of the
-    # chain's 16 steps off the cluster and still sends it every GPU rule.
+    # through sbatch costs a status check or two (1-11 s apart), so this takes 9 of its 27
+    # jobs (5 steps of the chain) off the cluster and still sends it every GPU rule.
     proc = snakemake(local, "--cores", "2", *TARGETS, "--until", *UPSTREAM)
     upstream = set(job_stats(proc.stdout + proc.stderr))
     assert set(UPSTREAM) <= upstream and "salt_regression" not in upstream, upstream
@@ -361,12 +361,12 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
     # status checks, so the two take little longer than the cluster's alone.
     before = set(_finished_jobs(env))
     with ThreadPoolExecutor(1) as pool:
-        local_s = pool.submit(local_run)
+        local_done = pool.submit(local_run)
         started = time.monotonic()
         proc = snakemake(cluster, "--profile", "slurm", *TARGETS, check=False,
                          env={"SLURM_CONF": env["SLURM_CONF"]})
         cluster_s = time.monotonic() - started
-        local_s = local_s.result()
+        local_s = local_done.result()
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-6000:]
 

@@ -7,7 +7,7 @@ pretrains its source LLM and evaluates it through lm-eval on the world's own tas
 workflow's evaluate_source jobs), then checks the thresholds. The target threshold asks for
 knowledge to keep: three standard errors (about 4.8 points each) above the four-way chance of
 25 %. The pretraining keeps the default's one thread: on two, beside the suite's other
-worker, its threads waited on each other, and the fixture took 563 s instead of ~270.
+worker, its threads waited on each other, and the fixture took 563 s in the suite instead of 258 s.
 """
 
 from __future__ import annotations
