@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from embtransfer.transfer.methods.base import TransferInputs, get_method
-from embtransfer.transfer.omp import _residuals, _Screen, omp_coefficients, omp_select
+from embtransfer.transfer.omp import (
+    _nonnegative_max,
+    _residuals,
+    _Screen,
+    omp_coefficients,
+    omp_select,
+)
 
 
 def slow_omp(x: np.ndarray, d: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
@@ -360,3 +366,19 @@ def test_threads_run_batches_side_by_side_with_the_same_results() -> None:
         torch.set_num_threads(before)
     for a, b in zip(one, two, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_maximum_on_bits_is_the_float_maximum(dtype) -> None:
+    """The screen's block maxima, taken on the scores' bits, equal the float maximum: on
+    values over many binades, with zeros, subnormals and exact ties among them."""
+    rng = np.random.default_rng(3)
+    shape = (64, 32, 50)
+    scale = 10.0 ** rng.integers(-45, 5, shape)
+    values = torch.from_numpy(rng.uniform(0, 1, shape) * scale).to(dtype)
+    values[0] = 0.0
+    values[1, :, :5] = torch.finfo(dtype).tiny / 4  # subnormal
+    values[2] = values[2, :1]  # every row of the block equal
+    expected = values.float().amax(dim=1)
+    assert torch.equal(_nonnegative_max(values, dim=1).float(), expected)
+    assert torch.equal(_nonnegative_max(values, dim=1), values.amax(dim=1))
