@@ -8,10 +8,14 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from snakemake.exceptions import WorkflowError
 
-from embtransfer.core import codehash, hooks
+from embtransfer.core import allocator, codehash, hooks
 from embtransfer.core.cluster import SlurmProfileError
 from embtransfer.config.validation import ConfigError, validate_config
 from embtransfer.data.inputs import check_real_data
+
+# The jobs' glibc keeps freed blocks for reuse: set before any job starts, as glibc reads
+# it at a process's start (embtransfer/core/allocator.py)
+allocator.keep_freed_memory()
 
 # The code hashes' parses of the package, kept between invocations (core/codehash.py)
 codehash.keep_parses_in(Path(".snakemake") / "embtransfer" / "code_imports.json")

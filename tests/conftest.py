@@ -1,8 +1,11 @@
-"""Suite-wide settings: the order in which `make test`'s workers take the modules."""
+"""Suite-wide settings: the allocator of `make test`'s workers, and the order in which they
+take the modules."""
 
 from __future__ import annotations
 
 import pytest
+
+from embtransfer.core import allocator
 
 # The slowest modules, slowest first (`--durations`, benchmarks/README.md): with
 # `--dist loadfile --no-loadscope-reorder` pytest-xdist hands modules out in collection
@@ -17,6 +20,12 @@ SLOWEST_FIRST = (
     "test_real_workflow.py",
     "test_lapt.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist starts its workers after this: they train models in their own process, so
+    # they keep freed blocks as the workflow's jobs do (embtransfer/core/allocator.py).
+    allocator.keep_freed_memory()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

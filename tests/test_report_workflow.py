@@ -20,6 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from embtransfer.core import allocator
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "report"
 
@@ -80,7 +82,9 @@ report_inputs_module.all_lapt_metrics = all_lapt_metrics
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
+    # without the suite's allocator settings (tests/conftest.py): the Snakefile sets them
+    env = {k: v for k, v in os.environ.items() if k not in allocator.SETTINGS}
+    env["PYTHONPATH"] = str(workdir / "workflow")
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--directory", str(workdir), "--snakefile",
          str(workdir / "Snakefile"), "--allowed-rules", "report", *args],
@@ -200,3 +204,5 @@ def test_the_report_rule_records_its_environment(workdir):
     assert env["packages"]["torch"] == metadata.version("torch")
     assert env["packages"]["transformers"] == metadata.version("transformers")
     assert env["lock"]["entries_sha256"] == lockfile.lock_digest(REPO / lockfile.MAIN_LOCK)
+    # the jobs started with the allocator settings the Snakefile sets (core/allocator.py)
+    assert env["allocator"] == allocator.SETTINGS

@@ -56,12 +56,13 @@ PRELOAD = (
     "transformers.models.t5.modeling_t5", "peft", "lm_eval.evaluator",
     "lm_eval.models.huggingface", "jsonschema",  # the config and catalogs' schemas: 0.05 s a job
 )
-#: Variables the preloaded libraries read when they load (BLAS and OpenMP thread pools,
-#: Hugging Face offline switches, CUDA devices, ...): a job whose values differ from the
-#: server's would compute differently in a fork, so it runs in its own process instead.
+#: Variables read when the server starts or loads its libraries (BLAS and OpenMP thread
+#: pools, Hugging Face offline switches, CUDA devices, glibc's allocator, ...): a job whose
+#: values differ from the server's would run differently in a fork, so it runs in its own
+#: process instead.
 IMPORT_TIME_ENV = ("OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_", "VECLIB_", "NUMEXPR_",
                    "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "PYTORCH_",
-                   "CUDA_", "NVIDIA_", "LD_", "PYTHON")
+                   "CUDA_", "NVIDIA_", "LD_", "PYTHON", "MALLOC_", "GLIBC_")
 #: What the job scripts that import ``datasets`` set before importing it, unless already set
 #: (evaluation/evaluate.py, evaluation/tokenizer_stats.py: their data are local). The
 #: server loads its libraries so too; download scripts, which need the network, never

@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.markers import Marker
 
-from embtransfer.core import lockfile
+from embtransfer.core import allocator, lockfile
 from embtransfer.core.atomic import write_json
 
 #: The packages whose versions can move the numbers (kernels, trainers, tokenizers, the
@@ -62,6 +62,8 @@ def environment(lock: Path) -> dict[str, Any]:
         # the instruction set torch's CPU kernels were dispatched to (float results differ)
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
+        # glibc's allocator settings the jobs started with (speed only, not the numbers)
+        "allocator": allocator.current(),
         "packages": {
             name: installed[lockfile.normalise(name)]
             for name in KEY_PACKAGES
