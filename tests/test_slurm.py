@@ -46,9 +46,10 @@ ACCOUNT = "testaccount"
 # are left out to keep the test within minutes on two cores.
 # The transfer part of the DAG and one LAPT run: both GPU-declared rules go through sbatch.
 TARGETS = ("zeroshot_table", "results/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
-#: The rules run locally before the cluster's run (`--until`): the world, the corpora, the
-#: tokenizers and models, the word vectors.
-UPSTREAM = ("pretrain_model", "fasttext_word")
+#: The rules run locally before the cluster's run (`--until`, with what they need): the
+#: world, the corpora, the tokenizers and models, the vocabularies and their overlap, the
+#: word and token fastText models.
+UPSTREAM = ("pretrain_model", "fasttext_word", "fasttext_token", "overlap")
 GPU_RULES = ("salt_regression", "lapt", "evaluate", "evaluate_source")
 
 
@@ -288,7 +289,12 @@ def _test_profile(workdir: Path) -> None:
         "retries": 0,
         "latency-wait": 5,
         "slurm-status-command": "squeue",  # no accounting, so no sacct
-        "slurm-init-seconds-before-status-checks": 1,  # the least: each job takes 5-20 s
+        # The plugin checks this long after a submission, then 10 s further apart each time
+        # no job had finished. A job here takes 8-25 s (Snakemake starting in the job, then
+        # the rule): at 4 s the checks come 4, 18 and 42 s in, and most levels of the chain
+        # end at 18 s (at 1 s: 1, 12 and 33 s in; the cluster's run took 207-234 s, at 4 s
+        # 145-147 s).
+        "slurm-init-seconds-before-status-checks": 4,
         "slurm-keep-successful-logs": True,
     })
     (workdir / "slurm").mkdir()
@@ -343,8 +349,9 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
         (local / name).write_text(yaml.safe_dump(config, allow_unicode=True))
     # The models are pretrained once, locally; the cluster's run resumes from a copy of that
     # directory (Snakemake's records with it), as a run moved to a cluster does. Each job
-    # through sbatch costs a status check or two (1-11 s apart), so this takes 9 of its 27
-    # jobs (5 steps of the chain) off the cluster and still sends it every GPU rule.
+    # through sbatch costs a status check or two (4-14 s apart), so this takes 14 of its 27
+    # jobs (8 steps of the chain) off the cluster and still sends it 13, every GPU rule among
+    # them.
     proc = snakemake(local, "--cores", "2", *TARGETS, "--until", *UPSTREAM)
     upstream = set(job_stats(proc.stdout + proc.stderr))
     assert set(UPSTREAM) <= upstream and "salt_regression" not in upstream, upstream
