@@ -10,8 +10,8 @@ import sys
 
 from embtransfer.core import allocator
 
-#: In a fresh process: malloc 20 MB, free it, malloc it again; glibc's mallinfo2 says how
-#: much was mmap'd (hblkhd) and how much freed memory the heap kept (fordblks).
+#: In a fresh process: malloc 20 MB and free it; glibc's mallinfo2 says how much of it was
+#: mmap'd (hblkhd) and how much freed memory the heap kept (fordblks).
 PROBE = """
 import ctypes, json
 libc = ctypes.CDLL("libc.so.6")

@@ -169,10 +169,11 @@ def test_without_a_usable_server_the_job_runs_itself(tmp_path, where):
 
 
 @pytest.mark.parametrize("changed", [{"OMP_NUM_THREADS": "7"}, {"HF_DATASETS_OFFLINE": "0"},
-                                     {"HF_HUB_OFFLINE": "1"}])
+                                     {"HF_HUB_OFFLINE": "1"}, {"MALLOC_TRIM_THRESHOLD_": "0"}])
 def test_a_job_whose_libraries_would_load_differently_runs_itself(server, tmp_path, changed):
-    """Thread pools and offline switches are read when a library loads: a job that differs
-    from the server there would compute differently in a fork."""
+    """Thread pools and offline switches are read when a library loads, glibc's allocator
+    settings when the process starts: a job that differs from the server there would run
+    differently in a fork."""
     if all(os.environ.get(k) == v for k, v in changed.items()):
         pytest.skip("the test's environment already has this value")
     proc = _run(tmp_path, "ok", server, extra_env=changed)

@@ -9,9 +9,9 @@ freed heap kept, the default source's 2,000 pretraining steps took 164 s instead
 and 4 s of system time instead of 33 s, with the same losses: the allocator changes no
 arithmetic (benchmarks/README.md, Test suite).
 
-glibc reads these variables when a process starts, so they are set in the environment the
-jobs inherit (the Snakefile, the test suite's workers), never in the process itself. A
-value the user set is kept; other C libraries ignore them.
+glibc reads these variables when a process starts, so setting them changes only the
+processes started afterwards: the Snakefile sets them for the jobs, `tests/conftest.py` for
+the suite's workers. A value the user set is kept; other C libraries ignore them.
 """
 
 from __future__ import annotations
