@@ -47,8 +47,9 @@ include: "workflow/rules/report.smk"
 
 # --- the run's hooks, each registered here once: Snakemake keeps one handler of each kind,
 # so a second `onsuccess:` would replace this one. At the start: refuse a SLURM run while
-# slurm/config.yaml holds FILL_IN_* placeholders; start the job server of a local run. At
-# the end: pin hub revisions into the --configfile files; stop the job server
+# slurm/config.yaml holds FILL_IN_* placeholders; report (or, with clean_temporaries,
+# remove) killed writers' temporaries under results/; start the job server of a local run.
+# At the end: pin hub revisions into the --configfile files; stop the job server
 # (embtransfer/core/hooks.py). ---
 onstart:
     try:

@@ -130,7 +130,8 @@ def case_salt(path: str, both: bool, device: str) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "rss_before_gib": before, "peak_rss_gib": rss_gib(),
             "note": f"{st['counts']['projected']} projected, k {st['k_used']}, "
                     f"{st['batches']} batches, padding {st['padding_fraction']:.1%}, "
-                    f"rank-deficient {st['n_rank_deficient']}, device {st['device']}{gpu}"}
+                    f"rank-deficient {st['conditioning']['n_rank_deficient']}, "
+                    f"device {st['device']}{gpu}"}
 
 
 def case_naive(path: str, sample: int, device: str) -> dict:

@@ -11,11 +11,15 @@ tested beside their stage are not repeated here:
   (test_load_fasttext_clear_errors) and tests/test_workflow.py (through the workflow);
 - NaN in rows a method computed: tests/test_transfer_runner.py, tests/test_checkpoint.py
   (test_nan_rows_are_refused_naming_ids), tests/test_atomic.py;
+- finite but absurd rows a method computed (flagged, not refused): tests/test_row_check.py;
 - offline run missing a hub model or dataset: tests/test_download.py
   (test_offline_fails_at_once_naming_the_rule,
   test_download_all_plans_every_download_and_fails_offline_naming_the_rule);
 - LAPT: SIGTERM/SIGKILL resume, stale checkpoint, interrupted checkpoint swap:
-  tests/test_lapt.py.
+  tests/test_lapt.py;
+- a killed writer's temporary: the kill test below (the next write removes it) and
+  tests/test_atomic.py (which ones a write or a run's start removes);
+- disk full: tests/test_disk_full.py (every writer, and a LAPT checkpoint).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -345,17 +350,42 @@ def test_kill_9_during_a_write_leaves_nothing_a_rerun_would_trust(tmp_path, kind
 
     final = tmp_path / "out" / ("table.parquet" if kind == "file" else "checkpoint")
     env = dict(os.environ, PYTHONPATH=str(REPO / "workflow"))
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(final), kind], env=env,
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "writing"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+
+    def writer() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(final), kind], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "writing"
+        return proc
+
+    def rerun(content: bytes) -> None:
+        with atomic_path(final, directory=kind == "dir") as tmp:
+            (tmp / "model.safetensors" if kind == "dir" else tmp).write_bytes(content)
+
+    def others() -> list[str]:
+        return sorted(p.name for p in final.parent.iterdir() if p != final)
+
+    killed = writer()
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
     assert not final.exists()  # Snakemake sees a missing output and reruns the job
-    leftovers = [p.name for p in final.parent.iterdir()]
-    assert leftovers and all(n.startswith(f".{final.name}.tmp-") for n in leftovers)
-    with atomic_path(final, directory=kind == "dir") as tmp:  # the rerun writes it whole
-        (tmp / "model.safetensors" if kind == "dir" else tmp).write_bytes(b"all")
-    assert final.exists()
+    (leftover,) = others()
+    assert leftover.startswith(f".{final.name}.tmp-")
+    # Temporaries of the same target written on other hosts of a shared file system: one
+    # written an hour ago (its writer may be alive), one a day ago (gone).
+    young, old = (final.parent / f".{final.name}.tmp-node-{n}-4242-99-abcd_123" for n in (1, 2))
+    for path, age in ((young, 3600), (old, 25 * 3600)):
+        path.write_bytes(b"half")
+        os.utime(path, (time.time() - age, time.time() - age))
+    rerun(b"all")  # the rerun writes it whole, and removes the dead writers' temporaries
+    assert final.exists() and others() == [young.name]
+    live = writer()  # a writer of the same target on this host, alive, still writing
+    try:
+        rerun(b"again")
+        (its,) = [n for n in others() if f"-{live.pid}-" in n]
+        assert others() == sorted([young.name, its])
+    finally:
+        live.kill()
+        live.wait(timeout=30)
 
 
 # -- through the workflow ----------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 from embtransfer.core import paths
 from embtransfer.core.atomic import write_json
 from embtransfer.evaluation.plm_probes import (
-    Z_CLEARS,
     class_probe,
+    common_direction,
     concept_classes,
     geometry,
     paired_summary,
@@ -28,6 +28,8 @@ from embtransfer.neighbors.search import Neighbors
 from embtransfer.report.probe_table import COLUMNS, probe_frame, write_probes
 
 RCOND = 1e-6
+#: Rows without meaning stay within this many standard errors of their baseline.
+NOISE_Z = 3.0
 
 
 def neighbors_of(sets: dict[int, list[int]]) -> Neighbors:
@@ -111,6 +113,21 @@ def test_span_shares_equal_least_squares_token_by_token():
     assert shares[-1] == pytest.approx(1.0)
 
 
+def test_span_shares_without_a_direction_equal_least_squares_on_the_projected_rows():
+    rng = np.random.default_rng(12)
+    rows = rng.normal(size=(40, 6)) + 2.0 * rng.normal(size=6)  # one shared direction
+    sets = {t: sorted(rng.choice(20, size=3, replace=False)) for t in range(20, 40)}
+    table = neighbors_of(sets)
+    u = common_direction(rows, np.arange(20))
+    top = np.linalg.svd(rows[:20], full_matrices=False)[2][0]  # uncentred, as SVD finds it
+    assert abs(u @ top) == pytest.approx(1.0)
+    projected = rows - np.outer(rows @ u, u)
+    shares = span_shares(rows, table.target_ids, table.offsets, table.neighbor_target_ids,
+                         RCOND, u)
+    expected = [brute_share(projected, int(t), sets[int(t)]) for t in table.target_ids]
+    np.testing.assert_allclose(shares, expected, atol=1e-9)
+
+
 def test_span_shares_drop_dependent_neighbours_like_pinv():
     rng = np.random.default_rng(1)
     rows = rng.normal(size=(5, 6))
@@ -148,9 +165,47 @@ def test_rows_made_from_their_neighbours_clear_the_span_probe_and_random_rows_do
     assert paired_summary(made["neighbors"], made["random"])["z"] > 20
     noise = span_probe(random_rows, table, shared, np.random.default_rng(3), RCOND)
     summary = paired_summary(noise["neighbors"], noise["random"])
-    assert abs(summary["z"]) < Z_CLEARS
+    assert abs(summary["z"]) < NOISE_Z
     # the random baseline explains about k/h of a row either way
     assert summary["random"] == pytest.approx(made["k"].mean() / h, rel=0.2)
+
+
+def test_the_common_direction_is_projected_out_so_the_baseline_drops_and_meaning_shows():
+    """Rows along one shared direction, each at its own distance (as trained rows lie): on
+    the rows as they are, any k random rows explain most of a row; with the direction
+    projected out the baseline falls to about k / h, rows built from their neighbours'
+    deviations stand further out, and rows without meaning stay at z about 0."""
+    rng = np.random.default_rng(2)
+    h, shared = 64, np.arange(300)
+    sets = {
+        t: sorted(rng.choice(shared, size=int(rng.integers(3, 8)), replace=False))
+        for t in range(300, 700)
+    }
+    common = rng.normal(size=h)
+    common /= np.linalg.norm(common)
+    deviation = 0.5 * rng.normal(size=(700, h)) / np.sqrt(h)
+    plain = rng.uniform(0.5, 1.5, size=(700, 1)) * common + deviation
+    meaning = plain.copy()
+    for t, ids in sets.items():
+        meaning[t] += rng.dirichlet(np.ones(len(ids))) @ deviation[ids] - 0.5 * deviation[t]
+    table = neighbors_of(sets)
+    assert np.abs(common_direction(meaning, shared) @ common) > 0.999
+    assert geometry(meaning)["pairwise_cosine"] > 0.7
+
+    def as_they_are(rows):  # the same probe without the projection
+        k, t = np.diff(table.offsets), table.target_ids
+        ours = span_shares(rows, t, table.offsets, table.neighbor_target_ids, RCOND)
+        offsets, ids = random_sets(k, shared, np.random.default_rng(3))
+        return paired_summary(ours, span_shares(rows, t, offsets, ids, RCOND))
+
+    def projected(rows):
+        probe = span_probe(rows, table, shared, np.random.default_rng(3), RCOND)
+        return paired_summary(probe["neighbors"], probe["random"])
+
+    before, after = as_they_are(meaning), projected(meaning)
+    assert before["random"] > 0.6 and after["random"] < 0.15  # about k / h = 0.08
+    assert after["z"] > 1.1 * before["z"] and after["diff"] > 2 * before["diff"]
+    assert abs(projected(plain)["z"]) < NOISE_Z
 
 
 def test_tokens_without_neighbours_are_left_out_of_the_span_probe():
@@ -218,7 +273,7 @@ def test_rows_near_their_class_clear_the_class_probe_and_random_rows_do_not():
     made = class_probe(built, truth, classes)
     assert paired_summary(made["same"], made["other"])["z"] > 20
     noise = class_probe(rng.normal(size=(len(classes), 32)), truth, classes)
-    assert abs(paired_summary(noise["same"], noise["other"])["z"]) < Z_CLEARS
+    assert abs(paired_summary(noise["same"], noise["other"])["z"]) < NOISE_Z
 
 
 # --- the record -------------------------------------------------------------------------------
@@ -279,8 +334,11 @@ def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_c
         files.append(str(path))
     frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
     assert frame["target"].tolist() == ["bert_x", "gpt2_x", "t5_x"]
-    assert frame["clears"].tolist() == [True, False, False]
+    # five tests (gpt2_x's span has no z): 3.5 clears Holm's fourth step, 1.0 nothing
+    assert frame["carries"].tolist() == [True, False, False]
     assert list(pd.read_csv(tmp_path / "p.csv").columns) == COLUMNS
+    assert frame["span_neighbors_share"].tolist() == [0.5] * 3
+    assert frame["span_random_share"].tolist() == [0.1] * 3
     text = (tmp_path / "p.md").read_text()
     assert "0.500 vs 0.100: +0.400 ± 0.100 (z 4.0, n 10)" in text and "| —" in text
     with pytest.raises(ValueError, match="not a PLM probe record"):
@@ -303,10 +361,10 @@ def test_a_table_of_span_probes_alone_has_no_class_columns_and_says_why(tmp_path
         files.append(str(path))
     frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
     assert not [c for c in frame.columns if c.startswith("class")]
-    assert frame["span_z"].tolist() == [0.5, 12.0] and frame["clears"].tolist() == [False, True]
+    assert frame["span_z"].tolist() == [0.5, 12.0] and frame["carries"].tolist() == [False, True]
     text = (tmp_path / "p.md").read_text()
     assert "span: neighbours vs random" in text and "class: same class" not in text
-    assert "not measured on real text" in text and "| z ≥ 3 |" in text
+    assert "not measured on real text" in text and "| carries meaning |" in text
     read = pd.read_csv(tmp_path / "p.csv")
     decided = probe_decisions(read)
     assert list(decided.columns) == ["lang", "source", "target", "span", "carries"]
@@ -316,6 +374,35 @@ def test_a_table_of_span_probes_alone_has_no_class_columns_and_says_why(tmp_path
     assert "The span probe of each PLM against random baselines" in findings
     assert "Carry meaning by the span probe: gpt2_de (span z 12.0)." in findings
     assert "Do not: bert_de (span z 0.5)." in findings and "class z" not in findings
+
+
+def test_one_rule_decides_carrying_meaning_in_the_table_report_md_and_the_findings(tmp_path):
+    """z 3.2 is 3 standard errors, but its normal p (0.0014) is not below the family-wise
+    0.001: by the report's rule (Holm over the table's probes) no PLM of one z 3.2 carries
+    meaning, in the table, in report.md and in the findings alike."""
+    from collections import defaultdict
+
+    from embtransfer.report.build import _comparison_sections, output_names
+    from embtransfer.report.findings import findings_markdown
+    from embtransfer.report.probe_table import probe_decisions
+
+    files = []
+    for target, z in (("gpt2_de", 12.0), ("bert_de", 3.2)):
+        path = tmp_path / paths.PLM_PROBE.fill(lang="de", source="llama_en", target=target)
+        stats = {"items": 50, "mean": 0.4, "random": 0.2, "diff": 0.2, "se": 0.2 / z}
+        write_json(path, {"span": stats | {"z": z, "mean_k": 8.0}, "class": None,
+                          "geometry": {"row_norm": 1.0, "pairwise_cosine": 0.01},
+                          "rcond": RCOND, "seed": 1})
+        files.append(str(path))
+    frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
+    assert frame["carries"].tolist() == [False, True]
+    assert probe_decisions(pd.read_csv(tmp_path / "p.csv"))["carries"].tolist() == [False, True]
+    report = "\n".join(_comparison_sections(defaultdict(pd.DataFrame, probes=frame),
+                                            output_names()))
+    assert "1 of 2 carry meaning by the span probe" in report
+    findings = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
+                                  "table1": pd.DataFrame(), "plm_probes": frame})
+    assert "Carry meaning by the span probe: gpt2_de (span z 12.0). Do not: bert_de" in findings
 
 
 @pytest.mark.parametrize("std", [None, 0.05])

@@ -116,7 +116,7 @@ def test_matches_naive_pinv(batch_tokens, dtype):
     res = salt_project(plm, sources, nb, device="cpu", batch_tokens=batch_tokens)
     assert (res["status"] == "projected").all()
     np.testing.assert_array_equal(res["k_used"], [len(s) for s in sets])
-    assert res["stats"]["n_rank_deficient"] >= 9  # the test exercises the cut-off
+    assert res["stats"]["conditioning"]["n_rank_deficient"] >= 9  # exercises the cut-off
     assert res["stats"]["batches"] >= (len(sets) + batch_tokens - 1) // batch_tokens
     assert res["input"].dtype == np.float32 and res["output"].shape == (len(sets), H_S)
     assert check_against_naive(res, plm, sources, source_of, ids, sets) < TOL
@@ -171,7 +171,7 @@ def test_float32_rounded_dependencies_are_cut_like_numpy():
     sets = [np.array([7, 8, 9]), np.array([7, 8, 9, 30, 31])]
     nb = make_neighbors([200, 201], sets, source_of)
     res = salt_project(plm, sources, nb, device="cpu")
-    assert res["stats"]["n_rank_deficient"] == 2
+    assert res["stats"]["conditioning"]["n_rank_deficient"] == 2
     assert check_against_naive(res, plm, sources, source_of, [200, 201], sets) < TOL
 
 
@@ -275,7 +275,8 @@ def test_write_coefficients_roundtrip(tmp_path):
     back = load_file(tmp_path / "p.safetensors")
     assert back["status"].dtype == np.int8 and back["coefficients"].dtype == np.float64
     assert status_labels(back["status"]).tolist() == ["too_few_neighbors", "projected"]
-    assert set(back) == {"target_ids", "k_used", "status", "source_ids", "coefficients"}
+    assert set(back) == {"target_ids", "k_used", "status", "source_ids", "coefficients", "rank",
+                         "amplification"}
     np.testing.assert_array_equal(back["source_ids"], source_of[[1, 2]])  # table order
     np.testing.assert_array_equal(back["coefficients"], res["coefficients"])
     assert STATUSES[0] == "projected"

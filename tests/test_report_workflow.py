@@ -64,6 +64,10 @@ report_inputs_module.all_shared_kinds = all_shared_kinds
 # no source floor or final LAPT checkpoint records among the fixtures
 report_inputs_module.all_source_floors = lambda config: []
 report_inputs_module.all_lapt_intrinsic = lambda config: []
+# nor fastText BLI records (the table is tested in test_fasttext_bli.py)
+report_inputs_module.all_fasttext_bli = lambda config: []
+# nor SALT regression records (the conditioning table is tested in test_salt_conditioning.py)
+report_inputs_module.all_salt_regression = lambda config: []
 '''
 LAPT_STUB = '''# test stub: the fixture LAPT metrics files
 import embtransfer.report.inputs as report_inputs_module

@@ -40,6 +40,7 @@ TOKENIZER = {"algorithm": "bytelevel_bpe", "vocab_size": 800}
 # PLMs: a miniature, a hub and a local one.
 CONFIG: dict[str, Any] = {
     "source_language": "en",
+    "dictionary_held_out": 0.5,
     "languages": {
         "en": {"corpus": {"type": "mini"}, "fasttext": {"type": "crawl"}},
         "vi": {"corpus": {"type": "mini"}, "fasttext": {"type": "train"}},
@@ -520,7 +521,15 @@ def test_report_inputs(config):
     assert list(inputs) == [
         "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference",
         "transfer_zeroshot", "real_shared_tokens", "shared_kinds", "source_floor",
-        "lapt_zeroshot",
+        "lapt_zeroshot", "salt_regression", "fasttext_bli",
+    ]
+    # the BLI of the aligned fastText spaces: vi's world dictionary keeps a held-out half,
+    # de's MUSE file none
+    assert inputs["fasttext_bli"] == ["results/fasttext_bli/vi.json"]
+    # SALT's regression records, once per setting with a method that reads its coefficients
+    assert inputs["salt_regression"] == [
+        f"results/regression/{lang}/src/{target}/projected.json"
+        for lang, target in (("vi", "gpt2_vi"), ("de", "hub_de"), ("de", "local_de"))
     ]
     # the final LAPT checkpoints' records are the intrinsic stage's (one place)
     assert inputs["lapt_zeroshot"] == evaluation.all_lapt_intrinsic(config) == [
@@ -534,6 +543,9 @@ def test_report_inputs(config):
     # the calibration table reads the real figures only beside the world's
     assert inputs["real_shared_tokens"] == (["real.csv"] if world_pairs(config) else [])
     assert inputs["shared_kinds"] == all_shared_kinds(config)
+    # no method reads SALT's coefficients: no regression record
+    config["transfer"]["select"] = [{"methods": ["focus", "wechsel"]}]
+    assert report.report_inputs(config)["salt_regression"] == []
 
 
 def test_report_entries_caption_every_output():

@@ -3,6 +3,7 @@ tests, on hand-built cases and against slow, obviously correct references."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -21,10 +22,21 @@ from embtransfer.core.paired import (
     normal_p,
     paired_bootstrap,
 )
-from embtransfer.evaluation.alignment import score_checkpoints, summary, token_scores
+from embtransfer.evaluation.alignment import (
+    chance_hits,
+    score_checkpoints,
+    summary,
+    token_scores,
+)
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
-from embtransfer.report.alignment_table import alignment_frame, alignment_markdown
+from embtransfer.report.alignment_table import (
+    alignment_frame,
+    alignment_markdown,
+    detectable_discordant,
+    no_power_text,
+    powerless,
+)
 from embtransfer.transfer.method_catalog import DEFAULT_METHODS, METHODS
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 from embtransfer.world.languages import build_world, value_pool
@@ -346,6 +358,104 @@ def test_ties_in_p_at_1_go_to_the_centred_cosine_and_markdown_leads_with_held_ou
     text = alignment_markdown(frame)
     assert text.index("## Held-out concepts") < text.index("## No concept")
     assert "centred cos" in text
+
+
+# --- what the retrieval tests could detect --------------------------------------------------
+
+
+def test_chance_hits_are_the_share_of_random_first_k_sets_that_hold_a_translation():
+    n = 9
+    for k in (1, 3, 10):
+        for size in (1, 2, 4):
+            firsts = itertools.combinations(range(n), min(k, n))  # a random ranking's first k
+            hit = [bool(set(first) & set(range(size))) for first in firsts]
+            assert chance_hits(n, np.array([size]), k)[0] == pytest.approx(np.mean(hit))
+    exact = [1 - math.comb(8000 - size, 10) / math.comb(8000, 10) for size in (1, 3)]
+    assert chance_hits(8000, np.array([1, 3]), 10) == pytest.approx(exact, rel=1e-9)
+    assert exact[0] == pytest.approx(10 / 8000)  # k / N for a one-piece translation
+
+
+def test_rows_that_ignore_the_source_retrieve_at_the_chance_the_scores_carry():
+    rng = np.random.default_rng(8)
+    source = rng.standard_normal((40, 16))
+    text_ids = np.arange(1, 40)
+    target_ids = np.arange(3000)
+    translations = [rng.choice(text_ids, rng.integers(1, 4), replace=False) for _ in target_ids]
+    scores = token_scores(rng.standard_normal((3000, 16)), source, text_ids, target_ids,
+                          translations)
+    for k in (1, 10):
+        sizes = np.array([t.size for t in translations])
+        expected = chance_hits(text_ids.size, sizes, k)
+        np.testing.assert_allclose(scores[f"chance_{k}"], expected)
+        # the hits of random rows: their chance, within 4 binomial standard errors
+        se = math.sqrt(expected.mean() * (1 - expected.mean()) / target_ids.size)
+        assert abs(scores[f"hit_{k}"].mean() - expected.mean()) < 4 * se
+        frame = alignment_frame(scores.assign(stage="transfer", lang="x", source="s",
+                                              target="t", side="input", split="held_out",
+                                              method="m"))
+        assert frame[f"chance_p_at_{k}"].iloc[0] == pytest.approx(100 * expected.mean())
+
+
+@pytest.mark.parametrize("alpha, m", [(0.001, 1), (0.001, 1000), (0.05, 30), (0.001, 4096),
+                                      (0.5, 1)])
+def test_the_detectable_difference_equals_a_search_with_scipys_binomial_test(alpha, m):
+    from scipy.stats import binomtest
+
+    threshold = alpha / m
+    # b = d discordant tokens one method's, c = 0 the other's: the smallest d that clears
+    d = next(d for d in range(1, 100) if binomtest(d, d, 0.5).pvalue < threshold)
+    assert detectable_discordant(threshold) == d
+    if (alpha, m) == (0.001, 1000):
+        assert d == 21
+    if m == 30:  # fewer net hits never clear, however many tokens are discordant both ways
+        for net in range(d):
+            assert all(binomial_two_sided(net + c, net + 2 * c) >= threshold
+                       for c in range(100))
+    with pytest.raises(ValueError, match="threshold"):
+        detectable_discordant(0.0)
+
+
+def test_a_setting_whose_methods_differ_by_too_few_tokens_says_it_has_no_power():
+    from embtransfer.report.findings import findings_markdown
+
+    rng = np.random.default_rng(12)
+    lines = []
+    # "t": 200 tokens, a retrieves 60 %, b 10 %; "t2": 40 tokens, a retrieves 10, b 7 of them
+    for target, n in (("t", 200), ("t2", 40)):
+        good = (rng.random(n) < 0.6).astype(int)
+        bad = (rng.random(n) < 0.1).astype(int)
+        if target == "t2":
+            good, bad = (np.arange(n) < 10).astype(int), (np.arange(n) < 7).astype(int)
+        for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
+                             ("random", np.zeros(n, int))):
+            lines.append(pd.DataFrame({
+                "stage": "transfer", "lang": "x", "source": "s", "target": target,
+                "side": "input", "split": "held_out", "method": method,
+                "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
+                "chance_1": 0.001, "chance_10": 0.01,
+                "cos_oracle": rng.random(n), "cos_centred": rng.random(n)}))
+    frame = alignment_frame(pd.concat(lines), seed=0)
+    tests = int(frame[[c for c in frame if c.endswith("_p")]].notna().to_numpy().sum())
+    d = detectable_discordant(0.001 / tests)
+    assert (frame["detectable_tokens"] == d).all()
+    np.testing.assert_allclose(frame["detectable_points"], 100 * d / frame["tokens"])
+    assert frame["chance_p_at_10"].tolist() == pytest.approx([1.0] * len(frame))
+    weak = powerless(frame).groupby(frame["target"]).all()
+    assert weak.loc["t"].tolist() == [False, False]
+    # t2: a and b differ by 3 hits, a from Random by 10: fewer than d
+    assert weak.loc["t2"].tolist() == [True, True] and 10 < d
+    md = alignment_markdown(frame)
+    assert md.count("no power to separate methods by P@1 or P@10") == 1
+    assert f"n = 40; chance P@1 0.10 %, P@10 1.00 %; detectable: ≥ {d} discordant" in md
+    text = findings_markdown({"alignment": frame, "zeroshot": pd.DataFrame(),
+                              "table1": pd.DataFrame(), "plm_probes": pd.DataFrame()})
+    t2 = text.split("**x, s, t2**")[1]
+    statement = (f"no power to separate methods: needs ≥ {d} discordant tokens "
+                 f"({100 * d / 40:.1f} % of 40)")
+    assert statement == no_power_text(d, 40)
+    assert f"P@10: a 25.0 ± 6.8 %, b 17.5 ± 6.0 %, random 0.0 %; {statement}." in t2
+    assert "not apart" not in t2.split("centred cosine")[0]
+    assert "no power" not in text.split("**x, s, t2**")[0]
 
 
 # --- paired tests ----------------------------------------------------------------------------

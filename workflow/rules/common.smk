@@ -75,6 +75,7 @@ from embtransfer.transfer.inputs import (
     all_zeroshot,
     dictionary_input,
     dictionary_spec,
+    fasttext_bli_inputs,
     method_code,
     method_options,
     salt_rcond,

@@ -85,6 +85,24 @@ rule aligned_search:
         "../scripts/transfer/aligned_search.py"
 
 
+rule fasttext_bli:
+    # Whether the aligned fastText spaces WECHSEL and OFA search retrieve translations at
+    # all: bilingual lexicon induction with their map on the dictionary's held-out half.
+    input:
+        unpack(lambda w: fasttext_bli_inputs(config, w)),
+    output:
+        paths.FASTTEXT_BLI,
+    params:
+        source_language=config.get("source_language"),
+        code=script_hash("transfer/fasttext_bli.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/fasttext_bli/{{lang}}.log",
+    script:
+        "../scripts/transfer/fasttext_bli.py"
+
+
 rule transfer:
     # The checkpoint and its zero-shot scores in one job (see scripts/transfer/transfer.py).
     input:

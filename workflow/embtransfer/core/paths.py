@@ -138,6 +138,9 @@ REGRESSION_META = Template("results/regression/{lang}/{source}/{target}/projecte
 ALIGNED = Template("results/aligned/{lang}/{source}/{target}.safetensors")
 #: WECHSEL's and OFA's top-k search in the aligned space, shared by both (aligned.share_search)
 ALIGNED_SEARCH = Template("results/aligned/{lang}/{source}/{target}.search.safetensors")
+#: Per language WECHSEL or OFA runs in: bilingual lexicon induction in the aligned fastText
+#: spaces they search, on the dictionary's held-out half (embtransfer.transfer.fasttext_bli)
+FASTTEXT_BLI = Template("results/fasttext_bli/{lang}.json")
 TRANSFER_MODEL = Template("results/transfer/{lang}/{source}/{target}/{method}")
 ZEROSHOT = Template("results/zeroshot/{lang}/{source}/{target}/{method}.json")
 ZEROSHOT_SOURCE = Template("results/zeroshot/{lang}/{source}/source_model.json")

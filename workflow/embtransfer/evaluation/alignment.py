@@ -6,8 +6,8 @@ For every non-shared target token with a ground truth (the miniature world's,
 
 * **translation retrieval**: the source text rows (input or output side of the *source*
   model) ranked by cosine to the token's row; a hit at k when one of its translation's
-  source ids is among the first k (P@1, P@10). Chance is about (translation length) / (source
-  text rows): a random row scores ~0.
+  source ids is among the first k (P@1, P@10). Each token also keeps its chance of a hit at
+  k (:func:`chance_hits`): a ranking that ignores the row scores that in expectation.
 * **cosine to the oracle row**: the cosine between the token's row and the mean of its
   translation's source rows (the row ``world_oracle`` gives it).
 * **centred cosine to the oracle row**: the same after subtracting the source's mean text
@@ -63,6 +63,19 @@ def oracle_cosines(
     return _cosines(queries, oracles), _cosines(centred, oracles - centre)
 
 
+def chance_hits(candidates: int, translation_sizes: np.ndarray, k: int) -> np.ndarray:
+    """Per token, the chance of a hit at ``k`` when the ``candidates`` rows are ranked at
+    random: one of its ``translation_sizes`` source ids among the first k, the hypergeometric
+    1 - C(candidates - L, k) / C(candidates, k) (k / candidates only for a one-piece
+    translation)."""
+    sizes = np.asarray(translation_sizes, np.float64)
+    depth = min(k, candidates)
+    miss = np.ones(sizes.size)
+    for j in range(depth):  # C(N - L, k) / C(N, k) as a product of k ratios
+        miss *= np.clip((candidates - sizes - j) / (candidates - j), 0.0, None)
+    return 1.0 - miss
+
+
 def token_scores(
     rows: np.ndarray,
     source: np.ndarray,
@@ -70,8 +83,9 @@ def token_scores(
     target_ids: np.ndarray,
     translations: list[np.ndarray],
 ) -> pd.DataFrame:
-    """Per token: ``target_id``, ``hit_1``, ``hit_10`` (0/1), ``cos_oracle`` and
-    ``cos_centred`` (:func:`oracle_cosines`, centred on the mean of ``source[text_ids]``).
+    """Per token: ``target_id``, ``hit_1``, ``hit_10`` (0/1), ``chance_1``, ``chance_10``
+    (:func:`chance_hits`), ``cos_oracle`` and ``cos_centred`` (:func:`oracle_cosines`,
+    centred on the mean of ``source[text_ids]``).
 
     ``rows``: the checkpoint's (V_t, h) matrix of one side; ``source``: the source model's
     (V_s, h) matrix of the same side; ``text_ids``: the source ids that are text tokens (the
@@ -109,12 +123,14 @@ def token_scores(
         for k in DEPTHS:
             hits[k][i] = np.isin(top[i, :k], where).any()
         oracles[i] = source[ids].astype(np.float64).mean(axis=0)
+    sizes = np.array([np.unique(ids).size for ids in translations], np.int64)
     centre = source[text_ids].astype(np.float64).mean(axis=0)
     cos, centred = oracle_cosines(rows[target_ids].astype(np.float64), oracles, centre)
     return pd.DataFrame(
         {
             "target_id": target_ids,
             **{f"hit_{k}": hits[k] for k in DEPTHS},
+            **{f"chance_{k}": chance_hits(text_ids.size, sizes, k) for k in DEPTHS},
             "cos_oracle": cos,
             "cos_centred": centred,
         }
@@ -186,5 +202,6 @@ def score_checkpoints(
             scores.insert(0, "side", side)
             scores.insert(0, "method", method)
             parts.append(scores)
-    columns = ["method", "side", "target_id", "split", *(f"hit_{k}" for k in DEPTHS), *COSINES]
+    columns = ["method", "side", "target_id", "split", *(f"hit_{k}" for k in DEPTHS),
+               *(f"chance_{k}" for k in DEPTHS), *COSINES]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)

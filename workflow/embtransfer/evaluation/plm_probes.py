@@ -9,8 +9,13 @@ over the same items:
   the share of the squared norm of the token's PLM row that lies in the span of its
   neighbours' PLM rows (least squares, numpy.linalg.pinv's ``rcond``), against the share
   in the span of ``k`` rows drawn at random from the same candidates (the shared, non-special
-  target tokens). A PLM whose rows carry the fastText neighbourhood scores above zero; rows
-  at their initialisation score zero in expectation.
+  target tokens). The candidates' common direction is projected out of every row first
+  (:func:`common_direction`): trained rows share one direction (pairwise cosine 0.3-0.8)
+  that any ``k`` rows span, so on the rows as they are the random baseline alone explains
+  most of a row's norm and a real neighbourhood moves the share little (docs/evaluation.md
+  has the figures). The projection is linear, so a row that is a combination of its
+  neighbours' rows stays one. A PLM whose rows carry the fastText neighbourhood scores above
+  zero; rows at their initialisation, or permuted across tokens, score zero in expectation.
 * **class** (per non-shared token whose meaning is a concept of the world): the mean cosine
   between its PLM row and the rows of the tokens of the *other* concepts of its class (an
   animal's to the other animals', a verb of eating's to the other verbs of eating'), against
@@ -26,9 +31,9 @@ over the same items:
 Each probe reports the mean paired difference, its standard error (standard deviation of the
 differences over sqrt(n); tokens share partners, so it errs low) and ``z`` = difference /
 standard error
-(:func:`embtransfer.core.paired.difference`); a PLM carries meaning by a probe when its
-``z`` is at least :data:`Z_CLEARS`. The rows' geometry is reported beside them: mean row norm
-and mean pairwise cosine.
+(:func:`embtransfer.core.paired.difference`). Whether a PLM carries meaning is the report's
+to decide, by its one rule (:func:`embtransfer.report.probe_table.probe_decisions`). The
+rows' geometry is reported beside them: mean row norm and mean pairwise cosine.
 """
 
 from __future__ import annotations
@@ -43,8 +48,6 @@ from embtransfer.core.paired import difference
 if TYPE_CHECKING:  # the report imports this module's constants: no torch at its start-up
     from embtransfer.neighbors.search import Neighbors
 
-#: A probe is cleared at this many standard errors above its random baseline.
-Z_CLEARS = 3.0
 #: Float64 neighbour rows gathered per batch of the span probe.
 BATCH_BYTES = 32 * 2**20
 #: The probes, in the order the table lists them.
@@ -57,10 +60,12 @@ def span_shares(
     offsets: np.ndarray,
     neighbor_ids: np.ndarray,
     rcond: float,
+    without: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per token ``target_ids[i]``: the share of ``|rows[t]|^2`` in the span of
     ``rows[neighbor_ids[offsets[i]:offsets[i + 1]]]`` (singular values at most ``rcond``
-    times the largest count as zero). Tokens of one neighbour count are solved together."""
+    times the largest count as zero), every row's component along the unit vector
+    ``without`` removed where given. Tokens of one neighbour count are solved together."""
     k = np.diff(offsets)
     shares = np.zeros(target_ids.size)
     for size in np.unique(k[k > 0]):
@@ -69,9 +74,16 @@ def span_shares(
         for start in range(0, members.size, per_batch):
             batch = members[start : start + per_batch]
             gather = offsets[batch][:, None] + np.arange(size)
-            spans = rows[neighbor_ids[gather]].astype(np.float64)  # (b, k, h)
-            shares[batch] = _in_span(rows[target_ids[batch]].astype(np.float64), spans, rcond)
+            spans = _project(rows[neighbor_ids[gather]], without)  # (b, k, h)
+            vectors = _project(rows[target_ids[batch]], without)
+            shares[batch] = _in_span(vectors, spans, rcond)
     return shares
+
+
+def _project(rows: np.ndarray, without: np.ndarray | None) -> np.ndarray:
+    """``rows`` in float64, less their component along the unit vector ``without``."""
+    x = rows.astype(np.float64)
+    return x if without is None else x - (x @ without)[..., None] * without
 
 
 def _in_span(vectors: np.ndarray, spans: np.ndarray, rcond: float) -> np.ndarray:
@@ -93,11 +105,22 @@ def random_sets(
     return offsets, np.concatenate([np.empty(0, np.int64), *ids]).astype(np.int64)
 
 
+def common_direction(rows: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """The unit vector the candidates' rows ``rows[pool]`` lie along most: their top
+    principal direction, uncentred (the top eigenvector of their Gram matrix). It is the
+    direction trained rows share, and the rows also differ most in how far along it they lie,
+    so subtracting their mean row leaves much of it (docs/evaluation.md)."""
+    x = rows[np.asarray(pool, np.int64)].astype(np.float64)
+    _, vectors = np.linalg.eigh(x.T @ x)
+    return vectors[:, -1]
+
+
 def span_probe(
     rows: np.ndarray, neighbors: Neighbors, pool: np.ndarray, rng: np.random.Generator, rcond: float
 ) -> pd.DataFrame:
     """Per non-shared token with neighbours: ``target_id``, ``k``, ``neighbors`` (share in
-    its neighbours' span) and ``random`` (share in the span of as many rows of ``pool``)."""
+    its neighbours' span) and ``random`` (share in the span of as many rows of ``pool``),
+    the pool's :func:`common_direction` projected out of every row."""
     keep = np.diff(neighbors.offsets) > 0
     target_ids = neighbors.target_ids[keep]
     starts, stops = neighbors.offsets[:-1][keep], neighbors.offsets[1:][keep]
@@ -106,9 +129,11 @@ def span_probe(
         [np.arange(a, b) for a, b in zip(starts, stops, strict=True)] + [np.empty(0, np.int64)]
     )
     offsets = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
-    nb = span_shares(rows, target_ids, offsets, neighbors.neighbor_target_ids[gather], rcond)
+    common = common_direction(rows, pool)
+    nb = span_shares(rows, target_ids, offsets, neighbors.neighbor_target_ids[gather], rcond,
+                     common)
     random_offsets, random_ids = random_sets(k, pool, rng)
-    rn = span_shares(rows, target_ids, random_offsets, random_ids, rcond)
+    rn = span_shares(rows, target_ids, random_offsets, random_ids, rcond, common)
     return pd.DataFrame({"target_id": target_ids, "k": k, "neighbors": nb, "random": rn})
 
 

@@ -79,6 +79,7 @@ class LaptSettings:
     eval_batches: int | None = None  # micro batches of the valid file per evaluation
     checkpoint_every: int = 100  # optimizer steps
     checkpoint_minutes: float | None = None  # also checkpoint after this much wall time
+    keep_checkpoints: int = 2  # resume checkpoints kept: the newest and the ones before it
     stop_before_end_s: int = 900  # under SLURM: checkpoint and stop this long before the limit
     embedding_only_steps: int = 0
     replay: Replay | None = None  # None: target text only
@@ -93,6 +94,9 @@ class LaptSettings:
         if int(self.loss_chunk_rows) < 0:
             raise ValueError(f"loss_chunk_rows must be >= 0 (0 = whole logits), got "
                              f"{self.loss_chunk_rows}")
+        if int(self.keep_checkpoints) < 1:
+            raise ValueError(f"keep_checkpoints must be at least 1 (the resume checkpoints "
+                             f"kept), got {self.keep_checkpoints}")
         if self.schedule != "cosine":
             raise ValueError(f"unknown schedule {self.schedule!r}; only 'cosine'")
         g, m = int(self.global_batch_size), int(self.micro_batch_size)

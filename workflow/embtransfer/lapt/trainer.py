@@ -20,8 +20,8 @@ and at the end :func:`_finish`. Around it, one module per concern:
 :mod:`~embtransfer.lapt.data` (blocks and the data order), :mod:`~embtransfer.lapt.plan`
 (steps, learning rate, evaluation points), :mod:`~embtransfer.lapt.loss` (the loss over the
 vocabulary in chunks), :mod:`~embtransfer.lapt.metrics` (progress, timings,
-``metrics.jsonl``), :mod:`~embtransfer.lapt.resume` and
-:mod:`~embtransfer.lapt.checkpointing` (the resume checkpoint),
+``metrics.jsonl``), :mod:`~embtransfer.lapt.resume` (the resume checkpoint; one
+checkpoint folder's files: :mod:`~embtransfer.lapt.checkpointing`),
 :mod:`~embtransfer.lapt.distributed` (several processes) and
 :mod:`~embtransfer.lapt.preemption` (signals and SLURM's time limit).
 
@@ -29,7 +29,7 @@ The work directory (``work_dir``, default ``out_dir + ".work"``) holds ``metrics
 (one JSON line per logging step: ``step``, ``train_loss``, ``lr``, ``tokens_per_s``
 (training only, without eval/checkpoint time), ``elapsed_s``, ``eta_s``; one per
 evaluation: ``{"step", "eval_loss", "fraction"}`` at ``eval_fractions`` of the steps;
-and a final line: ``final_train_loss``, ``peak_memory_bytes``, ...), ``checkpoint/``
+and a final line: ``final_train_loss``, ``peak_memory_bytes``, ...), ``checkpoints/``
 until the final model is written, and ``blocks/`` (the packed blocks of text inputs).
 The metrics file is rewound to the checkpoint on resume, so a resumed run's trajectory
 equals an uninterrupted one's. ``stop_after_steps`` stops *without* saving, like a
@@ -43,7 +43,6 @@ import functools
 import json
 import math
 import random
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -58,7 +57,7 @@ from embtransfer.core.atomic import atomic_path, write_json
 from embtransfer.core.logs import without_run_values
 from embtransfer.core.threads import torch_threads
 from embtransfer.lapt import lora as lora_mod
-from embtransfer.lapt.checkpointing import blocks_identity, rng_state
+from embtransfer.lapt.checkpointing import rng_state
 from embtransfer.lapt.data import GlobalBatches
 from embtransfer.lapt.distributed import Ranks
 from embtransfer.lapt.metrics import (
@@ -70,6 +69,7 @@ from embtransfer.lapt.metrics import (
     log_train_loss,
 )
 from embtransfer.lapt.preemption import StopRequest
+from embtransfer.lapt.resume import blocks_identity
 from embtransfer.lapt.settings import LaptSettings
 from embtransfer.lapt.training_run import (
     ModelTrainer,
@@ -98,7 +98,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _start(run: TrainingRun, seed: int) -> Progress:
-    """Seed the RNGs, then continue the work directory's checkpoint if it is this run's.
+    """Seed the RNGs, then continue the newest usable checkpoint of this run, if any.
 
     The metrics file is rewound to the checkpoint: lines of steps after it will be redone.
     """
@@ -207,7 +207,8 @@ def train_lapt(
     Returns a summary (``status`` "done" or "stopped", steps, losses, tokens/s, peak
     memory). Raises :class:`~embtransfer.lapt.preemption.Preempted` after saving a
     checkpoint on SIGUSR1/SIGTERM or near SLURM's time limit,
-    :class:`~embtransfer.lapt.checkpointing.CheckpointError` for a corrupt checkpoint,
+    :class:`~embtransfer.lapt.checkpointing.CheckpointError` when a checkpoint that failed
+    to load had already overwritten part of the model (a rerun continues without it),
     :class:`~embtransfer.lapt.data.CorpusTooSmallError` for a corpus smaller than one
     global batch and :class:`MicroBatchOOMError` when one micro batch does not fit in memory.
     """
@@ -255,7 +256,7 @@ def _train_steps(
                 rng_at_start,
                 f"[lapt] {stop.reason}: stopped between micro batches of step "
                 f"{progress.step + 1}; checkpoint saved at step {progress.step} "
-                f"in {checkpoint.path} (the step is redone on resume)",
+                f"in {checkpoint.folder(progress.step)} (the step is redone on resume)",
             )
         measured.count(idx, training.n_target, settings.max_length)
         progress.step += 1
@@ -289,7 +290,7 @@ def _evaluate_and_checkpoint(
             measured,
             rng_state(),
             f"[lapt] {stop.reason}: checkpoint saved at step "
-            f"{progress.step} in {checkpoint.path}; stopping",
+            f"{progress.step} in {checkpoint.folder(progress.step)}; stopping",
         )
     if checkpoint.due(progress.step, measured) and progress.step < total:
         checkpoint.save(progress, measured, rng_state())
@@ -319,7 +320,7 @@ def _finish(
     out_dir: Path,
     seed: int,
 ) -> dict[str, Any]:
-    """The final metrics line and summary; the output checkpoint; the resume one removed."""
+    """The final metrics line and summary; the output checkpoint; the resume ones removed."""
     setup, plan, training = run.setup, run.setup.plan, run.blocks.training
     final = final_record(progress, measured, setup.device, max(1, int(setup.settings.log_every)))
     run.metrics.record(progress, final)
@@ -338,9 +339,7 @@ def _finish(
         "blocks": {k: blocks_identity(m) for k, m in run.blocks.metas.items()},
     }
     _write_output(run.trainer, setup.settings, setup.ranks, summary, out_dir, model_dir)
-    if setup.ranks.main and run.checkpoint.path.exists():
-        shutil.rmtree(run.checkpoint.path)  # the final model supersedes it
-    setup.ranks.barrier()
+    run.checkpoint.discard()
     setup.log(
         f"[lapt] done: {progress.step} steps, final train loss "
         f"{final['final_train_loss']:.4f}, {final['tokens_per_s']:,.0f} tok/s, "

@@ -23,13 +23,12 @@ from transformers import AutoConfig, AutoTokenizer
 
 from embtransfer.core.schedule import cosine_scheduler
 from embtransfer.lapt import lora as lora_mod
-from embtransfer.lapt.checkpointing import run_identity
 from embtransfer.lapt.data import CorpusBlocks, corpus_blocks
 from embtransfer.lapt.distributed import Ranks
 from embtransfer.lapt.loss import MicroBatchLoss
 from embtransfer.lapt.metrics import MetricsLog
 from embtransfer.lapt.plan import RunPlan, make_plan
-from embtransfer.lapt.resume import ResumeCheckpoint
+from embtransfer.lapt.resume import ResumeCheckpoint, run_identity
 from embtransfer.lapt.settings import LaptSettings
 
 

@@ -16,6 +16,13 @@ where two or more compete. Each method's P@1 and P@10 are compared with the best
 competitor's and with Random's by McNemar's test over the same tokens, its raw and centred
 cosines to the oracle row by a paired bootstrap (:mod:`embtransfer.core.paired`); ``*``
 marks a difference that clears the report's corrected test (:func:`alignment_clears`).
+
+What the retrieval tests could detect is stated beside them (:data:`POWER`): each setting's
+chance P@1 and P@10 (a ranking that ignores the rows,
+:func:`embtransfer.evaluation.alignment.chance_hits`, averaged over its tokens) and the
+fewest discordant tokens a P@k difference needs to clear even the table's strictest Holm step
+(:func:`detectable_discordant`); where no pair of competing methods differs by that many, the
+setting cannot separate methods by that metric (:func:`powerless`, :func:`no_power_text`).
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ from embtransfer.core.atomic import write_table
 from embtransfer.core.paired import (
     CORRECTION,
     FAMILY_ALPHA,
+    binomial_two_sided,
     derived_seed,
     family_clears,
     mcnemar,
     paired_bootstrap,
 )
-from embtransfer.evaluation.alignment import COSINES, summary
+from embtransfer.evaluation.alignment import COSINES, DEPTHS, summary
 from embtransfer.report.tables import ORACLE, RANDOM, format_p, markdown
 from embtransfer.world.split import SPLITS
 
@@ -73,6 +81,13 @@ EXTRA = [
 ]
 #: The p-value columns: one family of tests (:func:`alignment_clears`).
 P_COLUMNS = [c for c in EXTRA if c.endswith("_p")]
+#: The retrieval metrics McNemar's test compares (0/1 hits per token).
+RETRIEVAL = [f"p_at_{k}" for k in DEPTHS]
+#: What the retrieval tests could detect, per line (the same on every line of a setting):
+#: the chance P@k in percent (NaN where the scores carry no per-token chance) and the
+#: fewest discordant tokens a P@k difference needs (:func:`detectable_discordant`), as a
+#: count and in points of P@k.
+POWER = [*(f"chance_{m}" for m in RETRIEVAL), "detectable_tokens", "detectable_points"]
 #: The headings of the splits in alignment.md.
 SPLIT_HEADINGS = {
     "held_out": "Held-out concepts (no method was aligned on them: the headline)",
@@ -120,6 +135,10 @@ def _setting_lines(setting: tuple, group: pd.DataFrame, seed: int) -> list[dict[
     if any(i != ids[0] for i in ids):
         raise ValueError(f"alignment {setting}: the methods were scored on different tokens")
     stats = {m: summary(g) for m, g in by_method.items()}
+    # every method was scored on the same tokens: one chance per setting
+    first = next(iter(by_method.values()))
+    chance = {f"chance_p_at_{k}": 100 * float(first[f"chance_{k}"].mean())
+              if f"chance_{k}" in first else math.nan for k in DEPTHS}
     # P@10 first (P@1 is a handful of tokens); ties (often all at 0) by the centred cosine,
     # which a row at the mean source row does not win
     competing = sorted(
@@ -130,7 +149,8 @@ def _setting_lines(setting: tuple, group: pd.DataFrame, seed: int) -> list[dict[
     best = competing[0] if ranked else None
     lines = []
     for method, scores in by_method.items():
-        line = dict(zip(SETTING, setting, strict=True)) | {"method": method} | stats[method]
+        line = (dict(zip(SETTING, setting, strict=True)) | {"method": method}
+                | stats[method] | chance)
         line |= {
             "rank": (competing.index(method) + 1) if ranked and method != ORACLE else math.nan,
             "best": best or "",
@@ -155,8 +175,9 @@ def alignment_frame(scores: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     lines: list[dict[str, Any]] = []
     for setting, group in scores.groupby(SETTING, sort=True):
         lines += _setting_lines(setting, group, seed)
-    frame = pd.DataFrame(lines, columns=[*SETTING, "method", *COLUMNS[7:], *EXTRA])
-    frame = frame[COLUMNS + EXTRA]
+    columns = [*SETTING, "method", *COLUMNS[7:], *EXTRA, *POWER[:len(DEPTHS)]]
+    frame = pd.DataFrame(lines, columns=columns)
+    frame = frame.join(detectable(frame))[COLUMNS + EXTRA + POWER]
     order = np.argsort(_split_rank(frame), kind="stable")
     return frame.iloc[order].reset_index(drop=True)
 
@@ -165,6 +186,60 @@ def alignment_clears(frame: pd.DataFrame) -> pd.DataFrame:
     """Which of the table's paired tests clear the report's correction: the family is every
     p-value of :data:`P_COLUMNS` in ``frame`` (the whole alignment table)."""
     return family_clears(frame, [c for c in P_COLUMNS if c in frame])
+
+
+def detectable_discordant(threshold: float) -> int:
+    """The fewest discordant tokens, all on one side (b = d, c = 0), whose exact two-sided
+    McNemar p-value (:func:`embtransfer.core.paired.binomial_two_sided`) is below
+    ``threshold``: fewer can never clear it, however they fall."""
+    if not 0 < threshold <= 1:
+        raise ValueError(f"a p-value threshold lies in (0, 1], got {threshold}")
+    d = 1
+    while binomial_two_sided(d, d) >= threshold:
+        d += 1
+    return d
+
+
+def detectable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per line of an alignment table: ``detectable_tokens``, the :func:`detectable_discordant`
+    count at the table's strictest Holm step (:data:`FAMILY_ALPHA` over the number of its
+    tests, :func:`alignment_clears`; a table of no test counts as one), and
+    ``detectable_points``, that count in points of P@k over the line's tokens."""
+    tests = int(frame[[c for c in P_COLUMNS if c in frame]].notna().to_numpy().sum())
+    d = detectable_discordant(FAMILY_ALPHA / max(tests, 1))
+    tokens = frame["tokens"].to_numpy(np.float64)
+    points = np.divide(100.0 * d, tokens, out=np.full(tokens.size, math.nan), where=tokens > 0)
+    return pd.DataFrame({"detectable_tokens": d, "detectable_points": points},
+                        index=frame.index)
+
+
+def powerless(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per line of an alignment table and retrieval metric (:data:`RETRIEVAL`): whether its
+    setting has no power to separate methods by that metric: no competing method (the oracle
+    is not one) differs from the setting's best or from Random by as many net hits (the
+    difference's points times the tokens) as :func:`detectable` asks; the McNemar p-value of
+    a difference of fewer hits is larger still, whatever the discordant tokens. A setting
+    with no tested pair is not called powerless."""
+    d = detectable(frame)["detectable_tokens"]
+    competing = frame["method"] != ORACLE
+    out = pd.DataFrame(index=frame.index)
+    for metric in RETRIEVAL:
+        diffs = frame[[f"{metric}_vs_{other}" for other in VERSUS]].abs().where(
+            competing, axis=0)
+        hits = np.rint(diffs.max(axis=1, skipna=True) * frame["tokens"] / 100.0)
+        tested = diffs.notna().any(axis=1)
+        by_setting = pd.DataFrame({"hits": hits.where(tested, -1.0), "tested": tested})
+        groups = by_setting.groupby([frame[k] for k in SETTING], sort=False)
+        most, any_test = groups["hits"].transform("max"), groups["tested"].transform("any")
+        out[metric] = any_test & (most < d)
+    return out
+
+
+def no_power_text(detectable_tokens: int, tokens: int) -> str:
+    """What a powerless setting (:func:`powerless`) of ``tokens`` tokens says instead of
+    calling its methods not apart (``detectable_tokens``: :func:`detectable`'s count)."""
+    return (f"no power to separate methods: needs ≥ {detectable_tokens} discordant tokens "
+            f"({100 * detectable_tokens / tokens:.1f} % of {tokens})")
 
 
 def _vs_cell(diff: float, p: float, clears: bool, digits: int) -> str:
@@ -226,12 +301,34 @@ INTRO = (
     "best method and from Random over the same tokens (P@1 and P@10 in points by McNemar's "
     "exact test, the cosine by a paired bootstrap; the raw cosine's are in alignment.csv); "
     f"`*` marks a difference that clears the {CORRECTION} correction at family-wise "
-    f"α = {FAMILY_ALPHA} over every test of this table."
+    f"α = {FAMILY_ALPHA} over every test of this table. Under each setting: its tokens n, "
+    "the chance P@1 and P@10 (the expected hits of a ranking that ignores the rows: per "
+    "token 1 - C(N - L, k) / C(N, k) for N candidate rows and a translation of L source ids, "
+    "averaged) and the fewest discordant tokens, all one method's, whose exact McNemar "
+    "p-value clears the strictest step of the correction (α over the number of tests): a "
+    "P@k difference of fewer net hits cannot be called, and where no pair of competing "
+    "methods reaches it the setting has no power to separate them by that metric."
 )
+
+
+def _power_sentence(line: pd.Series, powered_not: pd.Series) -> str:
+    """A setting's chance levels and the difference its retrieval tests could detect."""
+    chance = ", ".join(
+        f"{name} {line[f'chance_{metric}']:.2f} %" for metric, name in
+        zip(RETRIEVAL, ("P@1", "P@10"), strict=True) if not pd.isna(line[f"chance_{metric}"]))
+    d, points = int(line["detectable_tokens"]), line["detectable_points"]
+    text = (f"n = {int(line['tokens'])}; " + (f"chance {chance}; " if chance else "")
+            + f"detectable: ≥ {d} discordant tokens ({points:.1f} points of P@k)")
+    weak = [name for metric, name in zip(RETRIEVAL, ("P@1", "P@10"), strict=True)
+            if powered_not[metric]]
+    if weak:
+        text += f"; no power to separate methods by {' or '.join(weak)}"
+    return text + "."
 
 
 def alignment_markdown(frame: pd.DataFrame) -> str:
     clears = alignment_clears(frame)
+    powers = powerless(frame)
     parts = ["# Alignment of the new rows with the world's truth", "", INTRO]
     for split in [s for s in SPLITS if (frame["split"] == s).any()]:
         parts += ["", f"## {SPLIT_HEADINGS[split]}"]
@@ -245,6 +342,8 @@ def alignment_markdown(frame: pd.DataFrame) -> str:
                 "",
                 f"### {stage}: {lang}, source {source}, target {target}, {side} "
                 f"embeddings, {split.replace('_', '-')} ({tokens} tokens)",
+                "",
+                _power_sentence(group.iloc[0], powers.loc[group.index[0]]),
                 "",
                 markdown(_setting_table(group, clears)),
             ]

@@ -17,6 +17,7 @@ from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.alignment_table import write_alignment
 from embtransfer.report.calibration import write_calibration
+from embtransfer.report.fasttext_bli_table import write_fasttext_bli
 from embtransfer.report.figures import (
     VS_BEST_MARK,
     VS_RANDOM_MARK,
@@ -27,7 +28,7 @@ from embtransfer.report.figures import (
 )
 from embtransfer.report.findings import write_findings
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.probe_table import write_probes
+from embtransfer.report.probe_table import measured_probes, write_probes
 from embtransfer.report.records import (
     MalformedResultError,
     coverage_identity,
@@ -40,6 +41,7 @@ from embtransfer.report.records import (
     read_zeroshot,
     zeroshot_identity,
 )
+from embtransfer.report.salt_conditioning import write_salt_conditioning
 from embtransfer.report.salt_omp import write_salt_vs_omp
 from embtransfer.report.source_floor import write_source_floor
 from embtransfer.report.tables import (
@@ -55,15 +57,16 @@ from embtransfer.report.zeroshot import write_zeroshot_comparison
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 #: The report outputs the findings read (embtransfer.report.findings.TABLES), by name.
 FINDINGS_TABLES = ("alignment", "zeroshot", "table1", "plm_probes", "salt_vs_omp",
-                   "lapt_zeroshot", "source_floor")
+                   "lapt_zeroshot", "source_floor", "fasttext_bli")
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
-    alignment_csv, plm_probes_md, plm_probes_csv, zeroshot_md, zeroshot_csv, calibration_md,
+    alignment_csv, plm_probes_md, plm_probes_csv, fasttext_bli_md, fasttext_bli_csv,
+    zeroshot_md, zeroshot_csv, calibration_md,
     calibration_csv, lapt_zeroshot_md, lapt_zeroshot_csv, source_floor_md, source_floor_csv,
-    salt_vs_omp_md, salt_vs_omp_csv, figure2, methods (the methods figure),
-    findings, report_md."""
+    salt_vs_omp_md, salt_vs_omp_csv, salt_conditioning_md, salt_conditioning_csv, figure2,
+    methods (the methods figure), findings, report_md."""
     names = {}
     for n in TABLE_NUMBERS:
         names[f"table{n}_md"] = f"{directory}/table{n}.md"
@@ -72,11 +75,15 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
     names["alignment_csv"] = f"{directory}/alignment.csv"
     names["plm_probes_md"] = f"{directory}/plm_probes.md"
     names["plm_probes_csv"] = f"{directory}/plm_probes.csv"
+    names["fasttext_bli_md"] = f"{directory}/fasttext_bli.md"
+    names["fasttext_bli_csv"] = f"{directory}/fasttext_bli.csv"
     for table in ("zeroshot", "calibration", "lapt_zeroshot", "source_floor"):
         names[f"{table}_md"] = f"{directory}/{table}.md"
         names[f"{table}_csv"] = f"{directory}/{table}.csv"
     names["salt_vs_omp_md"] = f"{directory}/salt_vs_omp.md"
     names["salt_vs_omp_csv"] = f"{directory}/salt_vs_omp.csv"
+    names["salt_conditioning_md"] = f"{directory}/salt_conditioning.md"
+    names["salt_conditioning_csv"] = f"{directory}/salt_conditioning.csv"
     names["figure2"] = f"{directory}/figure2.png"
     names["methods"] = f"{directory}/methods.png"
     names["findings"] = f"{directory}/findings.md"
@@ -97,6 +104,9 @@ class Inputs:
     alignment: list[str] = field(default_factory=list)
     #: The target PLMs' probe records (:data:`paths.PLM_PROBE`), the miniature world only.
     plm_probes: list[str] = field(default_factory=list)
+    #: Per language, BLI in the aligned fastText spaces WECHSEL and OFA search
+    #: (:data:`paths.FASTTEXT_BLI`).
+    fasttext_bli: list[str] = field(default_factory=list)
     #: Every transferred checkpoint's and source model's zero-shot record
     #: (:data:`paths.ZEROSHOT`, :data:`paths.ZEROSHOT_SOURCE`), with per-document losses.
     transfer_zeroshot: list[str] = field(default_factory=list)
@@ -108,6 +118,8 @@ class Inputs:
     source_floor: list[str] = field(default_factory=list)
     #: The final LAPT checkpoints' zero-shot records (:data:`paths.INTRINSIC_LAPT`).
     lapt_zeroshot: list[str] = field(default_factory=list)
+    #: SALT's regression records (:data:`paths.REGRESSION_META`): its conditioning.
+    salt_regression: list[str] = field(default_factory=list)
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
@@ -212,6 +224,8 @@ def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str
                                      outputs["alignment_md"], config.get("seed", 0)),
         "probes": write_probes(inputs.plm_probes, outputs["plm_probes_csv"],
                                outputs["plm_probes_md"]),
+        "fasttext_bli": write_fasttext_bli(inputs.fasttext_bli, outputs["fasttext_bli_csv"],
+                                           outputs["fasttext_bli_md"]),
         "zeroshot": write_zeroshot_comparison(inputs.transfer_zeroshot, outputs["zeroshot_csv"],
                                               outputs["zeroshot_md"], config.get("seed", 0)),
         "calibration": write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
@@ -228,6 +242,9 @@ def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str
     written["salt_vs_omp"] = write_salt_vs_omp(
         inputs.transfer_zeroshot, inputs.alignment, outputs["salt_vs_omp_csv"],
         outputs["salt_vs_omp_md"], config.get("seed", 0))
+    written["salt_conditioning"] = write_salt_conditioning(
+        inputs.salt_regression, outputs["salt_conditioning_csv"],
+        outputs["salt_conditioning_md"])
     write_methods_figure(outputs["methods"], written["alignment"], written["zeroshot"], dpi=dpi)
     return written
 
@@ -259,6 +276,14 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
         parts += _section("SALT against OMP",
                           f"Paired, per setting, in [salt_vs_omp.md]({name['salt_vs_omp_md']}) "
                           f"({len(written['salt_vs_omp'])} lines): zero-shot, LAPT and alignment.")
+    if len(written["salt_conditioning"]):
+        conditioning = written["salt_conditioning"]
+        parts += _section("SALT's conditioning",
+                          f"In [salt_conditioning.md]({name['salt_conditioning_md']}): k/h, "
+                          "rank-deficient neighbour sets and the least squares' amplification "
+                          f"per setting; largest k/h {conditioning['k_over_h_max'].max():.2f}, "
+                          "largest amplification "
+                          f"{conditioning['amplification_max'].max():.3g}.")
     if len(written["lapt_zeroshot"]):
         parts += _section("After LAPT: the final checkpoints' bits per byte",
                           f"In [lapt_zeroshot.md]({name['lapt_zeroshot_md']}) "
@@ -273,11 +298,19 @@ def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, st
                           "sources clear the add-one unigram by 25 % and the Kneser–Ney "
                           "bigram on their held-out text.")
     if len(probes):
+        every = "both probes" if len(measured_probes(probes)) > 1 else "the span probe"
         parts += _section("Do the target PLMs carry meaning?",
-                          "Two probes per target PLM in "
-                          f"[plm_probes.md]({name['plm_probes_md']}): "
-                          f"{int(probes['clears'].sum())} of {len(probes)} clear both by 3 "
-                          "standard errors.")
+                          f"Per target PLM in [plm_probes.md]({name['plm_probes_md']}): "
+                          f"{int(probes['carries'].sum())} of {len(probes)} carry meaning by "
+                          f"{every} ({CORRECTION} at family-wise α = {FAMILY_ALPHA} over the "
+                          "table's probes, as in the findings).")
+    if len(written["fasttext_bli"]):
+        bli = written["fasttext_bli"]
+        parts += _section("Do the aligned fastText spaces carry translations?",
+                          f"In [fasttext_bli.md]({name['fasttext_bli_md']}): "
+                          f"{int(bli['above_chance'].sum())} of {len(bli)} languages' spaces "
+                          "retrieve held-out translations above chance (WECHSEL's and OFA's "
+                          "neighbours).")
     if len(calibration):
         parts += _section("The world's shared tokens beside real ones",
                           f"In [calibration.md]({name['calibration_md']}): "

@@ -5,7 +5,9 @@ Table 1, the target-PLM probes) and state every comparison those tables test, in
 method is called better, worse or best only where the paired test clears the report's one
 rule (:func:`embtransfer.core.paired.holm`: Holm-Bonferroni at family-wise
 α = :data:`~embtransfer.core.paired.FAMILY_ALPHA` over every test of its table, the same
-decision that puts a table's ``*``); elsewhere the methods are "not apart".
+decision that puts a table's ``*``); elsewhere the methods are "not apart", except where an
+alignment setting's retrieval tests could not have called any pair apart: there it has "no
+power to separate methods" (:func:`embtransfer.report.alignment_table.powerless`).
 
 * :func:`claims`: every tested comparison as one line (which table, setting, metric, the two
   methods, difference, p-value, whether it clears, and the relation it supports);
@@ -41,10 +43,24 @@ import pandas as pd
 
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm, normal_p
-from embtransfer.report.alignment_table import alignment_clears, table_order
+from embtransfer.report.alignment_table import (
+    RETRIEVAL,
+    alignment_clears,
+    detectable,
+    no_power_text,
+    powerless,
+    table_order,
+)
+from embtransfer.report.fasttext_bli_table import bli_section
+from embtransfer.report.probe_table import probe_decisions
 from embtransfer.report.source_floor import floor_sentence
 from embtransfer.report.tables import ORACLE, RANDOM, SOURCE_MODEL_LABEL
-from embtransfer.report.zeroshot import NOT_COMPETING, OWN_TOKENIZER, zeroshot_clears
+from embtransfer.report.zeroshot import (
+    NOT_COMPETING,
+    OWN_TOKENIZER,
+    row_check_statement,
+    zeroshot_clears,
+)
 
 #: The tables the findings read, by name: the report's file names.
 TABLES = {
@@ -55,6 +71,7 @@ TABLES = {
     "salt_vs_omp": "salt_vs_omp.csv",
     "lapt_zeroshot": "lapt_zeroshot.csv",
     "source_floor": "source_floor.csv",
+    "fasttext_bli": "fasttext_bli.csv",
 }
 #: The reference run the README's findings come from, and its record (commit, date).
 REFERENCE_DIR = Path("docs/reference_run")
@@ -363,6 +380,9 @@ def _alignment_section(frame: pd.DataFrame, found: pd.DataFrame, real: bool = Fa
              "of retrieving a token's translation among the source's text rows, and the "
              "cosine to the oracle row centred on the source's mean row "
              "(`results/report/alignment.md`)."]
+    # a metric no pair of the setting could be called apart by says so (the whole table's
+    # tests set the bar)
+    weak, bar = powerless(frame), detectable(frame)["detectable_tokens"]
     for (lang, source, target), group in head.groupby(["lang", "source", "target"], sort=True):
         group = table_order(group)
         competing = [m for m in group["method"] if m != ORACLE]
@@ -387,12 +407,18 @@ def _alignment_section(frame: pd.DataFrame, found: pd.DataFrame, real: bool = Fa
                      & (found["side"] == "input")]
         best = group["best"].iloc[0]
         for metric, name, digits, unit in ALIGNMENT_METRICS:
-            order = list(group.sort_values([metric, "rank"], ascending=[False, True],
-                                           kind="stable")["method"])
+            by_value = [m for m in group.sort_values([metric, "rank"], ascending=[False, True],
+                                                     kind="stable")["method"] if m != ORACLE]
             # the tests are against the setting's best (ranked by P@10): it leads
-            order = [best] + [m for m in order if m not in (ORACLE, best)]
+            order = [best] + [m for m in by_value if m != best]
             value = {m: _pm(group[group["method"] == m].iloc[0], metric, digits) + unit
                      for m in order}
+            if metric in RETRIEVAL and weak.loc[group.index[0], metric]:
+                listed = (f"all at {value[best]}" if len(set(value.values())) == 1
+                          else _names([f"{m} {value[m]}" for m in by_value]))
+                parts.append(f"  - {name}: {listed}; "
+                             f"{no_power_text(int(bar.iloc[0]), tokens)}.")
+                continue
             claims_here = mine[mine["metric"] == metric]
             vs_top = _versus_method(claims_here, best)
             vs_random = _relations(claims_here, RANDOM) if RANDOM in order else {}
@@ -519,23 +545,6 @@ def _score(block: pd.DataFrame, method: str) -> str:
     return f"{line['value']:.1f}" + ("" if pd.isna(se) else f" ± {se:.1f}")
 
 
-def probe_decisions(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per target PLM: each probe's relation to its random baseline by the report's rule
-    (the normal two-sided p of its z, one family over every probe of the table): ``better``,
-    ``worse`` or ``not apart``; and ``carries``, every probe better. The probes are the
-    table's ``*_z`` columns (a real-text run's table has the span probe only)."""
-    probes = [c[: -len("_z")] for c in frame.columns if c.endswith("_z")]
-    z = frame[[f"{p}_z" for p in probes]].to_numpy(np.float64)
-    p = np.vectorize(lambda v: math.nan if math.isnan(v) else normal_p(v))(z)
-    clears = holm(p).reshape(p.shape)
-    out = frame[["lang", "source", "target"]].copy()
-    for i, probe in enumerate(probes):
-        out[probe] = np.where(clears[:, i], np.where(z[:, i] > 0, "better", "worse"),
-                              "not apart")
-    out["carries"] = (out[probes] == "better").all(axis=1)
-    return out
-
-
 def _probe_claims(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Each probe of each target PLM against its random baseline (:func:`probe_decisions`)."""
     if frame.empty:
@@ -657,12 +666,16 @@ def findings_markdown(tables: dict[str, pd.DataFrame], run: dict[str, Any] | Non
            "token's meaning, Mean's row elsewhere; it is the upper bound of the alignment "
            "metrics only."),
     ]
+    anomalies = row_check_statement(tables["zeroshot"])
+    if anomalies:
+        parts += ["", f"**Anomalies.** {anomalies}"]
     parts += _alignment_section(tables["alignment"], found, real)
     parts += _zeroshot_section(tables["zeroshot"], found)
     parts += _zeroshot_section(tables.get("lapt_zeroshot", pd.DataFrame()), found,
                                "lapt_zeroshot")
     parts += _table1_section(tables["table1"], found)
     parts += _probe_section(tables["plm_probes"])
+    parts += bli_section(tables.get("fasttext_bli", pd.DataFrame()))
     parts += _salt_omp_section(tables.get("salt_vs_omp", pd.DataFrame()))
     return "\n".join(parts) + "\n"
 

@@ -16,7 +16,7 @@ from embtransfer.evaluation.inputs import (
 )
 from embtransfer.lapt.inputs import all_lapt_metrics
 from embtransfer.report.build import output_names, zeroshot_paths
-from embtransfer.transfer.inputs import all_zeroshot
+from embtransfer.transfer.inputs import all_fasttext_bli, all_salt_regression, all_zeroshot
 from embtransfer.vocab.inputs import all_coverage, all_shared_kinds
 
 # The subcategory of each paper table in `snakemake --report`'s "Paper tables".
@@ -55,6 +55,10 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         # zero-shot records (rule intrinsic_lapt)
         "source_floor": all_source_floors(config),
         "lapt_zeroshot": all_lapt_intrinsic(config),
+        # SALT's regression records: its conditioning per setting
+        "salt_regression": all_salt_regression(config),
+        # the aligned fastText spaces WECHSEL and OFA search, scored per language (BLI)
+        "fasttext_bli": all_fasttext_bli(config),
     }
 
 
@@ -68,8 +72,10 @@ _TRUTH = "Alignment with the world's truth"
 _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("alignment", "alignment", _TRUTH, {"table": "alignment"}),
     ("plm_probes", "plm_probes", _TRUTH, {"table": "target-PLM probes"}),
+    ("fasttext_bli", "fasttext_bli", _TRUTH, {"table": "aligned fastText spaces (BLI)"}),
     ("zeroshot", "zeroshot", _COMPARED, {"table": "zero-shot bits per byte"}),
     ("salt_vs_omp", "salt_vs_omp", _COMPARED, {"table": "SALT against OMP"}),
+    ("salt_conditioning", "salt_conditioning", _COMPARED, {"table": "SALT's conditioning"}),
     ("lapt_zeroshot", "lapt_zeroshot", _COMPARED, {"table": "after LAPT: bits per byte"}),
     ("source_floor", "source_floor", _COMPARED, {"table": "the source's quality floor"}),
     ("findings", "findings", _COMPARED, {"table": "findings, in words", "format": "Markdown"}),

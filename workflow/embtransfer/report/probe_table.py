@@ -2,47 +2,76 @@
 
 Reads the records of :mod:`embtransfer.evaluation.plm_probes` (one per language, source and
 target PLM) and writes ``plm_probes.csv`` (one line per PLM: :data:`COLUMNS`) and
-``plm_probes.md``.
+``plm_probes.md``. Each probe's line gives both sides of its paired comparison (for the span
+probe the share of a row in its neighbours' span and in as many random rows' span, so the
+baseline a z stands on is in view), the difference, its standard error and z.
+
+Whether a PLM carries meaning is decided by one rule, :func:`probe_decisions` (the report's:
+Holm-Bonferroni over the table's probes); the table's ``carries`` column, report.md and the
+findings all read it.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
-from embtransfer.evaluation.plm_probes import PROBES, Z_CLEARS
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm, normal_p
+from embtransfer.evaluation.plm_probes import PROBES
 from embtransfer.report.tables import markdown
 
 SETTING = ["lang", "source", "target"]
-STATS = ["items", "mean", "random", "diff", "se", "z"]
+#: The two sides of each probe's paired comparison: the record's ``mean`` and ``random``.
+SIDES = {"span": ("neighbors_share", "random_share"), "class": ("same_cosine", "other_cosine")}
 COLUMNS = [
     *SETTING,
-    *(f"{probe}_{stat}" for probe in PROBES for stat in STATS),
+    *(f"{probe}_{stat}" for probe in PROBES
+      for stat in ("items", *SIDES[probe], "diff", "se", "z")),
     "row_norm",
     "pairwise_cosine",
-    "clears",
+    "carries",
 ]
 
 
 def _line(ident: dict[str, str], record: dict[str, Any]) -> dict[str, Any]:
     line: dict[str, Any] = {key: ident[key] for key in SETTING}
-    measured = [p for p in PROBES if record.get(p) is not None]
-    for probe in measured:
-        line |= {f"{probe}_{stat}": record[probe][stat] for stat in STATS}
-    line |= record["geometry"]
-    line["clears"] = all((record[p]["z"] or 0.0) >= Z_CLEARS for p in measured)
-    return line
+    for probe in [p for p in PROBES if record.get(p) is not None]:
+        ours, baseline = SIDES[probe]
+        stats = record[probe]
+        line |= {f"{probe}_items": stats["items"], f"{probe}_{ours}": stats["mean"],
+                 f"{probe}_{baseline}": stats["random"]}
+        line |= {f"{probe}_{stat}": stats[stat] for stat in ("diff", "se", "z")}
+    return line | record["geometry"]
+
+
+def probe_decisions(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per target PLM: each probe's relation to its random baseline by the report's one rule
+    (:func:`embtransfer.core.paired.holm` over the normal two-sided p-values of the probes'
+    z, one family over every probe of the table): ``better``, ``worse`` or ``not apart``;
+    and ``carries``, every probe better. The probes are the table's ``*_z`` columns (a
+    real-text run's table has the span probe only); a z that is missing is no test."""
+    probes = [c[: -len("_z")] for c in frame.columns if c.endswith("_z")]
+    z = frame[[f"{p}_z" for p in probes]].to_numpy(np.float64)
+    p = np.vectorize(lambda v: math.nan if math.isnan(v) else normal_p(v))(z)
+    clears = holm(p).reshape(p.shape)
+    out = frame[SETTING].copy()
+    for i, probe in enumerate(probes):
+        out[probe] = np.where(clears[:, i], np.where(z[:, i] > 0, "better", "worse"),
+                              "not apart")
+    out["carries"] = (out[probes] == "better").all(axis=1)
+    return out
 
 
 def probe_frame(files: list[str]) -> pd.DataFrame:
     """One line per record in ``files`` (:data:`paths.PLM_PROBE`), sorted by setting. A
     probe no record measured (the class probe, which needs the miniature world's concept
-    classes, in a real-text run) has no columns; ``clears``: every probe of the line's
-    record clears."""
+    classes, in a real-text run) has no columns; ``carries``: :func:`probe_decisions`."""
     lines = []
     for path in files:
         ident = paths.PLM_PROBE.parse(path)
@@ -54,7 +83,8 @@ def probe_frame(files: list[str]) -> pd.DataFrame:
         probes = [p for p in PROBES if any(f"{p}_z" in line for line in lines)]
         columns = [c for c in COLUMNS if c.split("_")[0] not in PROBES or
                    c.split("_")[0] in probes]
-    frame = pd.DataFrame(lines, columns=columns)
+    frame = pd.DataFrame(lines, columns=columns[:-1])
+    frame["carries"] = probe_decisions(frame)["carries"] if lines else pd.Series(dtype=bool)
     return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
 
 
@@ -67,8 +97,9 @@ def _cell(line: Any, probe: str) -> str:
     z = getattr(line, f"{probe}_z")
     if z is None or pd.isna(z):
         return "—"
+    ours, baseline = (getattr(line, f"{probe}_{side}") for side in SIDES[probe])
     return (
-        f"{getattr(line, f'{probe}_mean'):.3f} vs {getattr(line, f'{probe}_random'):.3f}: "
+        f"{ours:.3f} vs {baseline:.3f}: "
         f"{getattr(line, f'{probe}_diff'):+.3f} ± {getattr(line, f'{probe}_se'):.3f} "
         f"(z {z:.1f}, n {getattr(line, f'{probe}_items')})"
     )
@@ -79,7 +110,9 @@ PROBE_TEXT = {
     "span": ("span: neighbours vs random",
              "**span**: the share of a non-shared token's PLM row explained by least squares "
              "on its neighbours' PLM rows, against as many shared rows drawn at random (per "
-             "token)."),
+             "token), with the shared rows' common direction projected out of every row "
+             "(trained rows share one direction that any few rows span: left in, the random "
+             "rows alone explain most of a row)."),
     "class": ("class: same class vs other classes",
               "**class**: the mean cosine between a non-shared token's PLM row and those of "
               "the other concepts of its class in the world (animals, foods, verbs of eating, "
@@ -98,11 +131,10 @@ def probes_markdown(frame: pd.DataFrame) -> str:
     }
     for probe in probes:
         columns[PROBE_TEXT[probe][0]] = [_cell(line, probe) for line in frame.itertuples()]
-    clears = "both z" if len(probes) > 1 else "z"
     columns |= {
         "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
         "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
-        f"{clears} ≥ {Z_CLEARS:g}": frame["clears"].map(lambda v: "yes" if v else "no"),
+        "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no"),
     }
     intro = [
         "SALT rebuilds a non-shared token's row from its fastText neighbours' PLM rows, so "
@@ -110,7 +142,10 @@ def probes_markdown(frame: pd.DataFrame) -> str:
         *(PROBE_TEXT[probe][1] for probe in probes),
         "Each cell: probe vs baseline, the paired difference ± its standard error, z and the "
         "items. Row norm and pairwise cosine: the mean over every input row (rows at "
-        "initialisation: norm about the init std times sqrt(width), cosine about 0).",
+        "initialisation: norm about the init std times sqrt(width), cosine about 0). "
+        f"Carries meaning: every probe above its baseline by the report's rule ({CORRECTION} "
+        f"at family-wise α = {FAMILY_ALPHA} over the normal two-sided p-values of every "
+        "probe's z in this table).",
     ]
     if "class" not in probes:
         intro.append(NO_CLASS)

@@ -10,6 +10,12 @@ before any training.
   paired comparison over the same documents with the setting's best method and with Random
   (:func:`embtransfer.core.paired.paired_ratio`: delta-method standard error, p-value of a
   paired bootstrap seeded from the run's seed).
+
+A transferred checkpoint's record carries the check of its new rows
+(:mod:`embtransfer.transfer.row_check`): ``rows_flagged`` counts the rows it flags (blown up
+or zero, input and output together; empty for a record without the check), the Markdown
+marks them beside the checkpoint's rank, and :func:`row_check_statement` is the findings'
+one line about them.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ COMPARISON_COLUMNS = [
     "vs_random",
     "vs_random_se",
     "vs_random_p",
+    "rows_flagged",
 ]
 
 
@@ -63,8 +70,9 @@ def zeroshot_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     if "target" not in frame:
         frame["target"] = None
     frame["target"] = frame["target"].fillna(OWN_TOKENIZER)
+    frame["rows_flagged"] = [rows_flagged(record) for record in records]
     columns = ["lang", "source", "target", "method", "loss", "perplexity", "bits_per_byte"]
-    extra = [c for c in ("tokens_per_byte",) if c in frame]
+    extra = [c for c in ("tokens_per_byte",) if c in frame] + ["rows_flagged"]
     frame = frame[columns + extra].sort_values(["lang", "source", "target", "bits_per_byte"])
     competing = ~frame["method"].isin(NOT_COMPETING)
     setting = ["lang", "source", "target"]
@@ -135,6 +143,13 @@ def write_zeroshot_table(records: list[dict[str, Any]], csv_path: str | os.PathL
             )
             pivot = pivot.sort_values(list(pivot.columns)[0]).reset_index()
             parts.append(markdown(pivot))
+            flagged = transferred[_flagged(transferred)]
+            if len(flagged):
+                parts += ["", "Rows the row check flags (blown up or zero; such a "
+                          "checkpoint's bits per byte is what those rows did): "
+                          + ", ".join(f"{line.method} with {line.target} "
+                                      f"({int(line.rows_flagged)})"
+                                      for line in flagged.itertuples()) + "."]
     write_table(frame, "\n".join(parts) + "\n", csv_path, md_path)
     return frame
 
@@ -156,6 +171,13 @@ def _versus(nll: np.ndarray, other: np.ndarray, n_bytes: np.ndarray, seed: int,
             prefix: str) -> dict[str, float]:
     test = paired_ratio(nll, other, n_bytes, seed)
     return {prefix: test.diff, f"{prefix}_se": test.se, f"{prefix}_p": test.p}
+
+
+def rows_flagged(record: dict[str, Any]) -> float:
+    """How many new rows the row check flags in the record's checkpoint; NaN where the
+    record has no check (the source model, a LAPT checkpoint)."""
+    check = record.get("row_check")
+    return float(check["flagged_rows"]) if isinstance(check, dict) else math.nan
 
 
 def _setting_lines(setting: tuple, records: dict[str, dict[str, Any]], seed: int
@@ -182,6 +204,7 @@ def _setting_lines(setting: tuple, records: dict[str, dict[str, Any]], seed: int
             "bits_per_byte_se": ratio_se(nll, n_bytes),
             "rank": competing.index(method) + 1 if best and method in competing else math.nan,
             "best": best or "",
+            "rows_flagged": rows_flagged(records[method]),
         }
         for prefix, other in (("vs_best", best), ("vs_random", RANDOM)):
             if other in losses and other != method:
@@ -231,7 +254,7 @@ def _versus_column(group: pd.DataFrame, clears: pd.DataFrame, prefix: str) -> li
 
 def _setting_table(group: pd.DataFrame, clears: pd.DataFrame) -> pd.DataFrame:
     errors = zip(group["bits_per_byte"], group["bits_per_byte_se"], strict=True)
-    return pd.DataFrame(
+    table = pd.DataFrame(
         {
             "method": group["method"],
             "rank": group["rank"].map(lambda r: "" if math.isnan(r) else str(int(r))),
@@ -240,6 +263,39 @@ def _setting_table(group: pd.DataFrame, clears: pd.DataFrame) -> pd.DataFrame:
             "vs Random": _versus_column(group, clears, "vs_random"),
         }
     )
+    if _flagged(group).any():  # a setting without flagged rows keeps its columns
+        table.insert(2, "row check", [f"{int(n)} rows flagged" if n > 0 else ""
+                                      for n in group["rows_flagged"]])
+    return table
+
+
+def _flagged(frame: pd.DataFrame) -> pd.Series:
+    """Which lines' checkpoints have rows the row check flags (False without the column)."""
+    if "rows_flagged" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["rows_flagged"].fillna(0) > 0
+
+
+def row_check_statement(frame: pd.DataFrame) -> str:
+    """The findings' line about the checkpoints whose new rows the row check flags (blown
+    up or zero), naming each; empty where there are none."""
+    flagged = frame[_flagged(frame)]
+    if flagged.empty:
+        return ""
+    named = ", ".join(f"{line.lang}/{line.source}/{line.target} {line.method} "
+                      f"({int(line.rows_flagged)} rows)" for line in flagged.itertuples())
+    return (f"{len(flagged)} checkpoint{'s have' if len(flagged) > 1 else ' has'} blown-up or "
+            f"zero rows (row check): {named}; their bits per byte and ranks say what those "
+            "rows did, not what the method does (transfer.json's row_check says what to "
+            "change).")
+
+
+#: The Markdown's note where a checkpoint's rows are flagged.
+ROW_CHECK_NOTE = (
+    "`row check`: the checkpoint's new rows the row check flags (norm over ten times "
+    "the source's longest row, or zero; `transfer.json`'s `row_check` names them and says what to "
+    "change): its bits per byte and rank are what those rows did, not what the method does."
+)
 
 
 COMPARISON_INTRO = (
@@ -273,6 +329,8 @@ def comparison_markdown(frame: pd.DataFrame,
                         intro: str = COMPARISON_INTRO) -> str:
     clears = zeroshot_clears(frame)
     parts = [f"# {title}", "", intro]
+    if _flagged(frame).any():
+        parts += ["", ROW_CHECK_NOTE]
     for (lang, source, target), group in frame.groupby(SETTING, sort=False):
         parts += ["", f"## {lang}, source {source}, target {target} "
                       f"({int(group['documents'].iloc[0])} documents, "

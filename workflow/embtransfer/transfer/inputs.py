@@ -1,7 +1,7 @@
 """What the transfer stage's rules (workflow/rules/transfer.smk) read: the inputs each
-method needs (by the catalog), its options, the code a method's jobs hash, and the
-zero-shot files the run asks for. Functions of the validated config, importable and tested
-without Snakemake (tests/test_rule_inputs.py)."""
+method needs (by the catalog), its options, the code a method's jobs hash, the zero-shot
+files the run asks for and the BLI of the aligned fastText spaces. Functions of the
+validated config, importable and tested without Snakemake (tests/test_rule_inputs.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from embtransfer.core import codehash, paths
 from embtransfer.core.grid import held_out_dictionary, target_pairs, transfer_runs
 from embtransfer.data.dictionaries import freedict_data
+from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir, tokenizer_dir
 from embtransfer.transfer.method_catalog import METHODS, method_needs, resolve_options
 
@@ -104,6 +105,52 @@ def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dic
     return inputs
 
 
+def aligned_pairs(config: dict[str, Any], lang: str) -> list[tuple[str, str]]:
+    """The (source, target) pairs of ``lang`` with a method on the aligned fastText spaces
+    (WECHSEL, OFA: ``needs: aligned``), in grid order."""
+    pairs: list[tuple[str, str]] = []
+    for r in transfer_runs(config):
+        aligned = "aligned" in method_needs(r.method, method_options(config, r.method))
+        if aligned and r.lang == lang and (r.source, r.target) not in pairs:
+            pairs.append((r.source, r.target))
+    return pairs
+
+
+def fasttext_bli_languages(config: dict[str, Any]) -> list[str]:
+    """The languages whose aligned fastText spaces are scored (rule fasttext_bli): those a
+    method on them runs in whose dictionary keeps a held-out half (the world's, or a real one
+    with ``held_out: true``)."""
+    if not config["dictionary_held_out"] > 0:
+        return []
+    return [
+        lang
+        for lang in config["targets"]
+        if aligned_pairs(config, lang)
+        and (dictionary_spec(config, lang)["type"] == "world" or held_out_dictionary(config, lang))
+    ]
+
+
+def all_fasttext_bli(config: dict[str, Any]) -> list[str]:
+    return [paths.FASTTEXT_BLI.fill(lang=lang) for lang in fasttext_bli_languages(config)]
+
+
+def fasttext_bli_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict:
+    """What one language's BLI reads: both fastText models, the aligned artifact of every
+    pair WECHSEL or OFA runs with (one map), and a world dictionary's world."""
+    lang = wildcards["lang"]
+    inputs: dict[str, Any] = {
+        "source_fasttext": fasttext_word_bin(config, config["source_language"]),
+        "target_fasttext": fasttext_word_bin(config, lang),
+        "aligned": [
+            paths.ALIGNED.fill(lang=lang, source=source, target=target)
+            for source, target in aligned_pairs(config, lang)
+        ],
+    }
+    if dictionary_spec(config, lang)["type"] == "world":
+        inputs["world"] = dictionary_input(config, lang)
+    return inputs
+
+
 def all_zeroshot(config: dict[str, Any]) -> list[str]:
     """Every transferred checkpoint's zero-shot scores, then each source LLM's (once per
     language)."""
@@ -112,3 +159,14 @@ def all_zeroshot(config: dict[str, Any]) -> list[str]:
         paths.ZEROSHOT_SOURCE.fill(lang=lang, source=s) for lang, s, _ in target_pairs(config)
     }
     return files + sorted(sources)
+
+
+def all_salt_regression(config: dict[str, Any]) -> list[str]:
+    """The regression record (:data:`paths.REGRESSION_META`) of every (language, source,
+    target) with a method that reads SALT's coefficients, once each, in grid order."""
+    settings = dict.fromkeys(
+        (r.lang, r.source, r.target) for r in transfer_runs(config)
+        if "projected" in method_needs(r.method, method_options(config, r.method))
+    )
+    return [paths.REGRESSION_META.fill(lang=lang, source=source, target=target)
+            for lang, source, target in settings]

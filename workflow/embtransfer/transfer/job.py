@@ -126,12 +126,14 @@ def run_transfer_job(
     write_start = time.perf_counter()
     # transfer.json holds no timings (they are returned for the job's log): reruns are
     # byte-identical.
-    write_transferred_checkpoint(
+    written = write_transferred_checkpoint(
         paths["source"], paths["target_tokenizer"], result.input_rows, result.output_rows,
         out_dir, mode=mode, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
-        metadata=without_run_values(report),
+        metadata=without_run_values(report), row_labels=result.labels,
         **({"new_target_ids": result.token_ids} if mode == "extend" else {}),
     )
     report["seconds"]["write"] = round(time.perf_counter() - write_start, 4)
+    # the check of the new rows travels on to the checkpoint's zero-shot record (the report)
+    report["row_check"] = written["row_check"]
     return report
 

@@ -31,6 +31,7 @@ class TransferOutput:
     input_rows: np.ndarray
     output_rows: np.ndarray | None
     token_ids: np.ndarray  # target ids the rows belong to, in row order
+    labels: np.ndarray  # the method's label of each row (copied, projected, ...), row order
     report: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,4 +127,5 @@ def run_method(
         ),
         token_ids=token_ids,
         report=report,
+        labels=how[token_ids],
     )

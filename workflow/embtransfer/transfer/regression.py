@@ -57,6 +57,23 @@ float32.
 Ridge (an option beyond the paper): ``ridge > 0`` gives ``c = e_t A^T (G + ridge
 I)^-1``; ``ridge`` is absolute, in the units of ``G`` (squared PLM row norms), and
 replaces the rcond cut-off.
+
+Conditioning. Every projected token carries its ``k``, the numerical ``rank`` of its
+neighbour rows ``A`` at ``rcond`` (the count of eigenvalues the cut-off keeps; counted with a
+ridge too, as it describes the neighbour set; ``k > h_t`` is always deficient) and its
+``amplification`` ``|c|_2``. As ``k`` nears ``h_t``, ``G``'s smallest kept eigenvalues near
+zero and ``c`` grows, while ``c A`` (``e_t``'s projection onto the neighbours' span) stays no
+longer than ``e_t``: the large coefficients cancel on the PLM rows, and nothing makes them
+cancel on the source rows. ``|c|_2`` measures that: for source rows that are orthogonal with
+equal norms ``s``, ``|c S| = |c|_2 s`` exactly (for uncorrelated rows, in expectation), so it
+is how many times longer the projected row is than the rows it combines. It needs no source
+rows (this solve reads none) and costs one norm per token. Trained source rows are
+neither orthogonal nor equally long; on the default run's rows (PLM ``gpt2_vi_mini``,
+source ``llama_mini``) the measured ratio ``|c S| / median_j |S_j|`` has a median 1.7-1.9
+times ``|c|_2``'s at every k/h from 0.1 to 1.2 (``benchmarks/bench_salt_conditioning.py``):
+the two grow together.
+:func:`conditioning_summary` aggregates them into the record (``stats["conditioning"]``);
+the report tabulates it per setting.
 """
 
 from __future__ import annotations
@@ -298,24 +315,22 @@ def _check_rcond(rcond: float, dtype: torch.dtype, k_max: int) -> None:
 
 def _solve_batch(
     a: torch.Tensor, e: torch.Tensor, ridge: float, rcond: float
-) -> tuple[torch.Tensor, np.ndarray | None]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``c = e A^T G^+`` of a batch: ``a`` (B, k, h) zero-padded neighbour rows, ``e``
-    (B, h) the tokens' own rows. Returns (c (B, k), eigenvalues kept per token, None with
-    a ridge)."""
+    (B, h) the tokens' own rows. Returns (c (B, k), the numerical rank of each token's
+    ``A`` at ``rcond`` (B,)); the rank is counted with a ridge too (it describes the
+    neighbour set, not the solve)."""
     gram = a @ a.mT  # (B, k, k)
     rhs = (a @ e.unsqueeze(-1)).squeeze(-1)  # e_t A^T, (B, k)
     eigval, eigvec = torch.linalg.eigh(gram)
-    kept = None
+    # numpy's rule on singular values, squared: keep sigma > rcond * sigma_max
+    keep = eigval > (rcond**2) * eigval[:, -1:].clamp_min(0)
     if ridge > 0:
         inv = 1.0 / (eigval.clamp_min(0) + ridge)
     else:
-        # numpy's rule on singular values, squared: keep sigma > rcond * sigma_max
-        cutoff = (rcond**2) * eigval[:, -1:].clamp_min(0)
-        keep = eigval > cutoff
         inv = torch.where(keep, eigval, torch.ones_like(eigval)).reciprocal() * keep
-        kept = keep.sum(-1).cpu().numpy()
     coef = ((rhs.unsqueeze(1) @ eigvec) * inv.unsqueeze(1)) @ eigvec.mT  # (B, 1, k)
-    return coef.squeeze(1), kept
+    return coef.squeeze(1), keep.sum(-1)
 
 
 def _stage_rows(
@@ -336,16 +351,21 @@ def _solve(
     ridge: float,
     rcond: float,
     device: torch.device,
-) -> tuple[np.ndarray, dict[str, int]]:
-    """Coefficients in the layout's entries, and the counts of ``n_rank_deficient`` tokens,
-    ``batches`` and ``padded_entries``."""
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, int]]:
+    """Coefficients in the layout's entries; per output row the numerical ``rank`` of the
+    neighbour rows (int32) and the ``amplification`` |c|_2 (float64), 0 where not
+    projected; the counts of ``batches`` and ``padded_entries``."""
     plm_t, nbr_t_idx, self_idx = staged
     k, h_t = table.k, plm_t.shape[1]
     coefficients = np.zeros(
         layout.entries.size, np.float64 if dtype == torch.float64 else np.float32
     )
+    per_token = {
+        "rank": np.zeros(layout.order.size, np.int32),
+        "amplification": np.zeros(layout.order.size, np.float64),
+    }
     work = Workspace(device, _largest_batch(batches, k))
-    n_rank_deficient = padded_entries = 0
+    padded_entries = 0
     for batch in batches:
         kb = k[batch]
         flat, mask_np = _padded(kb, table.offsets[batch])
@@ -354,18 +374,13 @@ def _solve(
         a = work.gather("a", plm_t, nbr_t_idx[flat].reshape(-1), dtype)
         a = a.view(batch.size, flat.shape[1], h_t).mul_(maskf.unsqueeze(-1))  # padding is 0
         e = plm_t.index_select(0, torch.from_numpy(self_idx[batch]).to(device)).to(dtype)
-        coef, kept = _solve_batch(a, e, ridge, rcond)
-        if kept is not None:
-            n_rank_deficient += int((kept < kb).sum())
+        coef, rank = _solve_batch(a, e, ridge, rcond)
         # row-major over (token, slot): each token's k entries in the table's order
-        starts = layout.offsets[layout.position[batch]]
-        coefficients[_padded(kb, starts)[0][mask_np]] = coef.cpu().numpy()[mask_np]
-    counts = {
-        "n_rank_deficient": n_rank_deficient,
-        "batches": len(batches),
-        "padded_entries": padded_entries,
-    }
-    return coefficients, counts
+        rows = layout.position[batch]
+        coefficients[_padded(kb, layout.offsets[rows])[0][mask_np]] = coef.cpu().numpy()[mask_np]
+        per_token["rank"][rows] = rank.cpu().numpy()
+        per_token["amplification"][rows] = torch.linalg.vector_norm(coef, dim=-1).cpu().numpy()
+    return coefficients, per_token, {"batches": len(batches), "padded_entries": padded_entries}
 
 
 def salt_coefficients(
@@ -387,12 +402,15 @@ def salt_coefficients(
     ``target_ids`` (int64), ``k_used`` (int32, neighbours used; 0 when not projected),
     ``status`` (one of :data:`STATUSES`), and per projected token ``k_used`` entries of
     ``source_ids`` (int64, the neighbours' source ids) and ``coefficients`` (the solve's
-    dtype), in the neighbour table's order; plus ``stats``. :func:`apply_coefficients`
-    turns them into rows of any source matrix. ``min_neighbors`` / ``max_neighbors`` /
-    ``ridge`` are options beyond the paper; the defaults reproduce it. ``dtype`` (torch
-    dtype or ``"float64"`` / ``"float32"``) is the solve's precision. ``batch_bytes``
-    bounds the gathered PLM rows per batch (default by device,
-    :data:`DEFAULT_BATCH_BYTES`), ``batch_tokens`` the tokens.
+    dtype), in the neighbour table's order; per token its conditioning (0 when not
+    projected; see the module docstring): ``rank`` (int32, the neighbour rows' numerical
+    rank at ``rcond``) and ``amplification`` (float64, |c|_2); plus ``stats``, with their
+    summary under ``conditioning`` (:func:`conditioning_summary`).
+    :func:`apply_coefficients` turns them into rows of any source matrix.
+    ``min_neighbors`` / ``max_neighbors`` / ``ridge`` are options beyond the paper; the
+    defaults reproduce it. ``dtype`` (torch dtype or ``"float64"`` / ``"float32"``) is the
+    solve's precision. ``batch_bytes`` bounds the gathered PLM rows per batch (default by
+    device, :data:`DEFAULT_BATCH_BYTES`), ``batch_tokens`` the tokens.
     """
     t_start = time.perf_counter()
     dtype = _check_options(min_neighbors, max_neighbors, ridge, batch_tokens, dtype)
@@ -410,7 +428,9 @@ def salt_coefficients(
 
     # batch boundaries first, so the work buffer can be allocated once
     batches = _batches(todo, k, batch_tokens, batch_bytes, 8 * plm.shape[1])  # float64 rows
-    coefficients, solved = _solve(staged, table, layout, batches, dtype, ridge, rcond, dev)
+    coefficients, per_token, solved = _solve(
+        staged, table, layout, batches, dtype, ridge, rcond, dev
+    )
     t_solved = time.perf_counter()
     if not np.isfinite(coefficients).all():
         raise FloatingPointError("SALT's solve produced non-finite coefficients")
@@ -425,12 +445,16 @@ def salt_coefficients(
         "batch_bytes": batch_bytes,
     }
     stats = _salt_stats(table, k[todo], solved, options, dev, (t_start, t_prepared, t_solved))
+    stats["conditioning"] = conditioning_summary(
+        layout.k_used, per_token["rank"], per_token["amplification"], plm.shape[1]
+    )
     return {
         "target_ids": table.target_ids[layout.order],
         "k_used": layout.k_used,
         "status": np.asarray(STATUSES, dtype=object)[table.status[layout.order]],
         "source_ids": table.neighbor_source_ids[layout.entries],
         "coefficients": coefficients,
+        **per_token,
         "stats": stats,
     }
 
@@ -452,7 +476,6 @@ def _salt_stats(
         # SALT's own statuses (zero_row is OMP's)
         "counts": {s: int((table.status == i).sum()) for i, s in enumerate(STATUSES[:ZERO_ROW])},
         "n_capped": int(table.capped.sum()),
-        "n_rank_deficient": int(solved["n_rank_deficient"]),
         "k_used": count_summary(k_projected),
         "batches": solved["batches"],
         "padding_fraction": float(1 - k_projected.sum() / padded) if padded else 0.0,
@@ -463,6 +486,36 @@ def _salt_stats(
             "solve": round(t_solved - t_prepared, 4),
             "total": round(time.perf_counter() - t_start, 4),
         },
+    }
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float | None]:
+    """Median, 90th and 99th percentile and maximum (None each when there are none)."""
+    if values.size == 0:
+        return {"median": None, "p90": None, "p99": None, "max": None}
+    median, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"median": float(median), "p90": float(p90), "p99": float(p99),
+            "max": float(values.max())}
+
+
+def conditioning_summary(
+    k_used: np.ndarray, rank: np.ndarray, amplification: np.ndarray, h_t: int
+) -> dict[str, Any]:
+    """The projected tokens' (``k_used > 0``) conditioning, for the regression record and
+    the report (embtransfer.report.salt_conditioning): the PLM width ``h_t``, k/h_t and
+    the amplification |c|_2 as :func:`_quantiles`, and how many tokens (and what share)
+    have neighbour rows of lower numerical rank than k."""
+    projected = np.asarray(k_used) > 0
+    k = np.asarray(k_used, np.int64)[projected]
+    deficiency = k - np.asarray(rank, np.int64)[projected]
+    n_deficient = int((deficiency > 0).sum())
+    return {
+        "h_t": int(h_t),
+        "k_over_h": _quantiles(k / h_t),
+        "n_rank_deficient": n_deficient,
+        "rank_deficient_share": n_deficient / k.size if k.size else None,
+        "max_rank_deficiency": int(deficiency.max()) if k.size else None,
+        "amplification": _quantiles(np.asarray(amplification, np.float64)[projected]),
     }
 
 
@@ -583,14 +636,16 @@ def write_coefficients(
     ``status`` is stored as int8 codes (safetensors holds no strings); the JSON lists
     the code names. :func:`read_coefficients` reads it back for the ``salt`` method.
     """
+    check_finite("SALT coefficients", np.asarray(result["coefficients"]))
     arrays = {
         "target_ids": np.asarray(result["target_ids"], np.int64),
         "k_used": np.asarray(result["k_used"], np.int32),
         "status": status_codes(result["status"]),
         "source_ids": np.asarray(result["source_ids"], np.int64),
         "coefficients": np.ascontiguousarray(result["coefficients"]),
+        "rank": np.asarray(result["rank"], np.int32),
+        "amplification": np.asarray(result["amplification"], np.float64),
     }
-    check_finite("SALT coefficients", arrays["coefficients"])
     with atomic_path(tensors_path) as tmp:
         save_file(arrays, str(tmp))
     # Timings go to the job's log, not into the artifact (byte-identical reruns).

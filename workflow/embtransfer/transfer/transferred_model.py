@@ -38,6 +38,9 @@ Choices, recorded here because later stages rely on them:
   start neither favoured nor penalised against the average old token.
 * Rows are saved in the source's dtype (a bf16 source stays bf16). NaN/Inf is
   refused before and after the cast (fp16 overflows to Inf) naming token ids.
+* Finite but absurd rows (blown up past ten times the source's longest row, or zero) are
+  flagged, not refused (:mod:`embtransfer.transfer.row_check`): ``transfer.json``'s
+  ``row_check`` counts them per side and the job's log warns.
 * Source embedding rows beyond the source tokenizer's ids (padded vocabularies)
   are never produced by a tokenizer; extend mode drops them so the appended
   ids follow the source tokenizer's directly.
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -76,7 +80,10 @@ from embtransfer.models.loading import (
     load_tokenizer,
     nonfinite_rows,
 )
+from embtransfer.transfer.row_check import check_new_rows
 from embtransfer.vocab.extend import extend_tokenizer, new_target_tokens
+
+log = logging.getLogger(__name__)
 
 MODES = ("replace", "extend")
 TRANSFER_JSON = "transfer.json"
@@ -266,6 +273,7 @@ def write_transferred_checkpoint(
     metadata: dict | None = None,
     new_target_ids: Sequence[int] | None = None,
     source_tokenizer_dir: str | os.PathLike | None = None,
+    row_labels: Sequence[str] | np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Write the transferred model and its tokenizer to ``out_dir``, atomically.
 
@@ -277,7 +285,10 @@ def write_transferred_checkpoint(
 
     ``out_dir`` receives the safetensors model, config, generation config, the
     tokenizer and ``transfer.json`` (``metadata`` plus :func:`checkpoint_summary`
-    under ``"checkpoint"``), which is also returned.
+    under ``"checkpoint"`` and the check of the new rows under ``"row_check"``,
+    :func:`embtransfer.transfer.row_check.check_new_rows`), which is also returned.
+    ``row_labels``: the method's label of each row (rows labelled ``copied`` are the
+    source's own and are not checked); None checks every row.
     """
     if mode not in MODES:
         raise ValueError(f"unknown vocabulary mode {mode!r}; expected one of {MODES}")
@@ -296,6 +307,14 @@ def write_transferred_checkpoint(
     model, tied = _load_source(source_dir, trust_remote_code, allow_pickle)
     rows_in, rows_out = _rows_for(model, tied, input_rows, output_rows, len(ids), source_dir)
     notes = _check_kept_rows(model, keep, mode, source_dir)
+    method = (metadata or {}).get("method")
+    row_check = check_new_rows(
+        model.get_input_embeddings().weight,
+        None if tied else model.get_output_embeddings().weight,
+        rows_in, rows_out, ids, tokenizer.convert_ids_to_tokens, row_labels, method,
+    )
+    if row_check["flagged"]:
+        log.warning("%s", row_check["message"])
     source_dtype = model.get_input_embeddings().weight.dtype
     _place_rows(model, n_total, keep, tied, rows_in, rows_out, ids, tokenizer, notes)
     _describe_vocabulary(model, tokenizer, mode, tied, n_total, notes)
@@ -317,6 +336,7 @@ def write_transferred_checkpoint(
                 "notes": notes,
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             },
+            "row_check": row_check,
         }
         write_json(tmp / TRANSFER_JSON, record)
     return record

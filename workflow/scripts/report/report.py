@@ -18,11 +18,13 @@ inputs = Inputs(
     zeroshot=list(sm.input.zeroshot),
     alignment=list(sm.input.alignment),
     plm_probes=list(sm.input.plm_probes),
+    fasttext_bli=list(sm.input.fasttext_bli),
     transfer_zeroshot=list(sm.input.transfer_zeroshot),
     real_shared_tokens=list(sm.input.real_shared_tokens),
     shared_kinds=list(sm.input.shared_kinds),
     source_floor=list(sm.input.source_floor),
     lapt_zeroshot=list(sm.input.lapt_zeroshot),
+    salt_regression=list(sm.input.salt_regression),
 )
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,

@@ -25,6 +25,8 @@ report = run_transfer_job(
     context=context,
 )
 log.info("transfer %s: %s; seconds %s", sm.wildcards.method, report["counts"], report["seconds"])
+# the record carries the check of the new rows, so the report marks a flagged checkpoint
 record = write_zeroshot_record(sm.output.zeroshot, sm.output.model, sm.input.text,
-                               sm.params.zeroshot, sm.params.device, context)
+                               sm.params.zeroshot, sm.params.device,
+                               {**context, "row_check": report["row_check"]})
 log.info("zero-shot: %s", record)

@@ -1,0 +1,102 @@
+"""SALT's conditioning per setting: how close its neighbour sets come to the target PLM's
+width, how many are rank-deficient, and how much the least squares amplifies.
+
+Reads the regression records (:data:`paths.REGRESSION_META`, their ``stats.conditioning``:
+:func:`embtransfer.transfer.regression.conditioning_summary`) and writes
+``salt_conditioning.csv`` (one line per setting: :data:`COLUMNS`) and
+``salt_conditioning.md``. Where k nears the PLM's width h the neighbours' Gram matrix is
+nearly singular and the projected rows can be many times longer than the source rows they
+combine (docs/methods.md, "SALT's conditioning").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from embtransfer.core import paths
+from embtransfer.core.atomic import read_json, write_table
+from embtransfer.report.records import MalformedResultError
+from embtransfer.report.tables import markdown
+
+SETTING = ["lang", "source", "target"]
+QUANTILES = ["median", "p90", "p99", "max"]
+COLUMNS = [
+    *SETTING,
+    "h_t",
+    "projected",
+    *(f"k_over_h_{q}" for q in QUANTILES),
+    "n_rank_deficient",
+    "rank_deficient_share",
+    *(f"amplification_{q}" for q in QUANTILES),
+]
+
+
+def _line(path: str, record: dict[str, Any]) -> dict[str, Any]:
+    ident = paths.REGRESSION_META.parse(path)
+    if ident is None:
+        raise ValueError(f"{path} is not a SALT regression record ({paths.REGRESSION_META})")
+    try:
+        stats = record["stats"]
+        cond = stats["conditioning"]
+        line: dict[str, Any] = {key: ident[key] for key in SETTING}
+        line |= {"h_t": cond["h_t"], "projected": stats["counts"]["projected"]}
+        line |= {f"k_over_h_{q}": cond["k_over_h"][q] for q in QUANTILES}
+        line |= {key: cond[key] for key in ("n_rank_deficient", "rank_deficient_share")}
+        line |= {f"amplification_{q}": cond["amplification"][q] for q in QUANTILES}
+    except (KeyError, TypeError) as err:
+        raise MalformedResultError(
+            f"SALT regression record {path} lacks its conditioning ({err!r}); it predates "
+            "the conditioning statistics: delete it and rerun the salt_regression rule"
+        ) from None
+    return line
+
+
+def conditioning_frame(files: list[str]) -> pd.DataFrame:
+    """One line per regression record in ``files``, sorted by setting."""
+    lines = [_line(path, read_json(path)) for path in files]
+    frame = pd.DataFrame(lines, columns=COLUMNS)
+    return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
+
+
+def _number(value: Any, digits: int) -> str:
+    return "—" if value is None or pd.isna(value) else f"{value:.{digits}f}"
+
+
+def conditioning_markdown(frame: pd.DataFrame) -> str:
+    intro = (
+        "Per setting, over SALT's projected tokens: k/h, the neighbour count against the "
+        "target PLM's width (k ≥ h is always rank-deficient); the share of tokens whose "
+        "neighbour rows have a lower numerical rank than k (at `rcond`); and the "
+        "amplification ‖c‖₂, the norm of a token's least-squares coefficients: how many "
+        "times longer its projected row is than the source rows it combines, for source "
+        "rows that are orthogonal with equal norms. The rows blow up where k/h nears 1; the "
+        "remedies (a `max_neighbors` cap, `ridge`, a wider PLM) are in docs/methods.md."
+    )
+    parts = ["# SALT's conditioning", "", intro, ""]
+    if frame.empty:
+        return "\n".join([*parts, "(no setting runs SALT)"]) + "\n"
+    columns = {
+        "language": frame["lang"],
+        "source": frame["source"],
+        "target PLM": frame["target"],
+        "h": frame["h_t"],
+        "projected": frame["projected"],
+        **{f"k/h {q}": frame[f"k_over_h_{q}"].map(lambda v: _number(v, 2))
+           for q in QUANTILES},
+        "rank-deficient": frame["rank_deficient_share"].map(
+            lambda v: "—" if v is None or pd.isna(v) else f"{100 * v:.1f} %"),
+        **{f"amplification {q}": frame[f"amplification_{q}"].map(lambda v: _number(v, 2))
+           for q in ("median", "p99", "max")},
+    }
+    parts.append(markdown(pd.DataFrame(columns)))
+    return "\n".join(parts) + "\n"
+
+
+def write_salt_conditioning(files: list[str], csv_path: str | Path,
+                            md_path: str | Path) -> pd.DataFrame:
+    frame = conditioning_frame(files)
+    write_table(frame, conditioning_markdown(frame), csv_path, md_path)
+    return frame
