@@ -89,10 +89,14 @@ def test_float32_scores_take_the_float64_choice_on_near_ties() -> None:
     a = rng.standard_normal(h)
     a[0] = abs(a[0]) + 0.5  # so b's larger first entry makes its score the larger one
     b = a.copy()
-    b[0] += 1e-7  # |x . b| exceeds |x . a| by ~1e-7 relative: float32 cannot tell
+    # Below half a float32 ulp of a[0] (6e-8): a and b are the same float32 row, so their
+    # float32 scores tie exactly whatever order a BLAS kernel sums in, and |x . b| exceeds
+    # |x . a| by ~1e-11 relative, which float64 tells apart.
+    b[0] += 1e-9
     d = np.vstack([a, b, rng.standard_normal((20, h)) * 0.01])
     x = a + 1e-3 * np.eye(h)[0]
-    assert np.float32(a) @ np.float32(x) == np.float32(b) @ np.float32(x)  # a float32 tie
+    assert np.array_equal(np.float32(a), np.float32(b))  # a float32 tie
+    assert abs(x @ b) > abs(x @ a)
     picked, _, _ = omp_select(x[None], d, 1)
     assert picked[0, 0] == int(np.argmax(np.abs(d @ x))) == 1
 

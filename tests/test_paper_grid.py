@@ -61,6 +61,12 @@ def world_pair(config: dict, run: tuple) -> bool:
             and config["models"][source]["type"] == config["models"][target]["type"] == "mini")
 
 
+def held_out_half(config: dict, lang: str) -> bool:
+    spec = config["languages"][lang].get("dictionary") or {"type": "world"}
+    return config.get("dictionary_held_out", 0.5) > 0 and (
+        spec.get("type", "world") == "world" or bool(spec.get("held_out")))
+
+
 def expected_jobs(config: dict) -> dict[str, int]:
     langs = config["languages"]
     targets = config["targets"]
@@ -111,6 +117,10 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "aligned_vectors": len({r[:3] for r in transfer_runs(config)
                                 if r[3] in ("wechsel", "ofa")}),
         "transfer": len(transfer_runs(config)),
+        # the aligned fastText spaces' held-out BLI: a language WECHSEL or OFA runs in whose
+        # dictionary keeps a held-out half (the world's; a real one with held_out: true)
+        "fasttext_bli": len({r[0] for r in transfer_runs(config) if r[3] in ("wechsel", "ofa")
+                             and held_out_half(config, r[0])}),
         # the miniature world's truth and alignment scores: every world pair a checkpoint has
         "world_truth": len({r[:3] for r in transfer_runs(config) if world_pair(config, r)}),
         "alignment": len({r[:3] for r in transfer_runs(config) if world_pair(config, r)})
