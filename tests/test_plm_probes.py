@@ -5,6 +5,7 @@ their neighbours or their concept score high, random rows score about zero)."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -345,20 +346,26 @@ def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_c
         probe_frame([str(tmp_path / "p.csv")])
 
 
-def test_a_table_of_span_probes_alone_has_no_class_columns_and_says_why(tmp_path):
-    """A real-text run's records have no class probe: the table keeps the span probe's
-    columns only, a PLM clears by the span probe, and the findings decide and state the span
-    probe alone."""
-    from embtransfer.report.findings import findings_markdown, probe_decisions
-
+def _span_only_records(tmp_path: Path, z_by_target: dict[str, float]) -> list[str]:
+    """Real-text probe records (the span probe only) of German PLMs with the given z."""
     files = []
-    for target, z in (("gpt2_de", 12.0), ("bert_de", 0.5)):
+    for target, z in z_by_target.items():
         path = tmp_path / paths.PLM_PROBE.fill(lang="de", source="llama_en", target=target)
         stats = {"items": 50, "mean": 0.4, "random": 0.2, "diff": 0.2, "se": 0.2 / z}
         write_json(path, {"span": stats | {"z": z, "mean_k": 8.0}, "class": None,
                           "geometry": {"row_norm": 1.0, "pairwise_cosine": 0.01},
                           "rcond": RCOND, "seed": 1})
         files.append(str(path))
+    return files
+
+
+def test_a_table_of_span_probes_alone_has_no_class_columns_and_says_why(tmp_path):
+    """A real-text run's records have no class probe: the table keeps the span probe's
+    columns only, a PLM clears by the span probe, and the findings decide and state the span
+    probe alone."""
+    from embtransfer.report.findings import findings_markdown, probe_decisions
+
+    files = _span_only_records(tmp_path, {"gpt2_de": 12.0, "bert_de": 0.5})
     frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
     assert not [c for c in frame.columns if c.startswith("class")]
     assert frame["span_z"].tolist() == [0.5, 12.0] and frame["carries"].tolist() == [False, True]
@@ -386,14 +393,7 @@ def test_one_rule_decides_carrying_meaning_in_the_table_report_md_and_the_findin
     from embtransfer.report.findings import findings_markdown
     from embtransfer.report.probe_table import probe_decisions
 
-    files = []
-    for target, z in (("gpt2_de", 12.0), ("bert_de", 3.2)):
-        path = tmp_path / paths.PLM_PROBE.fill(lang="de", source="llama_en", target=target)
-        stats = {"items": 50, "mean": 0.4, "random": 0.2, "diff": 0.2, "se": 0.2 / z}
-        write_json(path, {"span": stats | {"z": z, "mean_k": 8.0}, "class": None,
-                          "geometry": {"row_norm": 1.0, "pairwise_cosine": 0.01},
-                          "rcond": RCOND, "seed": 1})
-        files.append(str(path))
+    files = _span_only_records(tmp_path, {"gpt2_de": 12.0, "bert_de": 3.2})
     frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
     assert frame["carries"].tolist() == [False, True]
     assert probe_decisions(pd.read_csv(tmp_path / "p.csv"))["carries"].tolist() == [False, True]
