@@ -193,7 +193,7 @@ bench-real: real-data bytecode
 # Snakefile, with each shipped config (rules differ by config). `snakemake --lint`
 # exits 1 on any finding.
 lint: setup
-	$(BIN)/ruff check workflow tests benchmarks
+	$(BIN)/ruff check workflow tests benchmarks analysis tools
 	$(BIN)/snakefmt --check workflow Snakefile
 	@for c in $(JOB_CONFIGS); do \
 	  echo "snakemake --lint --configfile $$c"; \
@@ -203,3 +203,15 @@ lint: setup
 
 clean:
 	rm -rf results .snakemake
+
+# The HTML report of the current results (`snakemake --report`, no job runs): the findings on
+# its front page (workflow/report/workflow.rst), every table and figure of results/report/ by
+# category, pages that scroll from their top (workflow/report/report.css). A real-text run's
+# report: make report-html REPORT_CONFIG=config/real_small.yaml
+.PHONY: report-html
+REPORT_CONFIG ?=
+REPORT_HTML ?= results/report.html
+report-html: setup
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	  $(BIN)/snakemake $(if $(REPORT_CONFIG),--configfile $(REPORT_CONFIG)) \
+	  --report $(REPORT_HTML) --report-stylesheet workflow/report/report.css

@@ -74,7 +74,7 @@ def main() -> None:
         print(json.dumps({"seconds": reference_seconds(pair, int(n), dtype)}))
         return
 
-    from embtransfer.transfer.omp import omp_select
+    from embtransfer.transfer.omp_solver import omp_select
 
     print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}",
           flush=True)

@@ -1,7 +1,8 @@
-"""The benchmarks import the package (and each other), never the tests.
+"""The benchmarks, the analyses and the tools import the package (and each other), never
+the tests.
 
-What a benchmark and a test both need lives in the package (``embtransfer.core.workflow_copy``,
-``embtransfer.data.npm_tokenizers``): a benchmark that imported a test module would run
+What a script and a test both need lives in the package (``embtransfer.core.workflow_copy``,
+``embtransfer.data.npm_tokenizers``): a script that imported a test module would run
 under the tests' import path and fixtures, and change whenever a test changes.
 """
 
@@ -11,12 +12,17 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "benchmarks"
+# Each folder of scripts that run outside pytest.
+SCRIPT_DIRS = [REPO / "benchmarks", REPO / "analysis", REPO / "tools"]
+
+
+def scripts() -> list[Path]:
+    return sorted(p for d in SCRIPT_DIRS for p in d.glob("*.py"))
 
 
 def module_names_under_tests() -> frozenset[str]:
-    """Module names importable from under tests/ that no benchmark or package module has."""
-    own = {p.stem for p in BENCHMARKS.glob("*.py")}
+    """Module names importable from under tests/ that no script or package module has."""
+    own = {p.stem for p in scripts()}
     own |= {p.stem for p in (REPO / "workflow").rglob("*.py")}
     return frozenset(p.stem for p in (REPO / "tests").rglob("*.py")) - own
 
@@ -46,7 +52,8 @@ def imports_of_tests(source: str, tests: frozenset[str]) -> list[str]:
 def test_benchmarks_never_import_the_tests():
     tests = module_names_under_tests()
     assert {"test_workflow", "conftest", "fetch"} <= tests
-    found = {path.name: hits for path in sorted(BENCHMARKS.glob("*.py"))
+    assert {"bench_real", "real_shared_tokens", "compare_results"} <= {p.stem for p in scripts()}
+    found = {str(path.relative_to(REPO)): hits for path in scripts()
              if (hits := imports_of_tests(path.read_text(), tests))}
     assert found == {}
 

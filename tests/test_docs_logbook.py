@@ -1,11 +1,12 @@
 """The docs and the code's prose say how the project is, not how it got there.
 
-History lives in git. The README, the pages under docs/, benchmarks/README.md, the comments
-of the YAML configs and schemas and of the Snakefile and rule files, and the docstrings and
-comments of the package, its scripts, the tests and the benchmarks are searched for the
-words of a logbook: issue numbers, done-when items, the session or task that did something,
-a change named by what came before it, a state "at" a commit. A measurement names the commit
-it ran on as "commit <hash>" (with its date), never "at <hash>".
+History lives in git. The README, the pages under docs/, the READMEs of benchmarks/, analysis/
+and tools/, the comments of the YAML configs and schemas and of the Snakefile and rule files,
+and the docstrings and comments of the package, its scripts, the tests, the benchmarks, the
+analyses and the tools are searched for the words of a logbook: issue numbers, done-when
+items, the session or task that did something, a change named by what came before it, a
+state "at" a commit. A measurement names the commit it ran on as "commit <hash>" (with its
+date), never "at <hash>".
 
 This file is not searched: its patterns would find themselves.
 """
@@ -38,7 +39,7 @@ LOGBOOK = {
                                 r"\bused to\b|\bonce did\b",
 }
 PATTERN = re.compile("|".join(f"(?:{p})" for p in LOGBOOK.values()), re.IGNORECASE)
-MARKDOWN = ["README.md", "benchmarks/README.md", *sorted(
+MARKDOWN = ["README.md", "benchmarks/README.md", "analysis/README.md", "tools/README.md", *sorted(
     str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
 YAML_COMMENT = re.compile(r"(?:^|\s)(#.*)$")
 
@@ -57,7 +58,8 @@ def prose() -> Iterator[tuple[str, str]]:
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if comment := YAML_COMMENT.search(line):
                 yield f"{path.relative_to(REPO)}:{number}", comment.group(1)
-    for path in _files("workflow/**/*.py", "tests/**/*.py", "benchmarks/*.py"):
+    for path in _files("workflow/**/*.py", "tests/**/*.py", "benchmarks/*.py",
+                        "analysis/*.py", "tools/*.py"):
         for number, text in prose_of_code(path):
             for offset, line in enumerate(text.splitlines()):
                 yield f"{path.relative_to(REPO)}:{number + offset}", line

@@ -1,9 +1,10 @@
 """Every promise of a place the docs make points true.
 
-The README, the pages under docs/, benchmarks/README.md and the package's (and its scripts')
-docstrings and comments name repository paths, rule files, modules and their functions,
-Snakemake rules and config keys. Each one named must exist. What is not a repository path
-is recognised by one narrow rule each, never by a list of allowed names:
+The README, the pages under docs/, the READMEs of benchmarks/, analysis/ and tools/ and the
+package's (and its scripts') docstrings and comments name repository paths, rule files,
+modules and their functions, Snakemake rules and config keys. Each one named must exist.
+What is not a repository path is recognised by one narrow rule each, never by a list of
+allowed names:
 
 * a template or glob (``{lang}``, ``<stage>``, ``*``, ``...``) names no single file: only the
   directory before its first placeholder must exist;
@@ -37,7 +38,7 @@ from embtransfer.config.validation import load_schema
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "workflow" / "embtransfer"
-MARKDOWN = ["README.md", "benchmarks/README.md",
+MARKDOWN = ["README.md", "benchmarks/README.md", "analysis/README.md", "tools/README.md",
             *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
 GENERATED = ("results", "resources")
 PLACEHOLDER = re.compile(r"[{<*\[]|\.\.\.|…")

@@ -21,8 +21,7 @@ import yaml
 
 from embtransfer.data import download
 from embtransfer.data.corpus import wikipedia_corpus
-from embtransfer.data.download import DownloadError
-from embtransfer.models.loading import HubDownloadError, fetch_hub_snapshot
+from embtransfer.data.download import DownloadError, HubDownloadError, fetch_hub_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_BIN = download.FASTTEXT_MAGIC + b"\x0c\x00\x00\x00" + os.urandom(5000)
@@ -285,6 +284,88 @@ def test_hub_errors_name_the_model_key_and_revision(monkeypatch, tmp_path, code,
     assert kind in msg and hint in msg
     assert "rule fetch_model" in msg and "download_all" in msg and "login node" in msg
     assert not dest.exists() and not any(dest.parent.glob(".gemma_2b*"))
+
+
+def test_hub_error_is_clear_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(HubDownloadError) as err:
+        fetch_hub_snapshot("no-such-org/no-such-model", "0123abc", tmp_path / "m")
+    msg = str(err.value)
+    assert "no-such-org/no-such-model" in msg and "0123abc" in msg
+    assert "login node" in msg
+    assert not (tmp_path / "m").exists()
+
+
+# ---------------------------------------------------------------- pinned packages
+
+
+def _fake_client(bin_dir: Path, name: str, body: str) -> None:
+    """An executable ``name`` on a PATH of its own that logs its arguments and runs ``body``."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{bin_dir}/{name}.args"\n{body}\n')
+    script.chmod(0o755)
+
+
+def test_package_fetches_run_the_registry_clients(monkeypatch, tmp_path):
+    bin_dir = tmp_path / "bin"
+    _fake_client(bin_dir, "apt-get", 'touch "pkg_1.0-1_all.deb"')  # apt-get writes to its cwd
+    _fake_client(bin_dir, "npm", 'touch "$4/scope-pkg-2.0.0.tgz"')  # --pack-destination DIR
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (tmp_path / "deb").mkdir()
+    (tmp_path / "npm").mkdir()
+    assert download.apt_download("pkg", "1.0-1", tmp_path / "deb") == (
+        tmp_path / "deb" / "pkg_1.0-1_all.deb")
+    assert (bin_dir / "apt-get.args").read_text().split() == ["download", "-qq", "pkg=1.0-1"]
+    assert download.npm_pack("@scope/pkg", "2.0.0", tmp_path / "npm") == (
+        tmp_path / "npm" / "scope-pkg-2.0.0.tgz")
+    assert (bin_dir / "npm.args").read_text().split() == [
+        "pack", "@scope/pkg@2.0.0", "--pack-destination", str(tmp_path / "npm"), "--silent"]
+
+
+# The calls that reach the network: an HTTP open, the hub's and datasets' clients, NLTK's
+# downloader, and the registry clients (run as a command list: ["apt-get", "download", ...]).
+NETWORK_NAMES = {"urlopen", "snapshot_download", "hf_hub_download", "HfApi", "load_dataset"}
+NETWORK_COMMANDS = {("apt-get", "download"), ("pip", "download"), ("npm", "pack"),
+                    ("nltk", "download")}
+
+
+def network_calls(source: str) -> list[str]:
+    """What in ``source`` fetches from the network, by the names and commands above."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name | ast.Attribute):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            if name in NETWORK_NAMES:
+                found.append(f"line {node.lineno}: {name}")
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and (node.value.id, node.attr) in NETWORK_COMMANDS):
+                found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.List):
+            words = [e.value for e in node.elts
+                     if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if any(pair in NETWORK_COMMANDS for pair in zip(words, words[1:], strict=False)):
+                found.append(f"line {node.lineno}: {' '.join(words[:3])}")
+    return found
+
+
+def test_only_the_download_module_fetches_from_the_network():
+    package = REPO / "workflow" / "embtransfer"
+    found = {str(p.relative_to(package)): hits for p in sorted(package.rglob("*.py"))
+             if (hits := network_calls(p.read_text()))}
+    assert set(found) == {"data/download.py"}, found
+    # the check sees each kind of fetch
+    for source in ('urllib.request.urlopen(url)\n', 'HfApi().model_info(r)\n',
+                   'subprocess.run(["apt-get", "download", "-qq", p])\n',
+                   'subprocess.run([sys.executable, "-m", "pip", "download", p])\n',
+                   'subprocess.run(["npm", "pack", p])\n', 'nltk.download("punkt_tab")\n'):
+        assert network_calls(source), source
+    assert network_calls('shutil.which("apt-get")\nsubprocess.run(["dpkg-deb", "-x", d])\n') == []
 
 
 # ---------------------------------------------------------------- the rules

@@ -28,8 +28,8 @@ from embtransfer.transfer.fasttext_bli import (
     score_bli,
 )
 from embtransfer.transfer.inputs import all_fasttext_bli, fasttext_bli_inputs
+from embtransfer.world.dictionary import dictionary_entries
 from embtransfer.world.languages import build_world
-from embtransfer.world.running_text import dictionary_entries
 from embtransfer.world.split import concept_split, dictionary_part
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,8 +16,9 @@ from embtransfer.core.atomic import write_json
 from embtransfer.fasttext.vectors import train_fasttext
 from embtransfer.transfer.aligned import read_aligned_stats
 from embtransfer.vocab.canonical import write_vocab
+from embtransfer.world.dictionary import dictionary_entries
 from embtransfer.world.languages import build_world
-from embtransfer.world.running_text import dictionary_entries, generate_sentences
+from embtransfer.world.running_text import generate_sentences
 from embtransfer.world.split import concept_split, dictionary_part, meaning_split
 
 SEED = 1234

@@ -1,4 +1,4 @@
-"""OMP (embtransfer.transfer.omp and the ``omp`` methods) against a slow, obviously
+"""OMP (embtransfer.transfer.omp_solver and the ``omp`` methods) against a slow, obviously
 correct OMP written out here; the comparison with mergekit's own ``batch_omp`` is in
 tests/test_reference_packages.py."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from embtransfer.transfer.methods.base import TransferInputs, get_method
-from embtransfer.transfer.omp import (
+from embtransfer.transfer.omp_solver import (
     _nonnegative_max,
     _residuals,
     _Screen,

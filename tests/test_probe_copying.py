@@ -1,6 +1,6 @@
-"""benchmarks/probe_copying.py runs, and its baseline holds: the miniature source's
-architecture learns to copy exact repeats within a few hundred steps (the contrast the
-README draws with name-to-value binding, which the script shows not forming)."""
+"""analysis/probe_copying.py runs, and its baseline holds: the miniature source's
+architecture learns to copy exact repeats within a few hundred steps (the contrast
+`docs/design.md` §8 draws with name-to-value binding, which the script shows not forming)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _probe():
     spec = importlib.util.spec_from_file_location("probe_copying",
-                                                  REPO / "benchmarks" / "probe_copying.py")
+                                                  REPO / "analysis" / "probe_copying.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -264,7 +264,7 @@ def compare_supports(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def test_omp_equals_mergekit_on_random_rows(tmp_path: Path) -> None:
-    from embtransfer.transfer.omp import omp_select
+    from embtransfer.transfer.omp_solver import omp_select
 
     rng = np.random.default_rng(5)
     candidates = rng.standard_normal((1500, 192)) * rng.uniform(0.3, 2.0, (1500, 1))

@@ -15,6 +15,7 @@ from collections import Counter
 import jsonschema
 import pytest
 
+from embtransfer.world.dictionary import dictionary
 from embtransfer.world.languages import (
     WorldConfigError,
     build_world,
@@ -22,6 +23,7 @@ from embtransfer.world.languages import (
     world_config,
     world_schema,
 )
+from embtransfer.world.questions import fact_question
 from embtransfer.world.running_text import (
     _FRAME_DRAWERS,
     FRAME_WEIGHTS,
@@ -29,9 +31,7 @@ from embtransfer.world.running_text import (
     PASSAGE_REMENTIONS,
     _Index,
     _person_subject,
-    dictionary,
     fact_frame,
-    fact_question,
     fact_statement,
     generate_sentences,
     passage_facts,

@@ -8,9 +8,9 @@ rule report:
     input:
         **report_inputs(config),
     output:
-        **{name: report_output(name) for name in REPORT_OUTPUTS},
+        **{name: report_output(name) for name in REPORT_OUTPUTS if name != "environment"},
         # Python, machine and package versions of this run (embtransfer/report/environment.py)
-        environment=f"{paths.REPORT_DIR}/environment.json",
+        environment=REPORT_OUTPUTS["environment"],
     params:
         config=config_subset(config),
         # the results folder the report's grid builds its input paths under

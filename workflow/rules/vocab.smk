@@ -94,7 +94,7 @@ rule dictionary_truth:
 
 rule shared_kinds:
     # The world's pairs, or a real-text run's, measured as the real ones are
-    # (benchmarks/real_shared_tokens.py): coverage and the kinds of shared tokens, beside the
+    # (analysis/real_shared_tokens.py): coverage and the kinds of shared tokens, beside the
     # committed real table (docs/calibration.md).
     input:
         unpack(lambda w: shared_kinds_inputs(config)),

@@ -170,8 +170,27 @@ TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
 # a source LLM pretrained here on real text against count models of its tokens
 SOURCE_FLOOR = Template("results/intrinsic/source_floor/{source}.json")
 
-# --- report (report.smk; its file names: embtransfer.report.build.output_names) ---------------
+# --- report (report.smk) ----------------------------------------------------------------------
 REPORT_DIR = "results/report"
+#: Every output of the report rule by name, as a file name under REPORT_DIR: the paper's
+#: tables, the comparisons table every mark and finding reads (embtransfer.report.comparisons)
+#: and the summaries beside it, the tables drawn from them, the figures, the findings.
+REPORT_FILES = {
+    **{f"table{n}_{kind}": f"table{n}.{kind}" for n in (1, 2, 3, 4, 5, 6, 8)
+       for kind in ("md", "csv")},
+    "comparisons_csv": "comparisons.csv",
+    "summaries_csv": "summaries.csv",
+    **{f"{name}_md": f"{name}.md" for name in ("comparisons", "alignment", "zeroshot",
+                                               "lapt_zeroshot")},
+    **{f"{name}_{kind}": f"{name}.{kind}" for name in (
+        "plm_probes", "fasttext_bli", "calibration", "source_floor", "salt_conditioning")
+       for kind in ("md", "csv")},
+    "figure2": "figure2.png",
+    "methods": "methods.png",
+    "findings": "findings.md",
+    "report_md": "report.md",
+    "environment": "environment.json",
+}
 
 # --- downloads (the fetch_* rules of data.smk) ------------------------------------------------
 FASTTEXT_CRAWL = Template("resources/fasttext/cc.{code}.300.bin")

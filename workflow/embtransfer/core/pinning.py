@@ -1,7 +1,7 @@
 """Pin hub models' revisions to the commits their downloads recorded.
 
 A hub model in a config names a ``revision``: a branch or tag (``main``) moves,
-a 40-hex commit hash does not. :func:`embtransfer.models.loading.fetch_hub_snapshot`
+a 40-hex commit hash does not. :func:`embtransfer.data.download.fetch_hub_snapshot`
 records the commit a download resolved to in ``resources/models/<key>/snapshot.json``;
 :func:`pin_config_file` writes those commits back into the config file, in
 place, changing only the ``revision`` values (comments and layout stay), so the

@@ -13,8 +13,7 @@ import codecs
 import os
 import random
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,40 +109,6 @@ def local_corpus(spec: dict[str, Any], lang: str = "*") -> tuple[list[str], list
     if spec.get("valid"):
         return train, _read_lines(Path(spec["valid"]), f"{key}.valid", **text)
     return split_sequential(train, spec.get("valid_fraction", 0.1))
-
-
-def wikipedia_sentences(
-    language: str,
-    dump: str,
-    n_sentences: int,
-    *,
-    load_dataset: Callable[..., Iterable[dict]] | None = None,
-    split_sentences: Callable[[str], list[str]] | None = None,
-) -> Iterator[str]:
-    """The first ``n_sentences`` NLTK sentences of a Wikipedia dump, in dump order.
-
-    Streams ``wikimedia/wikipedia`` config ``{dump}.{language}`` (needs network);
-    the local rule ``fetch_wikipedia`` (embtransfer.data.download) writes them to
-    ``resources/wikipedia/`` on a login node. ``load_dataset`` and
-    ``split_sentences`` default to ``datasets.load_dataset`` and NLTK's
-    ``sent_tokenize`` (tests pass fakes).
-    """
-    if load_dataset is None:  # the Snakefile imports this module (through download)
-        from datasets import load_dataset  # noqa: PLC0415 (Snakefile start-up)
-    if split_sentences is None:
-        import nltk  # noqa: PLC0415 (Snakefile start-up)
-
-        split_sentences = nltk.sent_tokenize
-    dataset = load_dataset(
-        "wikimedia/wikipedia", f"{dump}.{language}", split="train", streaming=True
-    )
-
-    def sentences() -> Iterator[str]:
-        for article in dataset:
-            for paragraph in article["text"].split("\n"):
-                yield from _clean(split_sentences(paragraph))
-
-    return islice(sentences(), n_sentences)
 
 
 def wikipedia_corpus(

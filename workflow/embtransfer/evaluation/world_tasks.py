@@ -7,7 +7,7 @@ writes one directory per task key under ``out_dir`` (``results/benchmarks/{L}/{k
 
 * ``world_facts`` / ``world_facts_en``: facts of the fact base whose answers are shared
   material (names, cities, companies, numbers, loanwords) as cloze questions
-  (:func:`embtransfer.world.running_text.fact_question`) in ``L`` / in ``S``: knowledge that must
+  (:func:`embtransfer.world.questions.fact_question`) in ``L`` / in ``S``: knowledge that must
   transfer from the source model, answered by tokens both vocabularies share.
 * ``world_words`` / ``world_words_en``: the facts whose answers are native lexicon words
   (professions, foods, animals, objects no language borrows), with native distractors of the
@@ -39,7 +39,8 @@ import yaml
 
 from embtransfer.core.atomic import atomic_path
 from embtransfer.world.languages import value_pool
-from embtransfer.world.running_text import fact_frame, fact_question, passage_facts, render
+from embtransfer.world.questions import fact_question
+from embtransfer.world.running_text import fact_frame, passage_facts, render
 
 DEFAULT_SIZES = {"size": 100, "fact_questions": None, "fewshot_pool": 20, "passage_people": 3}
 

@@ -1,17 +1,16 @@
-"""The model seam: fetch checkpoints, load tokenizers, read embedding matrices.
+"""The model seam: load tokenizers, read embedding matrices.
 
 Every later stage reaches models through this module, whether they are hub
-snapshots (pinned by revision), local checkpoints or the miniature world's
-models. Embeddings are read straight from the safetensors files where the
-tensor names are known, so a 7B checkpoint's embedding matrix is read without
-building the 7B model.
+snapshots (pinned by revision; :func:`embtransfer.data.download.fetch_hub_snapshot` fetches
+them), local checkpoints or the miniature world's models. Embeddings are read straight
+from the safetensors files where the tensor names are known, so a 7B checkpoint's
+embedding matrix is read without building the 7B model.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from huggingface_hub import HfApi, snapshot_download
-from huggingface_hub.errors import (
-    GatedRepoError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
 from safetensors import safe_open
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoConfig, AutoTokenizer
@@ -92,95 +84,6 @@ class Embeddings:
     def output_or_input(self) -> np.ndarray:
         """The LM head's rows, which are the input rows for a tied model."""
         return self.input if self.output is None else self.output
-
-
-# ---------------------------------------------------------------- hub
-
-
-class HubDownloadError(RuntimeError):
-    """A hub snapshot could not be fetched (missing repo/revision, gated, offline)."""
-
-
-def _hub_error_hint(err: Exception, repo_id: str, revision: str, key: str) -> str:
-    """What to do about a hub failure, by its kind (checked most specific first)."""
-    if isinstance(err, RevisionNotFoundError):
-        return (
-            f"the repository exists but has no revision {revision!r}: set "
-            f"models.{key}.revision to an existing commit hash, branch or tag."
-        )
-    if isinstance(err, GatedRepoError):
-        return (
-            f"{repo_id!r} is gated: accept its licence on huggingface.co and set HF_TOKEN "
-            "(or log in with `hf auth login`) on the node that downloads."
-        )
-    if isinstance(err, RepositoryNotFoundError):
-        return (
-            f"no repository {repo_id!r} (or it is private): check models.{key}.repo_id "
-            "(and HF_TOKEN for a private one)."
-        )
-    if isinstance(err, OfflineModeIsEnabled):
-        return "this process is offline (HF_HUB_OFFLINE=1), as compute jobs are."
-    return (
-        "check that the repository and revision exist (and that you accepted its "
-        "licence if it is gated, with HF_TOKEN set)."
-    )
-
-
-def fetch_hub_snapshot(
-    repo_id: str,
-    revision: str,
-    dest: str | os.PathLike,
-    allow_patterns: Sequence[str] | None = None,
-    token: str | bool | None = None,
-    key: str | None = None,
-) -> Path:
-    """Download ``repo_id`` at ``revision`` into ``dest`` (a plain directory).
-
-    Weights come as safetensors when the repo has them (``*.bin``/``*.pt``/``*.h5``
-    and framework exports are skipped then). The download goes into a sibling
-    ``.partial`` directory, so an interrupted download resumes and ``dest`` only
-    ever appears complete; ``snapshot.json`` records the resolved commit.
-    """
-    dest = Path(dest)
-    partial = dest.with_name(f".{dest.name}.partial")
-    try:
-        files = HfApi().list_repo_files(repo_id, revision=revision, token=token)
-        ignore = ["*.msgpack", "*.h5", "*.ot", "onnx/*", "*.onnx", "*.tflite", "flax_model*"]
-        if any(f.endswith(".safetensors") for f in files):
-            ignore += ["*.bin", "*.pt", "*.pth", "*.ckpt"]
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            local_dir=partial,
-            allow_patterns=list(allow_patterns) if allow_patterns else None,
-            ignore_patterns=ignore,
-            token=token,
-        )
-        commit = HfApi().model_info(repo_id, revision=revision, token=token).sha
-    except Exception as err:  # every hub failure names the model key, repo and revision
-        key = key or dest.name
-        raise HubDownloadError(
-            f"could not download model {key!r} ({repo_id!r} at revision {revision!r}): "
-            f"{type(err).__name__}: {err}\n"
-            f"{_hub_error_hint(err, repo_id, revision, key)}\n"
-            "Compute nodes often have no network: run the download on a login node first, "
-            f"`snakemake --cores 1 {dest}` (rule fetch_model) or all downloads at once with "
-            "`snakemake --cores 1 download_all`, then rerun the workflow."
-        ) from err
-    partial_path = Path(path)
-    # The download bookkeeping is only needed to resume; the finished snapshot drops it.
-    shutil.rmtree(partial_path / ".cache", ignore_errors=True)
-    (partial_path / "snapshot.json").write_text(
-        json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit}, indent=2) + "\n"
-    )
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        os.replace(dest, old)
-        os.replace(partial_path, dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(partial_path, dest)
-    return dest
 
 
 # ---------------------------------------------------------------- tokenizer

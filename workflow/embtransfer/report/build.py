@@ -1,6 +1,7 @@
-"""Build the whole report: Tables 1-6, 8 (Markdown + CSV), Figure 2 (PNG), the alignment,
-probe, zero-shot and calibration tables, the methods figure (PNG), the findings written from
-those tables (findings.md) and report.md."""
+"""Build the whole report: the paper's tables (Markdown + CSV), Figure 2, the comparisons
+table every mark and finding reads with the summaries beside it, the per-setting tables
+drawn from them, the probe, fastText, calibration, source-floor and conditioning tables, the
+methods figure, findings.md and report.md."""
 
 from __future__ import annotations
 
@@ -12,23 +13,25 @@ from typing import Any
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.atomic import atomic_path
+from embtransfer.core.atomic import atomic_path, write_table
 from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages
-from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
-from embtransfer.report.alignment_table import write_alignment
+from embtransfer.report.alignment_table import alignment_lines
 from embtransfer.report.calibration import write_calibration
-from embtransfer.report.fasttext_bli_table import write_fasttext_bli
-from embtransfer.report.figures import (
-    VS_BEST_MARK,
-    VS_RANDOM_MARK,
-    Curves,
-    missing_curves,
-    write_figure2,
-    write_methods_figure,
+from embtransfer.report.comparisons import (
+    CORRECTION,
+    FAMILY_ALPHA,
+    SUMMARY_COLUMNS,
+    TEST_COLUMNS,
+    decide,
+    frame_of,
+    lookup,
+    with_decisions,
 )
-from embtransfer.report.findings import write_findings
+from embtransfer.report.fasttext_bli_table import bli_frame, bli_tests, write_fasttext_bli
+from embtransfer.report.figures import Curves, missing_curves, write_figure2, write_methods_figure
+from embtransfer.report.findings import findings_markdown
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.probe_table import measured_probes, write_probes
+from embtransfer.report.probe_table import probe_frame, probe_tests, write_probes
 from embtransfer.report.records import (
     MalformedResultError,
     coverage_identity,
@@ -42,53 +45,27 @@ from embtransfer.report.records import (
     zeroshot_identity,
 )
 from embtransfer.report.salt_conditioning import write_salt_conditioning
-from embtransfer.report.salt_omp import write_salt_vs_omp
+from embtransfer.report.setting_tables import LEGEND, setting_sections
 from embtransfer.report.source_floor import write_source_floor
 from embtransfer.report.tables import (
     TABLE_SPECS,
     Table,
+    apply_marks,
     eval_table,
+    markdown,
     table5,
     table6,
     table8,
+    table_tests,
 )
-from embtransfer.report.zeroshot import write_zeroshot_comparison
+from embtransfer.report.zeroshot import zeroshot_lines
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
-#: The report outputs the findings read (embtransfer.report.findings.TABLES), by name.
-FINDINGS_TABLES = ("alignment", "zeroshot", "table1", "plm_probes", "salt_vs_omp",
-                   "lapt_zeroshot", "source_floor", "fasttext_bli")
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
-    """Every output of the report, by name: table{N}_md, table{N}_csv, alignment_md,
-    alignment_csv, plm_probes_md, plm_probes_csv, fasttext_bli_md, fasttext_bli_csv,
-    zeroshot_md, zeroshot_csv, calibration_md,
-    calibration_csv, lapt_zeroshot_md, lapt_zeroshot_csv, source_floor_md, source_floor_csv,
-    salt_vs_omp_md, salt_vs_omp_csv, salt_conditioning_md, salt_conditioning_csv, figure2,
-    methods (the methods figure), findings, report_md."""
-    names = {}
-    for n in TABLE_NUMBERS:
-        names[f"table{n}_md"] = f"{directory}/table{n}.md"
-        names[f"table{n}_csv"] = f"{directory}/table{n}.csv"
-    names["alignment_md"] = f"{directory}/alignment.md"
-    names["alignment_csv"] = f"{directory}/alignment.csv"
-    names["plm_probes_md"] = f"{directory}/plm_probes.md"
-    names["plm_probes_csv"] = f"{directory}/plm_probes.csv"
-    names["fasttext_bli_md"] = f"{directory}/fasttext_bli.md"
-    names["fasttext_bli_csv"] = f"{directory}/fasttext_bli.csv"
-    for table in ("zeroshot", "calibration", "lapt_zeroshot", "source_floor"):
-        names[f"{table}_md"] = f"{directory}/{table}.md"
-        names[f"{table}_csv"] = f"{directory}/{table}.csv"
-    names["salt_vs_omp_md"] = f"{directory}/salt_vs_omp.md"
-    names["salt_vs_omp_csv"] = f"{directory}/salt_vs_omp.csv"
-    names["salt_conditioning_md"] = f"{directory}/salt_conditioning.md"
-    names["salt_conditioning_csv"] = f"{directory}/salt_conditioning.csv"
-    names["figure2"] = f"{directory}/figure2.png"
-    names["methods"] = f"{directory}/methods.png"
-    names["findings"] = f"{directory}/findings.md"
-    names["report_md"] = f"{directory}/report.md"
-    return names
+    """Every output of the report by name (:data:`embtransfer.core.paths.REPORT_FILES`)."""
+    return {name: f"{directory}/{file}" for name, file in paths.REPORT_FILES.items()}
 
 
 @dataclass
@@ -213,115 +190,54 @@ INTRO = (
     "(source model, language, target-PLM architecture, method, metric) is the paper's, "
     "`not comparable` elsewhere."
 )
+#: The per-setting tables drawn from the comparisons table: file, family, title.
+SETTING_FILES = (
+    ("zeroshot_md", "zeroshot", "Zero-shot bits per byte (before any training)"),
+    ("lapt_zeroshot_md", "lapt_zeroshot", "After LAPT: the final checkpoints' bits per byte"),
+    ("alignment_md", "alignment", "Alignment of the new rows with the truth"),
+)
 
 
-def _write_comparisons(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
-                       dpi: int) -> dict[str, pd.DataFrame]:
-    """The tables that compare the methods and the world (alignment, probes, zero-shot,
-    calibration) and the methods figure; returns each table by name."""
-    written = {
-        "alignment": write_alignment(inputs.alignment, outputs["alignment_csv"],
-                                     outputs["alignment_md"], config.get("seed", 0)),
-        "probes": write_probes(inputs.plm_probes, outputs["plm_probes_csv"],
-                               outputs["plm_probes_md"]),
-        "fasttext_bli": write_fasttext_bli(inputs.fasttext_bli, outputs["fasttext_bli_csv"],
-                                           outputs["fasttext_bli_md"]),
-        "zeroshot": write_zeroshot_comparison(inputs.transfer_zeroshot, outputs["zeroshot_csv"],
-                                              outputs["zeroshot_md"], config.get("seed", 0)),
-        "calibration": write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
-                                         outputs["calibration_csv"], outputs["calibration_md"]),
-    }
+def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, Table]
+            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(comparisons, summaries, probes, BLI): every paired test of the run, decided at the
+    config's family-wise level (``report.family_alpha``), and the paper tables marked."""
     seed = config.get("seed", 0)
-    written["lapt_zeroshot"] = write_zeroshot_comparison(
-        inputs.lapt_zeroshot, outputs["lapt_zeroshot_csv"], outputs["lapt_zeroshot_md"], seed,
-        lapt=True)
-    languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
-    written["source_floor"] = write_source_floor(
-        inputs.source_floor, languages, inputs.transfer_zeroshot, outputs["source_floor_csv"],
-        outputs["source_floor_md"])
-    written["salt_vs_omp"] = write_salt_vs_omp(
-        inputs.transfer_zeroshot, inputs.alignment, outputs["salt_vs_omp_csv"],
-        outputs["salt_vs_omp_md"], config.get("seed", 0))
-    written["salt_conditioning"] = write_salt_conditioning(
-        inputs.salt_regression, outputs["salt_conditioning_csv"],
-        outputs["salt_conditioning_md"])
-    write_methods_figure(outputs["methods"], written["alignment"], written["zeroshot"], dpi=dpi)
-    return written
+    parts = [zeroshot_lines(inputs.transfer_zeroshot, seed),
+             zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt"),
+             alignment_lines(inputs.alignment, seed),
+             *(table_tests(n, tables[n].rows, tables[n].metrics, seed) for n in (1, 2, 3, 4))]
+    probes, bli = probe_frame(inputs.plm_probes), bli_frame(inputs.fasttext_bli)
+    tests = [t for _, made in parts for t in made] + probe_tests(probes) + bli_tests(bli)
+    alpha = (config.get("report") or {}).get("family_alpha", FAMILY_ALPHA)
+    decided = decide(frame_of(tests, TEST_COLUMNS), alpha)
+    decided.attrs["alpha"] = alpha
+    summaries = frame_of((s for made, _ in parts for s in made), SUMMARY_COLUMNS)
+    for n in (1, 2, 3, 4):
+        apply_marks(n, tables[n].rows, decided)
+    return decided, summaries, probes, bli
 
 
-def _comparison_sections(written: dict[str, pd.DataFrame], outputs: dict[str, str]
-                         ) -> list[str]:
-    """report.md's sections pointing at the comparison tables and the methods figure."""
-    alignment, probes = written["alignment"], written["probes"]
-    zeroshot, calibration = written["zeroshot"], written["calibration"]
-    name = {key: Path(path).name for key, path in outputs.items()}
-    parts = ["", "## Methods per setting: held-out alignment and zero-shot bits per byte", "",
-             "Each method ± one standard error; "
-             f"`{VS_BEST_MARK}`: differs from the setting's best method, `{VS_RANDOM_MARK}`: "
-             f"from Random (paired tests, {CORRECTION} at family-wise α = {FAMILY_ALPHA} over "
-             "each table's tests).", "",
-             f"![Methods]({name['methods']})",
-             "", f"What the tables show, in words: [findings.md]({name['findings']})."]
-    if len(alignment):
-        parts += _section("Alignment of the new rows (the miniature world's truth)",
-                          f"Per method and setting in [alignment.md]({name['alignment_md']})"
-                          f" ({len(alignment)} lines), the held-out concepts (no method was "
-                          "aligned on them) first.")
-    if len(zeroshot):
-        parts += _section("Zero-shot bits per byte with standard errors",
-                          f"Per method and setting in [zeroshot.md]({name['zeroshot_md']}) "
-                          f"({len(zeroshot)} lines): standard errors over the documents, "
-                          "paired tests against the best method and Random.")
-    if len(written["salt_vs_omp"]):
-        parts += _section("SALT against OMP",
-                          f"Paired, per setting, in [salt_vs_omp.md]({name['salt_vs_omp_md']}) "
-                          f"({len(written['salt_vs_omp'])} lines): zero-shot, LAPT and alignment.")
-    if len(written["salt_conditioning"]):
-        conditioning = written["salt_conditioning"]
-        parts += _section("SALT's conditioning",
-                          f"In [salt_conditioning.md]({name['salt_conditioning_md']}): k/h, "
-                          "rank-deficient neighbour sets and the least squares' amplification "
-                          f"per setting; largest k/h {conditioning['k_over_h_max'].max():.2f}, "
-                          "largest amplification "
-                          f"{conditioning['amplification_max'].max():.3g}.")
-    if len(written["lapt_zeroshot"]):
-        parts += _section("After LAPT: the final checkpoints' bits per byte",
-                          f"In [lapt_zeroshot.md]({name['lapt_zeroshot_md']}) "
-                          f"({len(written['lapt_zeroshot'])} lines): the zero-shot table's "
-                          "standard errors and paired tests for the final LAPT checkpoints.")
-    if len(written["source_floor"]):
-        floor = written["source_floor"]
-        held = floor[floor["text"] == "held-out"]
-        parts += _section("The source's quality floor",
-                          f"In [source_floor.md]({name['source_floor_md']}): "
-                          f"{int(held['clears_floor'].astype(bool).sum())} of {len(held)} "
-                          "sources clear the add-one unigram by 25 % and the Kneser–Ney "
-                          "bigram on their held-out text.")
-    if len(probes):
-        every = "both probes" if len(measured_probes(probes)) > 1 else "the span probe"
-        parts += _section("Do the target PLMs carry meaning?",
-                          f"Per target PLM in [plm_probes.md]({name['plm_probes_md']}): "
-                          f"{int(probes['carries'].sum())} of {len(probes)} carry meaning by "
-                          f"{every} ({CORRECTION} at family-wise α = {FAMILY_ALPHA} over the "
-                          "table's probes, as in the findings).")
-    if len(written["fasttext_bli"]):
-        bli = written["fasttext_bli"]
-        parts += _section("Do the aligned fastText spaces carry translations?",
-                          f"In [fasttext_bli.md]({name['fasttext_bli_md']}): "
-                          f"{int(bli['above_chance'].sum())} of {len(bli)} languages' spaces "
-                          "retrieve held-out translations above chance (WECHSEL's and OFA's "
-                          "neighbours).")
-    if len(calibration):
-        parts += _section("The world's shared tokens beside real ones",
-                          f"In [calibration.md]({name['calibration_md']}): "
-                          f"{int((~calibration['in_range']).sum())} of {len(calibration)} "
-                          "world figures lie outside the real range of their script family (†).")
-    return parts
-
-
-def _section(heading: str, text: str) -> list[str]:
-    """A report.md section: a blank line, the heading, a blank line, one paragraph."""
-    return ["", f"## {heading}", "", text]
+def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
+                       outputs: dict[str, str]) -> None:
+    """comparisons.{csv,md}, summaries.csv and the per-setting tables drawn from them."""
+    counts = decided.groupby("family").agg(tests=("p", "count"), clear=("clears", "sum"))
+    text = ["# Every paired comparison of the run", "",
+            f"One line per test: a method against its setting's best, Random or SALT (or a "
+            f"probe against chance), the difference ± its standard error, p, and whether it "
+            f"clears {CORRECTION} at family-wise α = {decided.attrs.get('alpha')} over its "
+            "family (one table). Every mark and finding of the report reads this table.", "",
+            markdown(counts.reset_index()), "", markdown(decided)]
+    write_table(decided, "\n".join(text) + "\n", outputs["comparisons_csv"],
+                outputs["comparisons_md"])
+    with atomic_path(outputs["summaries_csv"]) as tmp:
+        summaries.to_csv(tmp, index=False)
+    tests = lookup(decided)
+    for name, family, title in SETTING_FILES:
+        part = summaries[summaries["family"] == family]
+        body = setting_sections(part, tests, details=True) if len(part) else [
+            "", "(no such results in this run)"]
+        _write_text(outputs[name], "\n".join([f"# {title}", "", LEGEND, *body]) + "\n")
 
 
 def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
@@ -329,24 +245,38 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
                  ) -> tuple[dict[int, Table], Curves]:
     """Write every output named in ``outputs`` (see :func:`output_names`), atomically."""
     tables, grid, names, runs = build_tables(config, inputs, results_dir)
+    decided, summaries, probes, bli = compare(config, inputs, tables)
     for n, table in tables.items():
         _write_text(outputs[f"table{n}_md"], table.markdown())
         with atomic_path(outputs[f"table{n}_csv"]) as tmp:
             table.long().to_csv(tmp, index=False)
-    written = _write_comparisons(config, inputs, outputs, dpi)
-    write_findings({name: outputs[f"{name}_csv"] for name in FINDINGS_TABLES},
-                   outputs["findings"], real=bool(config.get("real_text")))
+    _write_comparisons(decided, summaries, outputs)
+    probes = write_probes(probes, decided, outputs["plm_probes_csv"], outputs["plm_probes_md"])
+    write_fasttext_bli(bli, decided, outputs["fasttext_bli_csv"], outputs["fasttext_bli_md"])
+    write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
+                      outputs["calibration_csv"], outputs["calibration_md"])
+    languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
+    write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
+                       outputs["source_floor_csv"], outputs["source_floor_md"])
+    write_salt_conditioning(inputs.salt_regression, outputs["salt_conditioning_csv"],
+                            outputs["salt_conditioning_md"])
+    write_methods_figure(outputs["methods"], with_decisions(summaries, decided), decided,
+                         dpi=dpi)
+    findings = findings_markdown(decided, summaries, real=bool(config.get("real_text")))
+    _write_text(outputs["findings"], findings)
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
-    figure_dir = Path(outputs["report_md"]).parent
-    figure_link = os.path.relpath(outputs["figure2"], figure_dir)
+    here = Path(outputs["report_md"]).parent
+    link = {key: os.path.relpath(path, here) for key, path in outputs.items()}
     parts = ["# SALT paper tables, regenerated", "", INTRO]
     for table in tables.values():
         parts += ["", table.markdown(level=2).rstrip("\n")]
     parts += ["", "## Figure 2: LAPT training loss", "",
               "Training loss per optimizer step of every method, one panel per (language, "
               "source model), with the language's GPT target PLM.", "",
-              f"![Figure 2]({figure_link})"]
-    parts += _comparison_sections(written, outputs)
+              f"![Figure 2]({link['figure2']})", "", "## What the run shows", "",
+              findings.split("\n\n")[1], "",
+              f"Every setting's table: [findings.md]({link['findings']}); every test: "
+              f"[comparisons.md]({link['comparisons_md']}). ![Methods]({link['methods']})"]
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     lacking = missing_curves(curves, grid, targets)
     if lacking:

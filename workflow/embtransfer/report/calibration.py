@@ -1,7 +1,7 @@
 """The calibration table: the run's shared-token figures beside the real ones.
 
 Reads the real table the repository commits (``resources/calibration/real_shared_tokens.csv``,
-made by ``benchmarks/real_shared_tokens.py``) and the run's (rule shared_kinds,
+made by ``analysis/real_shared_tokens.py``) and the run's (rule shared_kinds,
 ``results/overlap/shared_kinds.csv``: the miniature world's pairs, or every pair of a
 real-text run), both with the columns of :data:`embtransfer.vocab.kinds.COLUMNS`, and
 compares each figure of the run with the range of its real language (:func:`real_language`:

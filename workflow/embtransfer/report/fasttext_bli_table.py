@@ -4,13 +4,13 @@ translations at all?
 Reads the records of rule fasttext_bli (:data:`embtransfer.core.paths.FASTTEXT_BLI`,
 :mod:`embtransfer.transfer.fasttext_bli`, one per language) and writes
 ``fasttext_bli.csv`` (one line per language: :data:`COLUMNS`) and ``fasttext_bli.md``.
-``above_chance``: the one-sided binomial p-value of P@10 against its chance clears the
-report's one rule (:func:`embtransfer.core.paired.holm` over the table's languages);
-:func:`bli_sentence` states it in words for the findings.
+``above_chance``: the one-sided binomial test of P@10 against its chance (:func:`bli_tests`)
+clears the report's one rule in the decided comparisons table.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
-from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
+from embtransfer.report.comparisons import given_test
 from embtransfer.report.tables import format_p, markdown
 
 #: The record's fields, in the table's order, then the decision.
@@ -45,10 +46,24 @@ def bli_frame(files: list[str]) -> pd.DataFrame:
         if record.get("lang") != ident["lang"]:
             raise ValueError(f"{path} holds the record of {record.get('lang')!r}")
         lines.append({key: record.get(key) for key in RECORD})
-    frame = pd.DataFrame(lines, columns=RECORD)
-    p = pd.to_numeric(frame["p_value_10"], errors="coerce").to_numpy(float)
-    frame["above_chance"] = holm(p) if len(frame) else pd.Series(dtype=bool)
-    return frame
+    return pd.DataFrame(lines, columns=RECORD)
+
+
+def bli_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each language's P@10 against its chance (the record's one-sided binomial p-value) as a
+    test of family ``fasttext_bli``, for the spine to decide."""
+    return [given_test({"family": "fasttext_bli", "lang": line["lang"],
+                        "source": line["source_language"], "metric": "bli_p_at_10"},
+                       "fasttext", float(line["p_at_10"] - line["chance_at_10"]), math.nan,
+                       float(line["p_value_10"]), "binomial")
+            for line in frame.to_dict("records") if line["queries"]]
+
+
+def above_chance(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
+    """Per language: its P@10 is better than chance in the decided comparisons table."""
+    better = decided[(decided["family"] == "fasttext_bli")
+                     & (decided["relation"] == "better")]["lang"]
+    return frame["lang"].isin(set(better))
 
 
 def _percent(value: Any, digits: int = 1) -> str:
@@ -93,36 +108,8 @@ def bli_markdown(frame: pd.DataFrame) -> str:
     return "\n".join([*parts, "", markdown(table)]) + "\n"
 
 
-def bli_sentence(frame: pd.DataFrame) -> str:
-    """The table in one line, as the findings state it; empty for an empty table."""
-    if frame.empty:
-        return ""
-    clauses = []
-    for line in frame.itertuples():
-        if not line.queries:
-            clauses.append(f"in {line.lang} it is not measured (no held-out word has a vector "
-                           "on both sides)")
-            continue
-        figures = (f"P@10 = {line.p_at_10:.1f} %", f"chance {line.chance_at_10:.2f} %",
-                   f"n = {line.queries}")
-        clauses.append(f"at {figures[0]} ({figures[1]}, {figures[2]}) in {line.lang}"
-                       if line.above_chance else
-                       f"in {line.lang} at no rate above chance ({', '.join(figures)}): "
-                       "no method built on them can")
-    return ("The aligned fastText spaces WECHSEL and OFA search retrieve a held-out word's "
-            "translation " + "; ".join(clauses) + " (`results/report/fasttext_bli.md`).")
-
-
-def bli_section(frame: pd.DataFrame) -> list[str]:
-    """The findings' section on the aligned fastText spaces; none for an empty table."""
-    if frame.empty:
-        return []
-    return ["", "### The aligned fastText spaces WECHSEL and OFA search", "",
-            bli_sentence(frame)]
-
-
-def write_fasttext_bli(files: list[str], csv_path: str | Path, md_path: str | Path
-                       ) -> pd.DataFrame:
-    frame = bli_frame(files)
+def write_fasttext_bli(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | Path,
+                       md_path: str | Path) -> pd.DataFrame:
+    frame = frame.assign(above_chance=above_chance(frame, decided))
     write_table(frame, bli_markdown(frame), csv_path, md_path)
     return frame

@@ -20,11 +20,11 @@ import pandas as pd
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
-from embtransfer.report.alignment_table import alignment_clears, table_order
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
 from embtransfer.report.tables import ORACLE
-from embtransfer.report.zeroshot import NOT_COMPETING, OWN_TOKENIZER, zeroshot_clears
+from embtransfer.report.zeroshot import OWN_TOKENIZER
+from embtransfer.transfer.method_catalog import SOURCE_MODEL
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -150,7 +150,7 @@ class Panel:
     texts: list[str]
     xlim: tuple[float, float]
     note: str = ""  # written in the panel's corner (the oracle, drawn to no scale)
-    empty: str = ""  # the panel has no bars: why
+    empty: str = ""  # the panel has no bars: why (draw_methods leaves it out)
 
 
 @dataclass
@@ -191,7 +191,7 @@ def _alignment_panel(lines: pd.DataFrame, clears: pd.DataFrame, title: str,
     """P@10 bars of ``lines`` (one setting, or one method across settings), the oracle left
     out of the bars and written in the note."""
     metric = ALIGNMENT_METRIC
-    tests = ((f"{metric}_vs_best_p", VS_BEST_MARK), (f"{metric}_vs_random_p", VS_RANDOM_MARK))
+    tests = (("vs_best_p", VS_BEST_MARK), ("vs_random_p", VS_RANDOM_MARK))
     drawn = lines[lines["method"] != ORACLE]
     oracle = lines[lines["method"] == ORACLE]
     values = [float(v) for v in drawn[metric]]
@@ -243,17 +243,45 @@ def _in(frame: pd.DataFrame, lang: str, source: str, targets: list[str]) -> pd.D
                  & frame["target"].isin(targets)]
 
 
-def methods_panels(alignment: pd.DataFrame, zeroshot: pd.DataFrame) -> MethodsFigure:
+def figure_lines(summaries: pd.DataFrame, decided: pd.DataFrame, family: str, metric: str
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(lines, marks) of one family and metric: per method and setting its value (column
+    ``metric``), ``{metric}_se``, ``best`` (the setting's first), ``role``; the marks are the
+    decided comparisons' ``clears`` against the best and Random (columns ``vs_best_p``,
+    ``vs_random_p``), never a test of the figure's own."""
+    part = summaries[(summaries["family"] == family) & (summaries["metric"] == metric)]
+    setting = ["stage", "lang", "source", "target", "side", "split"]
+    lines = part.rename(columns={"value": metric, "se": f"{metric}_se"}).copy()
+    first = part[part["rank"] == 1].sort_values("method").drop_duplicates(setting)
+    first = first.set_index(setting)["method"]
+    lines["best"] = [first.get(tuple(k), "") for k in part[setting].itertuples(index=False)]
+    marks = pd.DataFrame(False, index=lines.index, columns=["vs_best_p", "vs_random_p"])
+    tests = decided[(decided["family"] == family) & (decided["metric"] == metric)]
+    clears = tests.set_index([*setting, "method", "versus"])["clears"]
+    for i, line in lines.iterrows():
+        for versus in ("best", "random"):
+            marks.loc[i, f"vs_{versus}_p"] = bool(clears.get(
+                (*(line[k] for k in setting), line["method"], versus), False))
+    return lines.reset_index(drop=True), marks.reset_index(drop=True)
+
+
+def table_order(group: pd.DataFrame) -> pd.DataFrame:
+    """The lines of one setting as the tables show them: the oracle first, then by rank."""
+    return group.assign(_o=(group["method"] != ORACLE).astype(int)).sort_values(
+        ["_o", "rank", "method"]).drop(columns="_o")
+
+
+def methods_panels(summaries: pd.DataFrame, decided: pd.DataFrame) -> MethodsFigure:
     """What the methods figure draws: per (language, source), a row of two panels for every
     target PLM with two or more competing methods (held-out P@10 in alignment.md's order,
     bits per byte in zeroshot.md's), and one row for the methods run alone with some target
     PLM (SALT with BERT and T5): a bar per target PLM it ran with, the competing setting's
     first. Marks are the tables' own decisions (:func:`alignment_clears`,
     :func:`zeroshot_clears`, over each whole table)."""
+    alignment, aligned_clears = figure_lines(summaries, decided, "alignment", ALIGNMENT_METRIC)
     aligned = held_out_alignment(alignment)
-    aligned_clears = alignment_clears(alignment).loc[aligned.index]
+    zeroshot, zeroshot_marks = figure_lines(summaries, decided, "zeroshot", "bits_per_byte")
     zeroshot = zeroshot[zeroshot["target"] != OWN_TOKENIZER]
-    zeroshot_marks = zeroshot_clears(zeroshot)
     keys = ["lang", "source", "target"]
     settings = sorted({tuple(k) for k in aligned[keys].to_numpy()}
                       | {tuple(k) for k in zeroshot[keys].to_numpy()})
@@ -264,7 +292,7 @@ def methods_panels(alignment: pd.DataFrame, zeroshot: pd.DataFrame) -> MethodsFi
             t: set(_in(zeroshot, lang, source, [t])["method"])
             | set(_in(aligned, lang, source, [t])["method"]) for t in targets
         }
-        competing = {t: ms - {ORACLE, *NOT_COMPETING} for t, ms in competing.items()}
+        competing = {t: ms - {ORACLE, SOURCE_MODEL} for t, ms in competing.items()}
         shared = [t for t in targets if len(competing[t]) >= 2]
         for target in shared:
             title = f"{lang}, {source}, {target}"
@@ -299,9 +327,6 @@ def _across(lines: pd.DataFrame, methods: list[str], targets: list[str]) -> pd.D
 
 def _draw_panel(ax: Any, panel: Panel, colours: dict[str, str]) -> None:
     ax.set_title(panel.title, fontsize="small")
-    if panel.empty:
-        ax.text(0.5, 0.5, panel.empty, ha="center", va="center", transform=ax.transAxes)
-        return
     positions = list(range(len(panel.labels)))
     ax.barh(positions, panel.values, xerr=panel.errors, capsize=2,
             color=[colours[m] for m in panel.methods])
@@ -326,41 +351,75 @@ LEGEND = (
     f"tests); best: the setting's best method. {ORACLE}: the world's oracle (translation rows "
     "where the world knows a token's meaning, Mean's row elsewhere): the upper bound of the "
     "alignment metrics, written beside the P@10 bars and not drawn to scale; in bits per "
-    "byte it is not a bound (grey bar), and neither it nor the source model is ranked."
+    "byte it is not a bound (grey bar), and neither it nor the source model is ranked. "
+    "A setting without lines in a table has no panel of that table."
 )
+#: The suptitle's band at the figure's top, in inches: the panels' own titles start below it.
+TITLE_BAND = 0.35
 
 
-def draw_methods(alignment: pd.DataFrame, zeroshot: pd.DataFrame, dpi: int = 120) -> Figure:
+def drawn_panels(figure: MethodsFigure) -> list[list[Panel | None]]:
+    """The panels :func:`draw_methods` draws, by row and column: a panel without data is
+    left out (``None``, its place left blank), a row without any panel is dropped, and so is
+    a column (alignment, zero-shot) without any, so the figure has no empty axis."""
+    columns = [c for c in range(2) if any(not row[c].empty for row in figure.rows)]
+    rows = [[None if row[c].empty else row[c] for c in columns] for row in figure.rows]
+    return [row for row in rows if any(panel is not None for panel in row)]
+
+
+def draw_methods(summaries: pd.DataFrame, decided: pd.DataFrame, dpi: int = 120) -> Figure:
     """The figure (not saved) of :func:`methods_panels`."""
-    figure = methods_panels(alignment, zeroshot)
-    rows = figure.rows or [(Panel("", [], [], [], [], [], (0.0, 1.0), empty="no results"),) * 2]
-    methods = sorted({m for row in rows for panel in row for m in panel.methods})
+    return draw_panels(methods_panels(summaries, decided), dpi=dpi)
+
+
+def draw_panels(figure: MethodsFigure, dpi: int = 120) -> Figure:
+    """The methods figure of ``figure``'s panels with data (:func:`drawn_panels`), a row of
+    panels per row that has any, the figure's title in a band above them and the legend
+    below; with no panel, a figure that says so."""
+    rows = drawn_panels(figure)
+    from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
+    from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
+
+    if not rows:
+        fig = Figure(figsize=(8, 1.2), dpi=dpi)
+        backend_agg.FigureCanvasAgg(fig)
+        fig.text(0.5, 0.5, "Methods per setting: no held-out alignment or zero-shot results",
+                 ha="center", va="center")
+        return fig
+    methods = sorted({m for row in rows for panel in row if panel for m in panel.methods})
     # eighteen colours, none grey: grey is the oracle's
     palette = [c for i, c in enumerate(_TAB20) if i not in (14, 15)]
     colours = {m: "0.6" if m == ORACLE else palette[i % len(palette)]
                for i, m in enumerate(methods)}
-    heights = [1.2 + 0.22 * max(1, *(len(panel.labels) for panel in row)) for row in rows]
-    from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
-    from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
-
-    legend = textwrap.wrap(LEGEND, 150)
+    heights = [1.2 + 0.22 * max(len(panel.labels) for panel in row if panel) for row in rows]
+    ncols = len(rows[0])
+    width = 12.0 if ncols == 2 else 7.0
+    legend = textwrap.wrap(LEGEND, round(150 * width / 12))
     # the legend's lines below the panels: about 0.17 inch each at the small font
-    legend_height = 0.17 * len(legend) + 0.15
-    fig = Figure(figsize=(12, sum(heights) + 0.8 + legend_height), dpi=dpi)
+    legend_height = 0.17 * len(legend) + 0.2
+    height = sum(heights) + 0.5 + TITLE_BAND + legend_height
+    fig = Figure(figsize=(width, height), dpi=dpi)
     backend_agg.FigureCanvasAgg(fig)
-    axes = fig.subplots(len(rows), 2, squeeze=False, gridspec_kw={"height_ratios": heights})
-    for ax_row, row in zip(axes, rows, strict=True):
-        for ax, panel in zip(ax_row, row, strict=True):
-            _draw_panel(ax, panel, colours)
-    fig.suptitle("Methods per setting: held-out alignment (P@10) and zero-shot bits per byte")
-    fig.text(0.01, 0.005, "\n".join(legend), fontsize="small")
-    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+    grid = fig.add_gridspec(len(rows), ncols, height_ratios=heights)
+    for i, row in enumerate(rows):
+        for j, panel in enumerate(row):
+            if panel is not None:
+                _draw_panel(fig.add_subplot(grid[i, j]), panel, colours)
+    # the suptitle in its own band at the top (matplotlib's default y = 0.98 of a tall
+    # figure is half an inch down, over the first panels' titles), the panels below it
+    fig.suptitle("Methods per setting: held-out alignment (P@10) and zero-shot bits per byte",
+                 y=1 - 0.05 / height, va="top")
+    # the legend's baseline 0.08 inch up: its last line's descenders inside the figure
+    fig.text(0.01, 0.08 / height, "\n".join(legend), fontsize="small")
+    fig.tight_layout(rect=(0, legend_height / height, 1,
+                           1 - TITLE_BAND / height))
     return fig
 
 
-def write_methods_figure(path: str | os.PathLike, alignment: pd.DataFrame,
-                         zeroshot: pd.DataFrame, dpi: int = 120) -> None:
-    """Draw and write the methods figure as PNG, atomically."""
-    fig = draw_methods(alignment, zeroshot, dpi=dpi)
+def write_methods_figure(path: str | os.PathLike, summaries: pd.DataFrame,
+                         decided: pd.DataFrame, dpi: int = 120) -> None:
+    """Draw and write the methods figure of the spine's summaries and decided comparisons
+    as PNG, atomically."""
+    fig = draw_methods(summaries, decided, dpi=dpi)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")

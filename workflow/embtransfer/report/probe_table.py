@@ -6,24 +6,23 @@ target PLM) and writes ``plm_probes.csv`` (one line per PLM: :data:`COLUMNS`) an
 probe the share of a row in its neighbours' span and in as many random rows' span, so the
 baseline a z stands on is in view), the difference, its standard error and z.
 
-Whether a PLM carries meaning is decided by one rule, :func:`probe_decisions` (the report's:
-Holm-Bonferroni over the table's probes); the table's ``carries`` column, report.md and the
-findings all read it.
+Whether a PLM carries meaning is decided by the report's one rule: each probe is a test
+against its baseline (:func:`probe_tests`) in the comparisons table, and ``carries`` (every
+probe better) reads the decided table, as report.md and the findings do.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
-from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm, normal_p
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, normal_p
 from embtransfer.evaluation.plm_probes import PROBES
+from embtransfer.report.comparisons import given_test
 from embtransfer.report.tables import markdown
 
 SETTING = ["lang", "source", "target"]
@@ -50,28 +49,37 @@ def _line(ident: dict[str, str], record: dict[str, Any]) -> dict[str, Any]:
     return line | record["geometry"]
 
 
-def probe_decisions(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per target PLM: each probe's relation to its random baseline by the report's one rule
-    (:func:`embtransfer.core.paired.holm` over the normal two-sided p-values of the probes'
-    z, one family over every probe of the table): ``better``, ``worse`` or ``not apart``;
-    and ``carries``, every probe better. The probes are the table's ``*_z`` columns (a
-    real-text run's table has the span probe only); a z that is missing is no test."""
-    probes = [c[: -len("_z")] for c in frame.columns if c.endswith("_z")]
-    z = frame[[f"{p}_z" for p in probes]].to_numpy(np.float64)
-    p = np.vectorize(lambda v: math.nan if math.isnan(v) else normal_p(v))(z)
-    clears = holm(p).reshape(p.shape)
-    out = frame[SETTING].copy()
-    for i, probe in enumerate(probes):
-        out[probe] = np.where(clears[:, i], np.where(z[:, i] > 0, "better", "worse"),
-                              "not apart")
-    out["carries"] = (out[probes] == "better").all(axis=1)
-    return out
+def probe_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each probe of each PLM as a test against its random baseline (the normal two-sided
+    p-value of its z), family ``plm_probes``: the spine decides them
+    (:func:`embtransfer.report.comparisons.decide`). A z that is missing is no test."""
+    tests = []
+    for line in frame.to_dict("records"):
+        for probe in measured_probes(frame):
+            z = line[f"{probe}_z"]
+            if z is None or pd.isna(z):
+                continue
+            setting = {key: line[key] for key in SETTING} | {"family": "plm_probes",
+                                                               "metric": f"{probe}_probe"}
+            tests.append(given_test(setting, line["target"], float(z), 1.0, normal_p(z),
+                                    "normal"))
+    return tests
+
+
+def carries(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
+    """Per line of ``frame``: every probe of the PLM better than its baseline in the decided
+    comparisons table (the report's one rule)."""
+    probes = decided[decided["family"] == "plm_probes"]
+    better = probes.groupby(SETTING)["relation"].apply(lambda r: bool((r == "better").all()))
+    keys = pd.MultiIndex.from_frame(frame[SETTING].astype(str))
+    return pd.Series(better.reindex(keys).fillna(False).to_numpy(bool), index=frame.index)
 
 
 def probe_frame(files: list[str]) -> pd.DataFrame:
     """One line per record in ``files`` (:data:`paths.PLM_PROBE`), sorted by setting. A
     probe no record measured (the class probe, which needs the miniature world's concept
-    classes, in a real-text run) has no columns; ``carries``: :func:`probe_decisions`."""
+    classes, in a real-text run) has no columns; ``carries`` is added from the decided
+    comparisons (:func:`carries`)."""
     lines = []
     for path in files:
         ident = paths.PLM_PROBE.parse(path)
@@ -84,7 +92,6 @@ def probe_frame(files: list[str]) -> pd.DataFrame:
         columns = [c for c in COLUMNS if c.split("_")[0] not in PROBES or
                    c.split("_")[0] in probes]
     frame = pd.DataFrame(lines, columns=columns[:-1])
-    frame["carries"] = probe_decisions(frame)["carries"] if lines else pd.Series(dtype=bool)
     return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
 
 
@@ -159,7 +166,8 @@ def probes_markdown(frame: pd.DataFrame) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_probes(files: list[str], csv_path: str | Path, md_path: str | Path) -> pd.DataFrame:
-    frame = probe_frame(files)
+def write_probes(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | Path,
+                 md_path: str | Path) -> pd.DataFrame:
+    frame = frame.assign(carries=carries(frame, decided))
     write_table(frame, probes_markdown(frame), csv_path, md_path)
     return frame

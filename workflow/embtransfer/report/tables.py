@@ -28,7 +28,6 @@ with our value, its standard error, the paper's value and the cell's status.
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +37,8 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.grid import STAGES, Grid
-from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, holm, mcnemar, paired_bootstrap
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
+from embtransfer.report.comparisons import compare_setting
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 
@@ -103,10 +103,10 @@ class Row:
     note: str = ""  # the reference CSV's note for this row
     missing: list[str] = field(default_factory=list)
     #: Per metric, the paired comparison with the best competing method of the row's block
-    #: (:func:`mark_best`): "best", or the two-sided p-value of the difference from it.
+    #: (:func:`apply_marks`): "best", or the two-sided p-value of the difference from it.
     vs_best: dict[str, str | float] = field(default_factory=dict)
     #: The metrics whose difference from the best clears the table's correction
-    #: (:func:`mark_best`).
+    #: (:func:`apply_marks`).
     clears: set[str] = field(default_factory=set)
     per_document: dict[str, list[float]] = field(default_factory=dict)
 
@@ -490,49 +490,66 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
     if any(MISSING in r.values for r in rows) and not metrics:
         metrics = [MISSING]
     notes = _eval_notes(spec, grid, in_table, rows)
-    mark_best(rows, metrics)
     notes += scoring_notes(in_table)
     return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
 
 
-def mark_best(rows: list[Row], metrics: list[str], seed: int = 0) -> None:
-    """Fill each row's ``vs_best``: in every block of competing methods (same keys but the
-    method; the source control and ``world_oracle`` do not compete) with two or more
-    methods that have per-document scores, the best value is "best" and each other method
-    gets the p-value of its paired test against the best (:mod:`embtransfer.core.paired`;
-    a bootstrap's generator is seeded from ``seed`` and the row), and ``clears`` the metrics
-    whose test clears :func:`embtransfer.core.paired.holm` over every test of ``rows``."""
+def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(summary lines, test lines) of a paper table's blocks (same keys but the method; the
+    source control and the oracle are shown, not ranked) for each metric with per-question
+    scores of two or more methods over the same questions: the spine compares each with the
+    block's best, Random and SALT, family ``table{number}``."""
     blocks: dict[tuple, list[Row]] = {}
     for row in rows:
-        method = row.keys.get("method")
-        if row.keys.get("stage") == "source" or method in (None, ORACLE, SOURCE_MODEL_LABEL):
+        if row.keys.get("stage") == "source" or row.keys.get("method") in (None,
+                                                                           SOURCE_MODEL_LABEL):
             continue
         key = tuple((k, v) for k, v in row.keys.items() if k != "method")
         blocks.setdefault(key, []).append(row)
-    for block in blocks.values():
+    summaries: list[dict[str, Any]] = []
+    tests: list[dict[str, Any]] = []
+    for key, block in blocks.items():
+        keys = dict(key)
         for metric in metrics:
             scored = [r for r in block if r.values.get(metric) is not None
                       and r.per_document.get(metric)]
+            sizes = [len(r.per_document[metric]) for r in scored]
+            scored = [r for r in scored if sizes and len(r.per_document[metric]) == max(
+                sizes, key=sizes.count)]
             if len(scored) < 2:
                 continue
-            best = max(scored, key=lambda r: r.values[metric])
-            best.vs_best[metric] = "best"
-            theirs = best.per_document[metric]
-            for row in scored:
-                mine = row.per_document[metric]
-                if row is best or len(mine) != len(theirs):
-                    continue
-                a, b = np.asarray(mine), np.asarray(theirs)
-                binary = np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()
-                test = (mcnemar(a, b) if binary else paired_bootstrap(
-                    a, b, zlib.crc32(repr((seed, sorted(row.keys.items()), metric)).encode())))
-                row.vs_best[metric] = test.p
-    tests = [(row, metric, p) for row in rows for metric, p in row.vs_best.items()
-             if isinstance(p, float)]
-    for (row, metric, _), clears in zip(tests, holm([p for *_, p in tests]), strict=True):
-        if clears:
-            row.clears.add(metric)
+            setting = {"family": f"table{number}", "metric": metric,
+                       "variant": next((v for k, v in keys.items() if k not in (
+                           "stage", "lang", "source", "target", "arch")), "")} | {
+                k: keys[k] for k in ("stage", "lang", "source", "target")}
+            lines, made = compare_setting(
+                setting, {r.keys["method"]: np.asarray(r.per_document[metric]) for r in scored},
+                seed)
+            summaries += lines
+            tests += made
+    return summaries, tests
+
+
+def apply_marks(number: int, rows: list[Row], decided: pd.DataFrame) -> None:
+    """Each row's ``vs_best`` and ``clears`` from the decided comparisons of its table:
+    "best" where the method is its block's best, else the p-value of its test against it."""
+    mine = decided[(decided["family"] == f"table{number}") & (decided["versus"] == "best")]
+    for line in mine.itertuples():
+        for row in rows:
+            if (row.keys.get("method"), row.keys.get("lang"), row.keys.get("source"),
+                    row.keys.get("stage"), row.keys.get("target")) != (
+                    line.method, line.lang, line.source, line.stage, line.target) or (
+                    line.variant and line.variant not in row.keys.values()):
+                continue
+            row.vs_best[line.metric] = line.p
+            if line.clears:
+                row.clears.add(line.metric)
+            for best in rows:
+                if best.keys.get("method") == line.other and all(
+                        best.keys.get(k) == row.keys.get(k) for k in row.keys if k != "method"):
+                    best.vs_best[line.metric] = "best"
 
 
 def scoring_notes(records: list[EvalRecord]) -> list[str]:

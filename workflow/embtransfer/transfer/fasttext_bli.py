@@ -45,7 +45,7 @@ from embtransfer.data.dictionary_split import Pair, word_key
 from embtransfer.evaluation.alignment import chance_hits
 from embtransfer.fasttext.vectors import MIN_NORM
 from embtransfer.transfer.aligned import _lookup, _variants, read_aligned_stats, topk_cosine
-from embtransfer.world.running_text import dictionary_entries
+from embtransfer.world.dictionary import dictionary_entries
 from embtransfer.world.split import concept_split
 
 #: Retrieval depths reported.

@@ -172,8 +172,29 @@ METHODS: dict[str, dict[str, Any]] = {
         "options": {},
         # Needs the world's ground truth: not in the default method list, refused outside it.
         "world_only": True,
+        # an upper bound of the alignment metrics, shown beside the methods, never ranked
+        "role": "oracle",
     },
 }
+
+#: The baseline every method is compared with, and the headline method.
+RANDOM = "random"
+SALT = "salt"
+#: The source LLM untouched, with its own tokenizer: a reference point, not a method.
+SOURCE_MODEL = "source_model"
+#: The roles that compete in a setting (are ranked and compared); the others are shown.
+COMPETING_ROLES = ("method", "random", "salt")
+
+
+def role(name: str) -> str:
+    """What ``name`` is in a comparison: ``salt``, ``random``, ``method`` (the other
+    transfer methods), ``oracle`` (the catalog says so) or ``reference`` (the source model
+    and any name not in the catalog: shown, never ranked)."""
+    if name in (RANDOM, SALT):
+        return name
+    if name not in METHODS:
+        return "reference"
+    return METHODS[name].get("role", "method")
 
 
 #: The methods a run gets when its config names none: all but the miniature world's own.

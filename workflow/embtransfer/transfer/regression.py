@@ -111,7 +111,7 @@ DEFAULT_BATCH_BYTES = {"cpu": 16 * 2**20, "cuda": 512 * 2**20}
 SIDES = ("input", "output")
 
 #: Per-token status; the projection file stores the index into this tuple (int8).
-#: ``zero_row``: OMP's (embtransfer.transfer.omp) token whose PLM row is zero or not finite.
+#: ``zero_row``: OMP's (embtransfer.transfer.omp_solver) token whose PLM row is zero or not finite.
 STATUSES = ("projected", "missing_vector", "too_few_neighbors", "zero_row")
 PROJECTED, MISSING_VECTOR, TOO_FEW_NEIGHBORS, ZERO_ROW = range(len(STATUSES))
 

@@ -48,7 +48,7 @@ def shared_kinds_params(config: dict[str, Any]) -> list[dict[str, str]]:
     """Per pair of :func:`shared_kinds_pairs`: its language, source and target, and its
     lexicon: ``world`` (the miniature world's words, names and foreign words) or
     ``wordfreq`` (a real language's, against the source's language, as
-    benchmarks/real_shared_tokens.py measures the committed real figures)."""
+    analysis/real_shared_tokens.py measures the committed real figures)."""
     world = set(world_pairs(config))
     return [
         {"lang": lang, "source": source, "target": target,

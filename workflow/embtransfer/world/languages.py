@@ -4,7 +4,7 @@
 plain JSON-serialisable dict: a shared concept inventory (semantic classes with
 latent sub-groups), per-language phonology, lexicon, morphology and word order,
 shared names (transliterated in non-Latin scripts), loanwords, and a fact base of
-people and companies. Rendering sentences from it is :mod:`.corpus`'s job.
+people and companies. Rendering sentences from it is :mod:`.running_text`'s job.
 
 Every random choice comes from a ``random.Random`` seeded with a string derived
 from (seed, purpose, language), never from ``hash()``, so the world is the same in
@@ -460,7 +460,8 @@ def _lexicon(rng: random.Random, concepts: list[dict[str, Any]], source: dict[st
 
 # --- facts --------------------------------------------------------------------------------
 
-# relation -> (subject type, value type); the grammar of each lives in corpus.py.
+# relation -> (subject type, value type); the grammar of each lives in running_text.py
+# (fact_frame).
 RELATIONS = {
     "lives_in": ("person", "city"),
     "profession": ("person", "profession"),

@@ -403,38 +403,6 @@ def fact_statement(world: dict[str, Any], fact: dict[str, Any], lang: str) -> st
     return render(world, fact_frame(world, fact), lang)
 
 
-def fact_question(world: dict[str, Any], fact: dict[str, Any], lang: str,
-                  pool: list[Any] | None = None) -> dict[str, Any]:
-    """A cloze multiple-choice question about ``fact`` in ``lang``.
-
-    The statement is rendered with the gold value and with distractor values of the same
-    type; ``query`` is their common leading words and each choice is the rest of its sentence
-    (so word order and morphology of the value never leak the answer). Score a choice as the
-    continuation ``query + " " + choice`` (``query`` may be empty in object-first orders).
-    ``pool``: the values distractors are drawn from (default: every value of the type).
-    """
-    n_choices = world["config"]["n_choices"]
-    pool = [v for v in (value_pool(world, fact["value_type"]) if pool is None else pool)
-            if v != fact["value"]]
-    # Seeded by the fact only: the same question has the same choices in every language.
-    rng = _rng(world["seed"], "question", fact["id"])
-    values = [fact["value"], *rng.sample(pool, min(n_choices - 1, len(pool)))]
-    rng.shuffle(values)
-    sentences = [render(world, fact_frame(world, fact, v), lang).split(" ") for v in values]
-    common = 0
-    while all(len(s) > common + 1 and s[common] == sentences[0][common] for s in sentences):
-        common += 1
-    return {
-        "id": fact["id"],
-        "relation": fact["relation"],
-        "value_type": fact["value_type"],
-        "query": " ".join(sentences[0][:common]),
-        "choices": [" ".join(s[common:]) for s in sentences],
-        "values": values,
-        "gold": values.index(fact["value"]),
-    }
-
-
 # Relations a passage states, one per person, with the type of value each takes.
 PASSAGE_RELATIONS = {"lives_in": "city", "profession": "profession", "likes": "food",
                      "owns": "animal", "age": "age", "works_for": "company"}
@@ -510,34 +478,6 @@ def generate_sentences(world: dict[str, Any], lang: str, n: int, seed: int,
         else:
             out.append(render(world, _generic_frames(world, rng, idx), lang))
     return out
-
-
-def dictionary_entries(world: dict[str, Any], src_lang: str,
-                       tgt_lang: str) -> list[tuple[str, str, str]]:
-    """(concept id, source word, target word) of every concept: its lemmas, plus its plural
-    nouns where both languages mark plural on the word. Only single words: bound affixes and
-    particles are left out."""
-    src, tgt = world["languages"][src_lang], world["languages"][tgt_lang]
-    entries: list[tuple[str, str, str]] = []
-    for concept in world["concepts"]:
-        cid = concept["id"]
-        if concept["kind"] == "function_prep" and "suffix" in (
-                src["morphology"]["adposition"], tgt["morphology"]["adposition"]):
-            continue
-        entries.append((cid, src["lexicon"][cid], tgt["lexicon"][cid]))
-        if concept["kind"] == "noun":
-            sp, tp = src["morphology"]["plural"], tgt["morphology"]["plural"]
-            if "particle" not in sp and "particle" not in tp:
-                entries.append((cid, _affixed(src["lexicon"][cid], sp, src["script"]),
-                                _affixed(tgt["lexicon"][cid], tp, tgt["script"])))
-    return entries
-
-
-def dictionary(world: dict[str, Any], src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
-    """Bilingual word pairs aligned by concept (:func:`dictionary_entries`), every concept's.
-    WECHSEL and OFA align on the dictionary concepts' only
-    (:func:`embtransfer.world.split.dictionary_part`)."""
-    return [(s, t) for _, s, t in dictionary_entries(world, src_lang, tgt_lang)]
 
 
 def words(line: str) -> list[str]:

@@ -19,7 +19,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from embtransfer.world.running_text import dictionary_entries
+from embtransfer.world.dictionary import dictionary_entries
 
 #: The splits a truth row can be in, the headline first.
 SPLITS = ("held_out", "dictionary", "none")

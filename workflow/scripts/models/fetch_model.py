@@ -1,7 +1,7 @@
 """Download a hub snapshot pinned by revision (run where there is internet)."""
 
 from embtransfer.core.logs import job_logger
-from embtransfer.models.loading import fetch_hub_snapshot
+from embtransfer.data.download import fetch_hub_snapshot
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -3,7 +3,7 @@ others by orthogonal matching pursuit over the shared tokens in the target PLM's
 
 Reference: ``mergekit.tokensurgeon.batch_omp`` (mergekit 0.1.5), with the target PLM as
 the donor (the model that already has the new tokenizer) and the source LLM as the base.
-:func:`embtransfer.transfer.omp.omp_coefficients` picks each non-shared token's support
+:func:`embtransfer.transfer.omp_solver.omp_coefficients` picks each non-shared token's support
 (``k`` shared tokens) and least-squares coefficients on the PLM's rows, in the format of
 SALT's projection; :func:`embtransfer.transfer.regression.apply_coefficients` combines the
 same tokens' source rows with them, as for ``salt``. SALT's coefficients are least squares
@@ -40,7 +40,7 @@ from embtransfer.transfer.methods.common import (
     nonshared_ids,
     source_normal,
 )
-from embtransfer.transfer.omp import omp_coefficients
+from embtransfer.transfer.omp_solver import omp_coefficients
 from embtransfer.transfer.regression import apply_coefficients
 
 

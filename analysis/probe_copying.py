@@ -13,7 +13,7 @@ every --eval-every steps, how often it picks the right value:
 * ``relation``: the same with one relation per person (the world's passages); scored
   among the values of the asked relation's type (one stated, three not).
 
-    python benchmarks/probe_copying.py --task binding --steps 3000
+    python analysis/probe_copying.py --task binding --steps 3000
 
 Figures from it are in benchmarks/README.md ("Copying probe").
 """

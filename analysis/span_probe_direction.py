@@ -15,7 +15,7 @@ each on the PLM's rows and on the same rows permuted among the shared and among 
 non-shared tokens (``permuted_*``: the geometry kept, the meaning gone, so z should be
 about 0). The random rows are drawn from the config's seed, as the rule draws them.
 
-    .venv/bin/python benchmarks/span_probe_direction.py RUN_DIR [--config config/config.yaml]
+    .venv/bin/python analysis/span_probe_direction.py RUN_DIR [--config config/config.yaml]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Sources: the real Gemma 3, Llama 2, Llama 3 and Qwen 3 tokenizers (``make fixtures``).
 Targets: per language (de, ar, vi) a byte-level BPE, a WordPiece and a Unigram tokenizer
-trained as ``benchmarks/real_targets.py`` trains them, on the ``make real-data`` corpus less
+trained as ``analysis/real_targets.py`` trains them, on the ``make real-data`` corpus less
 its held-out lines (:func:`real_targets.split_corpus`). Per (source, target): the workflow's
 vocab tables (:func:`embtransfer.vocab.canonical.vocab_table`), its overlap
 (:func:`embtransfer.vocab.overlap.compute_overlap`, fuzzy as the default config matches),
@@ -14,8 +14,8 @@ beside the world's figures (the ``shared_kinds`` rule's table) as docs/calibrati
 them, with :mod:`embtransfer.report.calibration`, which writes the report's
 ``results/report/calibration.{md,csv}``.
 
-    nice python benchmarks/real_shared_tokens.py [--out CSV] [--work DIR]
-    python benchmarks/real_shared_tokens.py --compare results/overlap/shared_kinds.csv
+    nice python analysis/real_shared_tokens.py [--out CSV] [--work DIR]
+    python analysis/real_shared_tokens.py --compare results/overlap/shared_kinds.csv
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "analysis"))
 import real_targets  # noqa: E402
 
 from embtransfer.data.npm_tokenizers import fetch  # noqa: E402

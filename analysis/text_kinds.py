@@ -2,14 +2,14 @@
 
 Per (source, target), the percentage of the held-out running text's target tokens of each
 kind, shared with the source or not (:func:`embtransfer.vocab.kinds.text_kind_shares`): where
-``benchmarks/real_shared_tokens.py`` counts vocabulary entries, this counts occurrences, which
+``analysis/real_shared_tokens.py`` counts vocabulary entries, this counts occurrences, which
 shows what a world's text spends its tokens on (names, full stops, rare words). The world's
 pairs are read from a finished run (its vocab tables, overlaps, tokenizers and held-out
 corpora); the real ones are Gemma 3 and Qwen 3 against the Arabic and Vietnamese targets that
-``benchmarks/real_shared_tokens.py`` trains (``make fixtures real-data`` first).
+``analysis/real_shared_tokens.py`` trains (``make fixtures real-data`` first).
 
-    python benchmarks/text_kinds.py world [--results results]
-    nice python benchmarks/text_kinds.py real [--work DIR]
+    python analysis/text_kinds.py world [--results results]
+    nice python analysis/text_kinds.py real [--work DIR]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "analysis"))
 
 from embtransfer.models.loading import load_tokenizer  # noqa: E402
 from embtransfer.vocab.kinds import text_kind_shares  # noqa: E402

@@ -1,4 +1,4 @@
-"""The real target tokenizers the calibration table measures (benchmarks/real_shared_tokens.py):
+"""The real target tokenizers the calibration table measures (analysis/real_shared_tokens.py):
 three families trained with `tokenizers` on the `make real-data` corpora, less their
 held-out lines, at each family's usual vocabulary size."""
 

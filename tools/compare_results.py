@@ -1,6 +1,6 @@
 """Compare two runs' results/ trees artifact by artifact: tensors, tables, records.
 
-    python benchmarks/compare_results.py BEFORE/results AFTER/results
+    python tools/compare_results.py BEFORE/results AFTER/results
 
 Prints every artifact that differs and a summary; exits 1 if any differs. What a refactor
 must leave unchanged is the data, so files are compared by content type: safetensors

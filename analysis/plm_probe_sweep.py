@@ -7,13 +7,13 @@ run of the workflow already wrote (they depend on the tokenizer only, not on the
 prints one JSON line: the changes, pretraining seconds, valid loss and both probes.
 
     .venv/bin/snakemake --cores 2 results/probes/ar_mini/llama_mini/t5_ar_mini.json
-    .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --train lr=0.01 steps=240
+    .venv/bin/python analysis/plm_probe_sweep.py t5_ar_mini --train lr=0.01 steps=240
 
-    .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --tie true \
+    .venv/bin/python analysis/plm_probe_sweep.py t5_ar_mini --tie true \
         --architecture embedding_init_std=0.05
 
-    .venv/bin/python benchmarks/plm_probe_sweep.py bert_ar_mini --train mlm_probability=0.4
-    .venv/bin/python benchmarks/plm_probe_sweep.py t5_ar_mini --train noise_density=0.5 lr=0.001
+    .venv/bin/python analysis/plm_probe_sweep.py bert_ar_mini --train mlm_probability=0.4
+    .venv/bin/python analysis/plm_probe_sweep.py t5_ar_mini --train noise_density=0.5 lr=0.001
 """
 
 from __future__ import annotations

@@ -1,0 +1,257 @@
+"""The report's spine: every paired comparison of the run in one long table.
+
+Each table module hands over per-item scores (per token, document or question) of the
+methods of one setting and metric (:func:`compare_setting`), or tests it made against a
+fixed baseline (a probe's z against chance: :func:`given_test`). This module
+
+* summarises each method (value, standard error, rank among the competing methods);
+* compares every competing method with its setting's best, with Random and with SALT over
+  the same items (:data:`VERSUS`), by the test the metric's spec names (:data:`METRICS`);
+* decides them with one rule, :func:`decide`: the Holm-Bonferroni correction at the
+  family-wise level over each family (one table's tests), the only call of :func:`holm`.
+
+Every mark of every table, the SALT-against-OMP lines, the probe verdicts and the findings
+read the decided table (``comparisons.csv``) and the summaries (``summaries.csv``). Two
+runs are compared by merging their comparisons tables (:func:`compare_runs`).
+
+Method roles come from the method catalog (:func:`embtransfer.transfer.method_catalog.role`):
+the oracle and the source model are shown but never compete.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from embtransfer.core.paired import (
+    CORRECTION,
+    FAMILY_ALPHA,
+    Comparison,
+    binomial_two_sided,
+    derived_seed,
+    mcnemar,
+    paired_bootstrap,
+    paired_ratio,
+    ratio_se,
+)
+from embtransfer.transfer.method_catalog import COMPETING_ROLES, RANDOM, SALT, role
+
+#: What identifies a setting and metric; a family is one table's tests.
+KEYS = ["family", "stage", "lang", "source", "target", "side", "split", "variant", "metric"]
+TEST_COLUMNS = [*KEYS, "method", "versus", "other", "n", "diff", "se", "p", "test"]
+DECIDED_COLUMNS = [*TEST_COLUMNS, "clears", "relation"]
+SUMMARY_COLUMNS = [*KEYS, "method", "role", "n", "value", "se", "rank", "chance", "flags"]
+#: Whom each competing method is compared with: the setting's best, Random, SALT; a probe
+#: or a retrieval space is compared with chance.
+VERSUS = ("best", "random", "salt")
+CHANCE = "chance"
+
+__all__ = ["CORRECTION", "FAMILY_ALPHA"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How a metric is shown and tested: its label, direction, digits and display scale
+    (100: a 0/1 score shown in percent), and its paired test (``ratio``: bits per byte over
+    one denominator per item; ``mcnemar``: 0/1 scores; ``bootstrap``: continuous scores;
+    ``auto``: McNemar where both methods' scores are 0/1, else the bootstrap; ``given``: a
+    test against chance made elsewhere)."""
+
+    label: str
+    higher_is_better: bool = True
+    digits: int = 4
+    scale: float = 1.0
+    test: str = "auto"
+
+
+METRICS = {
+    "bits_per_byte": Metric("bits per byte", False, 4, 1.0, "ratio"),
+    "p_at_1": Metric("P@1", True, 1, 100.0, "mcnemar"),
+    "p_at_10": Metric("P@10", True, 1, 100.0, "mcnemar"),
+    "cos_oracle": Metric("cos to oracle", True, 3, 1.0, "bootstrap"),
+    "cos_centred": Metric("centred cos", True, 3, 1.0, "bootstrap"),
+    "span_probe": Metric("span probe z", True, 1, 1.0, "given"),
+    "class_probe": Metric("class probe z", True, 1, 1.0, "given"),
+    "bli_p_at_10": Metric("BLI P@10", True, 1, 1.0, "given"),
+}
+
+
+def metric_spec(name: str) -> Metric:
+    """The spec of ``name``; an lm-eval score not listed is higher-is-better, tested by
+    McNemar where 0/1 and by the bootstrap otherwise."""
+    return METRICS.get(name, Metric(name))
+
+
+def setting_key(setting: dict[str, Any]) -> dict[str, Any]:
+    """``setting`` with every key of :data:`KEYS` (an absent one is the empty string)."""
+    return {key: setting.get(key) if setting.get(key) is not None else "" for key in KEYS}
+
+
+def _test(metric: Metric, a: np.ndarray, b: np.ndarray, seed: int,
+          denominator: np.ndarray | None) -> Comparison:
+    if metric.test == "ratio":
+        return paired_ratio(a, b, denominator, seed)
+    binary = np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()
+    if metric.test == "mcnemar" or (metric.test == "auto" and binary):
+        return mcnemar(a, b)
+    return paired_bootstrap(a, b, seed)
+
+
+def _value(metric: Metric, scores: np.ndarray, denominator: np.ndarray | None
+           ) -> tuple[float, float]:
+    if metric.test == "ratio":
+        return float(scores.sum() / denominator.sum()), ratio_se(scores, denominator)
+    se = float(scores.std(ddof=1) / math.sqrt(scores.size)) if scores.size > 1 else math.nan
+    return metric.scale * float(scores.mean()), metric.scale * se
+
+
+def compare_setting(setting: dict[str, Any], scores: dict[str, np.ndarray], seed: int,
+                    denominator: np.ndarray | None = None, flags: dict[str, str] | None = None,
+                    chance: float = math.nan
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(summary lines, test lines) of one setting and metric (``setting``: :data:`KEYS`).
+    ``scores``: each method's per-item scores over the same items (for ``bits_per_byte`` the
+    items' bits, ``denominator`` their bytes); ``flags``: a note per method (the row check's);
+    ``chance``: what a ranking that ignores the rows scores (retrieval metrics).
+    A setting ranks its methods only where two or more compete: a lone method is shown, not
+    credited with a win. Tied values share a rank; the method the others are compared with
+    as best is the first of the tied by name."""
+    key = setting_key(setting)
+    metric = metric_spec(key["metric"])
+    sizes = {method: np.asarray(s).size for method, s in scores.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{key}: the methods were scored on different items ({sizes})")
+    stats = {m: _value(metric, np.asarray(s, np.float64), denominator) for m, s in scores.items()}
+    sign = 1 if metric.higher_is_better else -1
+    competing = sorted((m for m in scores if role(m) in COMPETING_ROLES),
+                       key=lambda m: (-sign * stats[m][0], m))
+    best = competing[0] if len(competing) >= 2 else None
+    # tied values share a rank (every method at 0 is first); the best is the first by name
+    rank = {m: 1 + sum(sign * (stats[o][0] - stats[m][0]) > 0 for o in competing)
+            for m in competing}
+    summaries = [key | {"method": m, "role": role(m), "n": sizes[m], "value": stats[m][0],
+                        "se": stats[m][1], "rank": rank[m] if best and m in competing else math.nan,
+                        "chance": chance, "flags": (flags or {}).get(m, "")} for m in scores]
+    tests = []
+    for method in competing if best else []:
+        for versus, other in (("best", best), ("random", RANDOM), ("salt", SALT)):
+            if other == method or other not in scores:
+                continue
+            a = np.asarray(scores[method], np.float64)
+            b = np.asarray(scores[other], np.float64)
+            test = _test(metric, a, b, derived_seed(tuple(key.values()), method, other, seed),
+                         denominator)
+            scale = 1.0 if metric.test == "ratio" else metric.scale
+            tests.append(key | {"method": method, "versus": versus, "other": other,
+                                "n": a.size, "diff": scale * test.diff, "se": scale * test.se,
+                                "p": test.p, "test": test.test})
+    return summaries, tests
+
+
+def given_test(setting: dict[str, Any], method: str, diff: float, se: float, p: float,
+               test: str) -> dict[str, Any]:
+    """A test of ``method`` against chance made elsewhere (a probe's z, a retrieval space's
+    binomial test), as a line of the comparisons table."""
+    return setting_key(setting) | {"method": method, "versus": CHANCE, "other": CHANCE,
+                                   "n": math.nan, "diff": diff, "se": se, "p": p, "test": test}
+
+
+def holm(pvalues: object, alpha: float = FAMILY_ALPHA) -> np.ndarray:
+    """Which tests of one family clear the Holm-Bonferroni correction at family-wise
+    level ``alpha``: sorted ascending, the i-th p-value (from 0) must be below
+    alpha / (m - i), and the first that is not stops every later one. NaN is no test (not
+    counted in m, never clears)."""
+    p = np.asarray(pvalues, np.float64).ravel()
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = order.size
+    below = p[order] < alpha / (m - np.arange(m))
+    stop = int(np.argmin(below)) if not below.all() else m  # step-down
+    clears = np.zeros(p.size, bool)
+    clears[order[:stop]] = True
+    return clears
+
+
+def frame_of(lines: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(list(lines), columns=columns)
+
+
+def decide(tests: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+    """The comparisons table: ``tests`` with ``clears`` (Holm over each family) and the
+    ``relation`` of the method to the other (``better``, ``worse``, ``not apart``)."""
+    out = tests.reindex(columns=TEST_COLUMNS).reset_index(drop=True)
+    out["clears"] = False
+    for _, index in out.groupby("family", sort=False).groups.items():
+        out.loc[index, "clears"] = holm(out.loc[index, "p"], alpha)
+    higher = out["metric"].map(lambda m: metric_spec(m).higher_is_better).astype(bool)
+    better = np.where(higher, out["diff"] > 0, out["diff"] < 0)
+    out["relation"] = np.where(out["clears"].astype(bool),
+                               np.where(better, "better", "worse"), "not apart")
+    out["clears"] = out["clears"].astype(bool)
+    return out
+
+
+def detectable_discordant(threshold: float) -> int:
+    """The fewest discordant items, all on one side, whose exact two-sided McNemar p-value
+    is below ``threshold``: fewer can never clear it, however they fall."""
+    if not 0 < threshold <= 1:
+        raise ValueError(f"a p-value threshold lies in (0, 1], got {threshold}")
+    d = 1
+    while binomial_two_sided(d, d) >= threshold:
+        d += 1
+    return d
+
+
+def power(decided: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+    """Per setting and McNemar metric: ``detectable`` (the :func:`detectable_discordant` count
+    at its family's strictest Holm step, alpha over the family's tests), the largest net
+    difference in items of any of its tests, and ``powerless``: no test reaches it (a
+    difference of fewer net items can never clear, whatever the discordant items)."""
+    mc = decided[decided["test"] == "mcnemar"]
+    if mc.empty:
+        return pd.DataFrame(columns=[*KEYS, "n", "detectable", "largest", "powerless"])
+    family_size = decided.groupby("family")["p"].count()
+    scale = mc["metric"].map(lambda m: metric_spec(m).scale)
+    net = np.rint((mc["diff"] / scale).abs() * mc["n"])
+    frame = mc[KEYS].assign(n=mc["n"], net=net)
+    out = frame.groupby(KEYS, sort=False).agg(n=("n", "max"), largest=("net", "max"))
+    out = out.reset_index()
+    out["detectable"] = [detectable_discordant(alpha / family_size[f]) for f in out["family"]]
+    out["powerless"] = out["largest"] < out["detectable"]
+    return out
+
+
+def with_decisions(summaries: pd.DataFrame, decided: pd.DataFrame) -> pd.DataFrame:
+    """The summaries with ``tied_best`` (the best, or not apart from it) and the relation to
+    the best and to Random (empty where there is no test)."""
+    out = summaries.reset_index(drop=True).copy()
+    key = [*KEYS, "method"]
+    for versus in ("best", "random"):
+        rel = decided[decided["versus"] == versus][[*key, "relation"]]
+        out = out.merge(rel.rename(columns={"relation": f"vs_{versus}"}), on=key, how="left")
+        out[f"vs_{versus}"] = out[f"vs_{versus}"].fillna("")
+    out["tied_best"] = (out["rank"] == 1) | ((out["vs_best"] == "not apart")
+                                             & out["rank"].notna())
+    return out
+
+
+def lookup(decided: pd.DataFrame) -> dict[tuple, pd.Series]:
+    """The decided tests by (:data:`KEYS`..., method, versus): where a table reads its marks."""
+    return {(*(line[k] for k in KEYS), line["method"], line["versus"]): line
+            for _, line in decided.iterrows()}
+
+
+def compare_runs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Two runs' comparisons tables merged test by test (by setting, metric, method and
+    whom it is compared with by name): ``relation_a``, ``relation_b`` and ``agrees``. A test
+    only one run made is left out (``both`` counts what is compared)."""
+    key = [*KEYS, "method", "other"]
+    merged = a[[*key, "relation"]].merge(b[[*key, "relation"]], on=key,
+                                         suffixes=("_a", "_b"))
+    merged["agrees"] = merged["relation_a"] == merged["relation_b"]
+    return merged
