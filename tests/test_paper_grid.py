@@ -130,7 +130,6 @@ def expected_jobs(config: dict) -> dict[str, int]:
         # the target-PLM probes: every world pair (docs/world.md)
         "plm_probe": len([p for p in pairs if world_pair(config, p)]),
         "zeroshot_source": len(targets) * len(sources),
-        "zeroshot_table": 1,
         "lapt": len(runs),
         # Tokenised once per (language, source, target): train, valid (and replay) blocks.
         "lapt_blocks": len({r[:3] for r in runs}) * (

@@ -45,7 +45,7 @@ ACCOUNT = "testaccount"
 # Everything up to the zero-shot table (SALT regression included); LAPT and lm-eval
 # are left out to keep the test within minutes on two cores.
 # The transfer part of the DAG and one LAPT run: both GPU-declared rules go through sbatch.
-TARGETS = ("zeroshot_table", "results/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
+TARGETS = ("zeroshot_only", "results/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
 #: The rules run locally before the cluster's run (`--until`, with what they need): the
 #: world, the corpora, the tokenizers and models, the vocabularies and their overlap, the
 #: word and token fastText models.

@@ -155,19 +155,3 @@ rule zeroshot_source:
         f"{paths.BENCHMARKS}/zeroshot_source/{{lang}}/{{source}}.tsv"
     script:
         "../scripts/transfer/zeroshot.py"
-
-
-rule zeroshot_table:
-    input:
-        all_zeroshot(config),
-    output:
-        csv=paths.ZEROSHOT_TABLE_CSV,
-        md=paths.ZEROSHOT_TABLE_MD,
-    params:
-        code=script_hash("transfer/zeroshot_table.py"),
-    conda:
-        CONDA_ENV
-    log:
-        f"{paths.LOGS}/tables/zeroshot.log",
-    script:
-        "../scripts/transfer/zeroshot_table.py"

@@ -14,10 +14,11 @@ the item's difficulty cancels. So the report compares methods item by item:
 * :func:`ratio_se` and :func:`paired_ratio` for a ratio of sums over the items (bits per
   byte: the items' summed losses over their summed bytes), by the delta method.
 
-Every table of the report and its findings decide with one rule, :func:`holm`: the
-Holm-Bonferroni correction at family-wise level :data:`FAMILY_ALPHA` over the family of
-every paired test one table reports (:func:`family_clears`). A difference that clears it is
-called a difference; any other pair of methods is "not apart".
+The report decides every test with one rule, in one place
+(:func:`embtransfer.report.comparisons.decide`): the Holm-Bonferroni correction at
+family-wise level :data:`FAMILY_ALPHA` over the family of every paired test one table
+reports. A difference that clears it is called a difference; any other pair of methods is
+"not apart".
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 #: The family-wise level of the report's paired tests: the chance that a table (or its
 #: findings) calls any one of its pairs apart when none is stays below it.
 FAMILY_ALPHA = 0.001
-#: How the family's p-values are corrected for their number (:func:`holm`).
+#: How the family's p-values are corrected for their number (report.comparisons.holm).
 CORRECTION = "Holm-Bonferroni"
 BOOTSTRAP_SAMPLES = 2000
 
@@ -56,33 +56,6 @@ class Comparison:
     def clears(self) -> bool:
         """Whether the difference clears the test alone (a family of one)."""
         return self.p < FAMILY_ALPHA
-
-
-def holm(pvalues: object, alpha: float = FAMILY_ALPHA) -> np.ndarray:
-    """Which tests of one family clear the Holm-Bonferroni correction at family-wise
-    level ``alpha``: sorted ascending, the i-th p-value (from 0) must be below
-    alpha / (m - i), and the first that is not stops every later one. NaN is no test (not
-    counted in m, never clears)."""
-    p = np.asarray(pvalues, np.float64).ravel()
-    tested = np.flatnonzero(~np.isnan(p))
-    order = tested[np.argsort(p[tested], kind="stable")]
-    m = order.size
-    below = p[order] < alpha / (m - np.arange(m))
-    # step-down: only the leading run of successes clears
-    stop = int(np.argmin(below)) if not below.all() else m
-    clears = np.zeros(p.size, bool)
-    clears[order[:stop]] = True
-    return clears
-
-
-def family_clears(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """The :func:`holm` decision of every p-value in ``columns`` of ``frame``, the family
-    being all of them together (one table's tests): a boolean frame of the same shape."""
-    if not columns:
-        return pd.DataFrame(index=frame.index)
-    values = frame[columns].to_numpy(np.float64)
-    clears = holm(values).reshape(values.shape)
-    return pd.DataFrame(clears, index=frame.index, columns=columns)
 
 
 def normal_p(z: float) -> float:

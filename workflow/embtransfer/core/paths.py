@@ -144,8 +144,6 @@ FASTTEXT_BLI = Template("results/fasttext_bli/{lang}.json")
 TRANSFER_MODEL = Template("results/transfer/{lang}/{source}/{target}/{method}")
 ZEROSHOT = Template("results/zeroshot/{lang}/{source}/{target}/{method}.json")
 ZEROSHOT_SOURCE = Template("results/zeroshot/{lang}/{source}/source_model.json")
-ZEROSHOT_TABLE_CSV = Template("results/tables/zeroshot.csv")
-ZEROSHOT_TABLE_MD = Template("results/tables/zeroshot.md")
 
 # --- LAPT (lapt.smk) --------------------------------------------------------------------------
 LAPT_BLOCKS = Template("results/lapt_blocks/{lang}/{source}/{target}/{text}.npy")

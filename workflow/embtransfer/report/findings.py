@@ -82,13 +82,15 @@ SETTING = [k for k in KEYS if k != "family"]
 def read_run(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(comparisons, summaries) of a report folder or a reference."""
     directory = Path(directory)
-    read = {"keep_default_na": False, "na_values": [""]}
+    text = {k: str for k in [*KEYS, "method", "versus", "other", "test", "relation", "role",
+                             "flags"]}
+    read = {"keep_default_na": False, "na_values": [""], "dtype": text}
     decided = pd.read_csv(directory / paths.REPORT_FILES["comparisons_csv"], **read)
     summaries = pd.read_csv(directory / paths.REPORT_FILES["summaries_csv"], **read)
     for frame in (decided, summaries):
-        frame[[k for k in KEYS if k in frame]] = frame[[k for k in KEYS if k in frame]
-                                                      ].fillna("").astype(str)
-    return decided, summaries.assign(flags=summaries["flags"].fillna(""))
+        columns = [c for c in text if c in frame]
+        frame[columns] = frame[columns].fillna("")
+    return decided, summaries
 
 
 def _select(frame: pd.DataFrame, kind: Kind) -> pd.DataFrame:
