@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import re
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import jsonschema
+import pandas as pd
 import pytest
 import yaml
 
 from embtransfer.config.validation import ConfigError
+from embtransfer.core import paths
 from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.report.build import (
     TABLE_NUMBERS,
@@ -31,7 +36,9 @@ from embtransfer.report.build import (
     zeroshot_paths,
 )
 from embtransfer.report.check import check_report
+from embtransfer.report.comparisons import KEYS, metric_spec
 from embtransfer.report.figures import draw_figure2, loss_curves
+from embtransfer.report.findings import read_run
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import (
     MalformedResultError,
@@ -154,6 +161,215 @@ def test_written_outputs_are_the_tables_and_a_real_png(in_fixtures, tmp_path):
                            ("ar_mini", "gemma")}
     # Nothing half-written is left beside the outputs.
     assert not [p for p in (tmp_path / "report").iterdir() if p.name.startswith(".")]
+
+
+# -- every mark reads the comparisons table ----------------------------------------------------
+
+
+def _pair(n: int, only_a: int, only_b: int, both: int) -> tuple[list[int], list[int]]:
+    """Two methods' 0/1 scores over ``n`` items: ``both`` right on the first items, then
+    ``only_a`` items only the first is right on and ``only_b`` only the second."""
+    a = [1] * both + [1] * only_a + [0] * only_b
+    b = [1] * both + [0] * only_a + [1] * only_b
+    return a + [0] * (n - len(a)), b + [0] * (n - len(b))
+
+
+#: Per-question scores added to fixture evaluation files (path under results/eval/lapt/,
+#: metric, salt's and focus's discordant and common items): McNemar p of 0.03, 0.017 and
+#: 0.099, apart at family-wise 0.5 and not at 0.001.
+PER_QUESTION = (
+    ("ar_mini/gemma/gpt2_ar_mini/{}/facts.json", "Facts acc", 200, 14, 4, 96),
+    ("de/gemma/gpt2_de/{}/arc.json", "ARC", 1000, 25, 10, 280),
+    ("de/gemma/gpt2_de/{}/mlqa.json", "MLQA EM", 500, 20, 10, 80),
+)
+#: The setting of the zero-shot records and alignment scores added beside the fixtures.
+EXTRA = {"lang": "xx_mini", "source": "gemma", "target": "gpt2_xx"}
+
+
+def marked_inputs(root: Path) -> Inputs:
+    """The fixture inputs plus per-question scores for Tables 1 and 2 (salt against focus),
+    one zero-shot setting (salt, focus close to it, omp, Random, the source model) and one
+    held-out alignment setting (salt, focus 12 tokens behind, Random, the oracle)."""
+    import numpy as np
+    import pandas as pd
+
+    for pattern, metric, n, only_salt, only_focus, both in PER_QUESTION:
+        salt, focus = _pair(n, only_salt, only_focus, both)
+        for method, scores in (("salt", salt), ("focus", focus)):
+            path = root / "results/eval/lapt" / pattern.format(method)
+            record = json.loads(path.read_text())
+            record["per_document"] = {metric: scores}
+            path.write_text(json.dumps(record))
+    rng = np.random.default_rng(11)
+    n_bytes = rng.integers(200, 400, 60)
+    base = n_bytes * 2.0 * rng.gamma(20, 1 / 20, 60)
+    noise = np.random.default_rng(102).normal(0, 0.01, 60)
+    losses = {"salt": base, "focus": base * (1.004 + noise), "omp": base * 1.1,
+              "random": base * 1.5, "source_model": base * 0.8}
+    zeroshot = []
+    for method, bits in losses.items():
+        folder = root / "results/zeroshot" / EXTRA["lang"] / EXTRA["source"]
+        path = folder / (f"{method}.json" if method == "source_model"
+                         else f"{EXTRA['target']}/{method}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nats = bits * math.log(2)
+        path.write_text(json.dumps({
+            "lang": EXTRA["lang"], "source": EXTRA["source"], "method": method,
+            "loss": 1.0, "bits_per_byte": float(bits.sum() / n_bytes.sum()),
+            "document_nll_nats": nats.tolist(), "document_bytes": n_bytes.tolist(),
+            **({} if method == "source_model" else {"target": EXTRA["target"]})}))
+        zeroshot.append(str(path.relative_to(root)))
+    tokens = 400
+    salt, focus = _pair(tokens, 12, 0, 108)
+    hits = {"salt": salt, "focus": focus, "random": [0] * tokens, "world_oracle": [1] * tokens}
+    cosine = np.random.default_rng(5).random(tokens)
+    scores = pd.concat([pd.DataFrame({
+        "method": method, "side": "input", "target_id": range(tokens), "split": "held_out",
+        "hit_1": 0, "hit_10": hit, "chance_1": 0.001, "chance_10": 0.01,
+        "cos_oracle": cosine * (2 if method == "world_oracle" else 1) + 0.1 * np.array(hit),
+        "cos_centred": cosine + 0.05 * np.array(hit)}) for method, hit in hits.items()],
+        ignore_index=True)
+    alignment = paths.ALIGNMENT.fill(stage="transfer", **EXTRA)
+    (root / alignment).parent.mkdir(parents=True)
+    scores.to_parquet(root / alignment)
+    inputs = fixture_inputs(root)
+    inputs.transfer_zeroshot, inputs.alignment = zeroshot, [alignment]
+    return inputs
+
+
+def _markdown_tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """Each Markdown table of ``text`` with the heading above it: (heading, rows by column)."""
+    found, heading, lines = [], "", text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("#"):
+            heading = lines[i]
+        if lines[i].startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append([c.strip() for c in lines[i].strip()[1:-1].split("|")])
+                i += 1
+            found.append((heading, [dict(zip(block[0], row, strict=True)) for row in block[2:]]))
+            continue
+        i += 1
+    return found
+
+
+HEADING = re.compile(r"^#+ (?:(?P<stage>\w+): )?(?P<lang>[^,]+), source (?P<source>[^,]+), "
+                     r"target (?P<target>.+?)(?:, (?P<side>\w+) rows)?(?:, (?P<split>[\w-]+))?"
+                     r" \(n = \d+\)$")
+
+
+def setting_marks(text: str, decided: pd.DataFrame, summaries: pd.DataFrame
+                  ) -> dict[tuple, str]:
+    """Every mark of a per-setting table file (zeroshot.md, alignment.md), each checked
+    against the comparisons table: ``▲`` where the summary ranks the method first, ``▽``
+    where it is worse than the best, ``ʳ`` / ``!`` where better / worse than Random, and a
+    ``*`` after each difference that clears. Returns them by (setting, method, column)."""
+    labels = {metric_spec(m).label: m for m in set(summaries["metric"])}
+    tests = decided.set_index([*KEYS, "method", "versus"])
+    marks: dict[tuple, str] = {}
+    for heading, rows in _markdown_tables(text):
+        match = HEADING.match(heading)
+        assert match, heading
+        setting = {k: (v or "").replace("-", "_") if k == "split" else v or ""
+                   for k, v in match.groupdict().items()} | {"variant": ""}
+        for row in rows:
+            for column, cell in row.items():
+                label, _, versus = column.partition(" vs ")
+                if label not in labels or not cell:
+                    continue
+                key = {**setting, "metric": labels[label], "method": row["method"]}
+                line = summaries.loc[(summaries[list(key)] == pd.Series(key)).all(axis=1)]
+                assert len(line) == 1, key
+                index = (line["family"].iloc[0], *(key[k] for k in KEYS[1:]), row["method"])
+                if versus:
+                    mark = "*" if cell.endswith(" *") else ""
+                    assert mark == ("*" if tests.loc[(*index, versus), "clears"] else ""), key
+                else:
+                    parts = cell.split()
+                    rank = line["rank"].iloc[0]
+                    assert parts[3:4] == ([] if pd.isna(rank) else [f"#{int(rank)}"]), key
+                    mark = parts[4] if len(parts) == 5 else ""
+                    relation = {v: tests.loc[(*index, v), "relation"] if (*index, v) in tests.index
+                                else "" for v in ("best", "random")}
+                    assert mark == ("▲" if rank == 1 else "") + (
+                        "▽" if relation["best"] == "worse" else "") + {
+                        "better": "ʳ", "worse": "!"}.get(relation["random"], ""), key
+                marks[(*index, column)] = mark
+    return marks
+
+
+def paper_marks(text: str, number: int, decided: pd.DataFrame) -> dict[tuple, str]:
+    """Every ``(best)`` and ``*`` of a paper table's Markdown, each checked against the
+    comparisons table's tests against the best (family ``table{number}``): ``*`` where the
+    method's test clears, ``(best)`` on the method it was compared with, nothing elsewhere."""
+    expected = {}
+    for line in decided[(decided["family"] == f"table{number}")
+                        & (decided["versus"] == "best")].itertuples():
+        where = (line.stage, line.lang, line.source, line.target, line.variant, line.metric)
+        expected[(*where, line.method)] = "*" if line.clears else ""
+        expected[(*where, line.other)] = "(best)"
+    marks = {}
+    heading, rows = _markdown_tables(text)[0]
+    for row in rows:
+        for column, cell in row.items():
+            if column in ("stage", "lang", "source", "target", "method", "eval language",
+                          "arch", "languages") or column.endswith("(paper)"):
+                continue
+            key = (row["stage"], row["lang"], row["source"], row["target"],
+                   row.get("eval language", row.get("languages", "")), column, row["method"])
+            mark = "(best)" if cell.endswith("(best)") else "*" if cell.endswith(" *") else ""
+            assert mark == expected.get(key, ""), (heading, key, cell)
+            marks[key] = mark
+    assert set(expected) <= set(marks)  # every test's row is in the table
+    return marks
+
+
+def marked_report(root: Path, alpha: float) -> dict[str, Any]:
+    """The report of the fixtures and :func:`marked_inputs` at family-wise ``alpha``: the
+    comparisons table, its count of clearing tests and every file's marks, each mark checked
+    against it."""
+    config = fixture_config()
+    config["report"]["family_alpha"] = alpha
+    out = root / f"report_{alpha}"
+    outputs = output_names(str(out))
+    write_report(config, marked_inputs(root), outputs, dpi=30)
+    decided, summaries = read_run(out)
+    read = {name: Path(outputs[name]).read_text() for name in (
+        "zeroshot_md", "alignment_md", "table1_md", "table2_md", "findings", "report_md")}
+    findings = read["findings"]
+    clear = int(decided["clears"].sum())
+    assert f"{clear} of the {len(decided)} tests clear it" in findings
+    assert f"α = {alpha} " in findings
+    assert findings.split("\n\n")[1] in read["report_md"]  # the headline, in report.md too
+    return {"clear": clear, "decided": decided, "findings": findings,
+            **{name: setting_marks(read[name], decided, summaries)
+               for name in ("zeroshot_md", "alignment_md")},
+            **{f"table{n}_md": paper_marks(read[f"table{n}_md"], n, decided) for n in (1, 2)}}
+
+
+def test_every_mark_of_every_table_is_the_comparisons_tables(fixture_copy):
+    """zeroshot.md, alignment.md and the paper tables mark exactly what comparisons.csv
+    decides, and report.family_alpha moves the comparisons, every table's marks and the
+    findings' count together."""
+    strict = marked_report(fixture_copy, 0.001)
+    loose = marked_report(fixture_copy, 0.5)
+    assert loose["clear"] > strict["clear"]
+    before, after = strict["decided"], loose["decided"]
+    assert (before["p"].equals(after["p"]) and (after["clears"] >= before["clears"]).all())
+    for name in ("zeroshot_md", "alignment_md", "table1_md", "table2_md"):
+        assert strict[name].keys() == loose[name].keys()
+        changed = [k for k in strict[name] if strict[name][k] != loose[name][k]]
+        assert changed, f"{name}: no mark moved with report.family_alpha"
+    # the designed close pairs: not apart at 0.001, apart at 0.5
+    for metric in ("Facts acc", "ARC"):
+        key = ("lapt", "ar_mini" if metric == "Facts acc" else "de", "gemma",
+               "gpt2_ar_mini" if metric == "Facts acc" else "gpt2_de", "target", metric)
+        assert (strict["table1_md"][(*key, "focus")], loose["table1_md"][(*key, "focus")]) == (
+            "", "*")
+        assert strict["table1_md"][(*key, "salt")] == "(best)"
+    assert strict["findings"] != loose["findings"]
 
 
 # -- the paper's numbers beside ours exactly where the setting matches ------------------------

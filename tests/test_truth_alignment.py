@@ -1,5 +1,6 @@
-"""The miniature world's ground truth, the oracle method, the alignment metric and the paired
-tests, on hand-built cases and against slow, obviously correct references."""
+"""The miniature world's ground truth, the oracle method, the alignment metric, the alignment
+table's lines for the report's spine and the paired tests, on hand-built cases and against
+slow, obviously correct references."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ import pytest
 import yaml
 
 from embtransfer.config.validation import ConfigError, validate_config
+from embtransfer.core import paths
 from embtransfer.core.paired import (
     BOOTSTRAP_SAMPLES,
     binomial_two_sided,
-    family_clears,
-    holm,
     mcnemar,
     normal_p,
     paired_bootstrap,
@@ -30,12 +30,14 @@ from embtransfer.evaluation.alignment import (
 )
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
-from embtransfer.report.alignment_table import (
-    alignment_frame,
-    alignment_markdown,
+from embtransfer.report.alignment_table import alignment_lines, read_alignment
+from embtransfer.report.comparisons import (
+    SUMMARY_COLUMNS,
+    TEST_COLUMNS,
+    decide,
     detectable_discordant,
-    no_power_text,
-    powerless,
+    frame_of,
+    power,
 )
 from embtransfer.transfer.method_catalog import DEFAULT_METHODS, METHODS
 from embtransfer.transfer.methods.base import TransferInputs, get_method
@@ -293,7 +295,27 @@ def test_score_checkpoints_uses_each_side_and_only_nonshared_tokens():
     assert by_side == {"input": 2, "output": 0}
 
 
-def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
+def write_alignment(root: Path, scores: pd.DataFrame, stage: str = "transfer",
+                    lang: str = "x", source: str = "s") -> list[str]:
+    """Per-token scores written as the alignment rule writes them, one file per target PLM
+    (the stage, language, source and target PLM in the path, not in the file)."""
+    files = []
+    for target, part in scores.groupby("target"):
+        path = root / paths.ALIGNMENT.fill(stage=stage, lang=lang, source=source,
+                                           target=target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part.drop(columns="target").to_parquet(path)
+        files.append(str(path))
+    return files
+
+
+def lines_of(files: list[str], seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summaries, decided comparisons) of alignment files."""
+    summaries, tests = alignment_lines(files, seed)
+    return frame_of(summaries, SUMMARY_COLUMNS), decide(frame_of(tests, TEST_COLUMNS))
+
+
+def test_alignment_lines_rank_only_competitors_and_test_them_on_the_same_tokens(tmp_path):
     n = 200
     rng = np.random.default_rng(2)
     good = (rng.random(n) < 0.6).astype(int)
@@ -303,8 +325,7 @@ def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
     rows = []
     for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
                          ("c", close), ("random", np.zeros(n, int))):
-        rows.append(pd.DataFrame({"stage": "transfer", "lang": "x", "source": "s",
-                                  "target": "t", "side": "input", "method": method,
+        rows.append(pd.DataFrame({"target": "t", "side": "input", "method": method,
                                   "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
                                   "split": "held_out",
                                   "cos_oracle": hits * 0.5 + rng.random(n) * 0.1,
@@ -313,51 +334,70 @@ def test_alignment_frame_ranks_only_competitors_and_marks_clear_differences():
     # the same methods on the dictionary concepts, where b is best: ranked apart
     fitted = [r.assign(split="dictionary", hit_1=1 - r["hit_1"], hit_10=1 - r["hit_10"])
               for r in rows[1:4]]
-    flat = alignment_frame(pd.concat([*fitted, *rows, solo]), seed=0)
-    assert (flat["split"].iloc[:6] == "held_out").all()  # the headline first
-    on_dictionary = flat[flat["split"] == "dictionary"].set_index("method")
-    assert on_dictionary.loc["b", "rank"] == 1
-    flat = flat[flat["split"] == "held_out"]
-    frame = flat.set_index(["target", "method"])
-    assert math.isnan(frame.loc[("t", "world_oracle"), "rank"])
-    assert frame.loc[("t", "a"), "rank"] == 1 and frame.loc[("t", "b"), "rank"] == 3
-    assert frame.loc[("t", "b"), "p_at_1_vs_best_p"] < 1e-6  # clears
-    assert frame.loc[("t", "c"), "p_at_1_vs_best_p"] > 0.05  # 3 tokens differ: does not
-    assert math.isnan(frame.loc[("t2", "a"), "rank"])  # alone in its setting: not ranked
-    assert frame.loc[("t", "b"), "cos_centred_vs_best_p"] < 1e-3
-    # P@10 beside P@1, each with its binomial standard error and McNemar's tests against the
-    # best and against Random, equal to the tests run directly on the hits
-    a, b = frame.loc[("t", "a")], frame.loc[("t", "b")]
-    assert a["p_at_10_se"] == pytest.approx(100 * math.sqrt(good.mean() * (1 - good.mean()) / n))
-    assert b["p_at_10_vs_best_p"] == mcnemar(bad, good).p
-    assert b["p_at_10_vs_best"] == pytest.approx(100 * (bad.mean() - good.mean()))
-    assert a["p_at_10_vs_random_p"] == mcnemar(good, np.zeros(n)).p
-    assert a["p_at_1_vs_random"] == pytest.approx(100 * good.mean())
-    assert math.isnan(frame.loc[("t", "random"), "p_at_10_vs_random_p"])  # not with itself
-    assert math.isnan(a["p_at_10_vs_best_p"])  # the best: not with itself
-    assert list(flat.columns[:16]) == [
-        "lang", "source", "target", "method", "stage", "side", "split", "tokens", "p_at_1",
-        "p_at_1_se", "p_at_10", "p_at_10_se", "cos_oracle", "cos_oracle_se", "cos_centred",
-        "cos_centred_se"]
+    scores = pd.concat([*fitted, *rows, solo]).sample(frac=1.0, random_state=0)  # any order
+    summaries, decided = lines_of(write_alignment(tmp_path, scores))
+    assert set(summaries["family"]) == {"alignment"} and set(summaries["stage"]) == {"transfer"}
+    assert list(dict.fromkeys(summaries["metric"])) == ["p_at_10", "p_at_1", "cos_centred",
+                                                         "cos_oracle"]
+    rank = summaries.set_index(["target", "split", "metric", "method"])["rank"]
+    assert rank[("t", "dictionary", "p_at_1", "b")] == 1
+    assert math.isnan(rank[("t", "held_out", "p_at_1", "world_oracle")])
+    assert rank[("t", "held_out", "p_at_1", "a")] == 1
+    assert rank[("t", "held_out", "p_at_1", "b")] == 3
+    assert math.isnan(rank[("t2", "held_out", "p_at_10", "a")])  # alone: not ranked
+    assert not (decided["target"] == "t2").any()  # nor tested
+    test = decided[(decided["target"] == "t") & (decided["split"] == "held_out")].set_index(
+        ["metric", "method", "versus"])
+    assert test.loc[("p_at_1", "b", "best"), "clears"]
+    assert not test.loc[("p_at_1", "c", "best"), "clears"]  # 3 tokens differ: does not clear
+    assert test.loc[("cos_centred", "b", "best"), "p"] < 1e-3
+    # P@10 with its standard error, and McNemar's tests against the best and against Random,
+    # equal to the tests run directly on the hits in token order
+    value = summaries.set_index(["target", "split", "metric", "method"])
+    a = value.loc[("t", "held_out", "p_at_10", "a")]
+    assert a["value"] == pytest.approx(100 * good.mean())
+    assert a["se"] == pytest.approx(100 * good.std(ddof=1) / math.sqrt(n))
+    assert a["n"] == n
+    assert test.loc[("p_at_10", "b", "best"), "p"] == mcnemar(bad, good).p
+    assert test.loc[("p_at_10", "b", "best"), "diff"] == pytest.approx(
+        100 * (bad.mean() - good.mean()))
+    assert test.loc[("p_at_10", "a", "random"), "p"] == mcnemar(good, np.zeros(n)).p
+    assert test.loc[("p_at_1", "a", "random"), "diff"] == pytest.approx(100 * good.mean())
+    assert ("p_at_10", "random", "random") not in test.index  # not with itself
+    assert ("p_at_10", "a", "best") not in test.index  # the best: not with itself
+    # the same seed, the same lines
+    again = lines_of(write_alignment(tmp_path, scores))
+    pd.testing.assert_frame_equal(again[1], decided)
 
 
-def test_ties_in_p_at_1_go_to_the_centred_cosine_and_markdown_leads_with_held_out():
-    n = 50
-    rng = np.random.default_rng(4)
-    base = {"stage": "transfer", "lang": "x", "source": "s", "target": "t", "side": "input",
-            "target_id": np.arange(n), "hit_1": 0, "hit_10": 0}
-    # "mean" sits at the centroid: a high raw cosine, a centred one of 0
-    lines = [pd.DataFrame(base | {"method": "mean", "split": split, "cos_oracle": 0.3,
-                                  "cos_centred": 0.0}) for split in ("none", "held_out")]
-    lines += [pd.DataFrame(base | {"method": "near", "split": split,
-                                   "cos_oracle": 0.1 + rng.random(n) * 0.01,
-                                   "cos_centred": 0.2 + rng.random(n) * 0.01})
-              for split in ("none", "held_out")]
-    frame = alignment_frame(pd.concat(lines), seed=0)
-    assert frame.set_index(["split", "method"]).loc[("held_out", "near"), "rank"] == 1
-    text = alignment_markdown(frame)
-    assert text.index("## Held-out concepts") < text.index("## No concept")
-    assert "centred cos" in text
+def test_each_embedding_side_is_a_setting_of_its_own(tmp_path):
+    """The files hold both embedding sides per token: each side is compared alone, a row
+    never against another side's."""
+    n = 40
+    frames = []
+    for method, shift in (("salt", 0.0), ("omp", 0.05)):
+        for side, cos in (("output", 0.9), ("input", 0.1)):
+            frames.append(pd.DataFrame({
+                "target": "t", "method": method, "side": side,
+                "target_id": np.arange(n)[::-1], "split": "held_out", "hit_1": 0,
+                "hit_10": 0, "cos_oracle": 0.0, "cos_centred": np.full(n, cos + shift)}))
+    summaries, decided = lines_of(write_alignment(tmp_path, pd.concat(frames)))
+    cos = summaries[summaries["metric"] == "cos_centred"].set_index(["side", "method"])
+    assert cos.loc[("input", "salt"), "value"] == pytest.approx(0.1)
+    assert cos.loc[("output", "omp"), "value"] == pytest.approx(0.95)
+    assert (cos["n"] == n).all()
+    diffs = decided[decided["metric"] == "cos_centred"]["diff"]
+    assert len(diffs) == 2 and np.allclose(diffs.abs(), 0.05)
+
+
+def test_methods_scored_on_other_tokens_and_other_files_are_refused(tmp_path):
+    scores = pd.DataFrame({"target": "t", "method": ["a", "a", "b", "b"], "side": "input",
+                           "target_id": [1, 2, 1, 3], "split": "held_out", "hit_1": 0,
+                           "hit_10": 0, "cos_oracle": 0.0, "cos_centred": 0.0})
+    with pytest.raises(ValueError, match="different tokens"):
+        alignment_lines(write_alignment(tmp_path, scores))
+    with pytest.raises(ValueError, match="not an alignment file"):
+        read_alignment([str(tmp_path / "scores.parquet")])
 
 
 # --- what the retrieval tests could detect --------------------------------------------------
@@ -375,7 +415,7 @@ def test_chance_hits_are_the_share_of_random_first_k_sets_that_hold_a_translatio
     assert exact[0] == pytest.approx(10 / 8000)  # k / N for a one-piece translation
 
 
-def test_rows_that_ignore_the_source_retrieve_at_the_chance_the_scores_carry():
+def test_rows_that_ignore_the_source_retrieve_at_the_chance_the_scores_carry(tmp_path):
     rng = np.random.default_rng(8)
     source = rng.standard_normal((40, 16))
     text_ids = np.arange(1, 40)
@@ -390,33 +430,20 @@ def test_rows_that_ignore_the_source_retrieve_at_the_chance_the_scores_carry():
         # the hits of random rows: their chance, within 4 binomial standard errors
         se = math.sqrt(expected.mean() * (1 - expected.mean()) / target_ids.size)
         assert abs(scores[f"hit_{k}"].mean() - expected.mean()) < 4 * se
-        frame = alignment_frame(scores.assign(stage="transfer", lang="x", source="s",
-                                              target="t", side="input", split="held_out",
-                                              method="m"))
-        assert frame[f"chance_p_at_{k}"].iloc[0] == pytest.approx(100 * expected.mean())
+    # the summary of each retrieval metric carries the chance level in percent
+    files = write_alignment(tmp_path, scores.assign(target="t", side="input",
+                                                    split="held_out", method="m"))
+    summaries, _ = alignment_lines(files)
+    chance = {s["metric"]: s["chance"] for s in summaries}
+    for k in (1, 10):
+        sizes = np.array([t.size for t in translations])
+        assert chance[f"p_at_{k}"] == pytest.approx(
+            100 * chance_hits(text_ids.size, sizes, k).mean())
+    assert math.isnan(chance["cos_centred"]) and math.isnan(chance["cos_oracle"])
 
 
-@pytest.mark.parametrize("alpha, m", [(0.001, 1), (0.001, 1000), (0.05, 30), (0.001, 4096),
-                                      (0.5, 1)])
-def test_the_detectable_difference_equals_a_search_with_scipys_binomial_test(alpha, m):
-    from scipy.stats import binomtest
-
-    threshold = alpha / m
-    # b = d discordant tokens one method's, c = 0 the other's: the smallest d that clears
-    d = next(d for d in range(1, 100) if binomtest(d, d, 0.5).pvalue < threshold)
-    assert detectable_discordant(threshold) == d
-    if (alpha, m) == (0.001, 1000):
-        assert d == 21
-    if m == 30:  # fewer net hits never clear, however many tokens are discordant both ways
-        for net in range(d):
-            assert all(binomial_two_sided(net + c, net + 2 * c) >= threshold
-                       for c in range(100))
-    with pytest.raises(ValueError, match="threshold"):
-        detectable_discordant(0.0)
-
-
-def test_a_setting_whose_methods_differ_by_too_few_tokens_says_it_has_no_power():
-    from embtransfer.report.findings import findings_markdown
+def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path):
+    from embtransfer.report.findings import anomaly_lines
 
     rng = np.random.default_rng(12)
     lines = []
@@ -429,33 +456,24 @@ def test_a_setting_whose_methods_differ_by_too_few_tokens_says_it_has_no_power()
         for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
                              ("random", np.zeros(n, int))):
             lines.append(pd.DataFrame({
-                "stage": "transfer", "lang": "x", "source": "s", "target": target,
-                "side": "input", "split": "held_out", "method": method,
+                "target": target, "side": "input", "split": "held_out", "method": method,
                 "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
                 "chance_1": 0.001, "chance_10": 0.01,
                 "cos_oracle": rng.random(n), "cos_centred": rng.random(n)}))
-    frame = alignment_frame(pd.concat(lines), seed=0)
-    tests = int(frame[[c for c in frame if c.endswith("_p")]].notna().to_numpy().sum())
-    d = detectable_discordant(0.001 / tests)
-    assert (frame["detectable_tokens"] == d).all()
-    np.testing.assert_allclose(frame["detectable_points"], 100 * d / frame["tokens"])
-    assert frame["chance_p_at_10"].tolist() == pytest.approx([1.0] * len(frame))
-    weak = powerless(frame).groupby(frame["target"]).all()
-    assert weak.loc["t"].tolist() == [False, False]
+    summaries, decided = lines_of(write_alignment(tmp_path, pd.concat(lines)))
+    retrieval = summaries[summaries["metric"].isin(["p_at_1", "p_at_10"])]
+    assert retrieval.set_index("metric")["chance"].to_dict() == pytest.approx(
+        {"p_at_1": 0.1, "p_at_10": 1.0})
+    d = detectable_discordant(0.001 / decided["p"].notna().sum())
+    weak = power(decided).set_index(["target", "metric"])
+    assert (weak["detectable"] == d).all()
+    assert weak["powerless"].to_dict() == {("t", "p_at_10"): False, ("t", "p_at_1"): False,
+                                           ("t2", "p_at_10"): True, ("t2", "p_at_1"): True}
     # t2: a and b differ by 3 hits, a from Random by 10: fewer than d
-    assert weak.loc["t2"].tolist() == [True, True] and 10 < d
-    md = alignment_markdown(frame)
-    assert md.count("no power to separate methods by P@1 or P@10") == 1
-    assert f"n = 40; chance P@1 0.10 %, P@10 1.00 %; detectable: ≥ {d} discordant" in md
-    text = findings_markdown({"alignment": frame, "zeroshot": pd.DataFrame(),
-                              "table1": pd.DataFrame(), "plm_probes": pd.DataFrame()})
-    t2 = text.split("**x, s, t2**")[1]
-    statement = (f"no power to separate methods: needs ≥ {d} discordant tokens "
-                 f"({100 * d / 40:.1f} % of 40)")
-    assert statement == no_power_text(d, 40)
-    assert f"P@10: a 25.0 ± 6.8 %, b 17.5 ± 6.0 %, random 0.0 %; {statement}." in t2
-    assert "not apart" not in t2.split("centred cosine")[0]
-    assert "no power" not in text.split("**x, s, t2**")[0]
+    assert weak.loc[("t2", "p_at_10"), "largest"] == 10 < d
+    said = [line for line in anomaly_lines(decided, summaries) if "without power" in line]
+    assert said == [f"**Tests without power** (2 held-out settings and metrics): they need "
+                    f"≥ {d} discordant tokens, so \"not apart\" there says nothing."]
 
 
 # --- paired tests ----------------------------------------------------------------------------
@@ -502,33 +520,6 @@ def test_paired_bootstrap_p_is_the_normal_tail_over_the_resampled_means_spread()
     assert far.p == 0.0 and normal_p(5.0) == pytest.approx(5.733e-7, rel=1e-3)
 
 
-def _holm_brute_force(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Holm's adjusted p-values, max over j <= i of (m - j) p_(j), then below alpha."""
-    tested = np.flatnonzero(~np.isnan(p))
-    order = tested[np.argsort(p[tested], kind="stable")]
-    m, running, clears = order.size, 0.0, np.zeros(p.size, bool)
-    for j, i in enumerate(order):
-        running = max(running, min(1.0, (m - j) * p[i]))
-        clears[i] = running < alpha
-    return clears
-
-
-def test_holm_equals_the_adjusted_p_values_brute_force():
-    rng = np.random.default_rng(11)
-    for trial in range(200):
-        p = rng.random(rng.integers(1, 30)) ** rng.uniform(1, 12)
-        p[rng.random(p.size) < 0.2] = np.nan
-        assert (holm(p, 0.01) == _holm_brute_force(p, 0.01)).all(), trial
-    # one family over several columns: the same decisions as holm on their values together
-    frame = pd.DataFrame({"x_p": [1e-6, np.nan, 0.2], "y_p": [2e-4, 1e-5, np.nan]})
-    both = family_clears(frame, ["x_p", "y_p"])
-    # m = 4: 1e-6 < 0.001 / 4, 1e-5 < 0.001 / 3, 2e-4 < 0.001 / 2, 0.2 > 0.001
-    assert both.to_numpy().tolist() == [[True, True], [False, True], [False, False]]
-    # m = 2: the smaller p-value needs 0.001 / 2
-    assert holm([4e-4, 0.5]).tolist() == [True, False]
-    assert holm([6e-4, 0.5]).tolist() == [False, False]  # 6e-4 > 0.001 / 2
-
-
 # --- questions only new tokens answer --------------------------------------------------------
 
 
@@ -550,31 +541,6 @@ def test_word_questions_are_native_words_and_the_facts_partition(world):
     en = fact_docs(world, "en_mini", None, SEED, "test", words=True)
     assert [d["id"] for d in en] == [d["id"] for d in words]
     assert [d["gold"] for d in en] == [d["gold"] for d in words]
-
-
-def test_report_tables_mark_the_best_and_the_differences_that_clear_a_paired_test():
-    from embtransfer.report.tables import Row, mark_best
-
-    rng = np.random.default_rng(0)
-    good = (rng.random(150) < 0.7).astype(float).tolist()
-    bad = (rng.random(150) < 0.3).astype(float).tolist()
-    near = list(good)
-    near[:2] = [1 - v for v in near[:2]]
-
-    def row(method, docs, stage="transfer"):
-        return Row(keys={"stage": stage, "lang": "x", "target": "t", "method": method},
-                   values={"Words acc": 100 * float(np.mean(docs))},
-                   per_document={"Words acc": docs})
-
-    rows = [row("a", good), row("b", bad), row("c", near), row("world_oracle", [1.0] * 150),
-            row("source model (no transfer)", [1.0] * 150, stage="source"),
-            row("alone", bad, stage="lapt")]
-    mark_best(rows, ["Words acc"], seed=0)
-    marks = {r.keys["method"]: r.vs_best.get("Words acc") for r in rows}
-    assert marks["a"] == "best"
-    assert marks["b"] < 1e-6 and marks["c"] > 0.05
-    assert marks["world_oracle"] is None and marks["source model (no transfer)"] is None
-    assert marks["alone"] is None  # alone in its block: not ranked
 
 
 def test_word_questions_keep_only_answers_no_shared_token_spells(world):

@@ -58,6 +58,7 @@ from embtransfer.report.tables import (
     table8,
     table_tests,
 )
+from embtransfer.report.texts import text
 from embtransfer.report.zeroshot import zeroshot_lines
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
@@ -182,14 +183,6 @@ def _write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-INTRO = (
-    "The SALT paper's tables and Figure 2, regenerated from this workflow's result files. "
-    "`missing`: the configuration asks for the cell but no result gives it (each table's note "
-    "lists the files); `—`: no result of that language has the metric. `±`: lm-eval's standard "
-    "error of a score. `(paper)` columns carry the paper's published number where our setting "
-    "(source model, language, target-PLM architecture, method, metric) is the paper's, "
-    "`not comparable` elsewhere."
-)
 #: The per-setting tables drawn from the comparisons table: file, family, title.
 SETTING_FILES = (
     ("zeroshot_md", "zeroshot", "Zero-shot bits per byte (before any training)"),
@@ -214,7 +207,7 @@ def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, Table]
     decided.attrs["alpha"] = alpha
     summaries = frame_of((s for made, _ in parts for s in made), SUMMARY_COLUMNS)
     for n in (1, 2, 3, 4):
-        apply_marks(n, tables[n].rows, decided)
+        apply_marks(tables[n], decided)
     return decided, summaries, probes, bli
 
 
@@ -222,13 +215,11 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
                        outputs: dict[str, str]) -> None:
     """comparisons.{csv,md}, summaries.csv and the per-setting tables drawn from them."""
     counts = decided.groupby("family").agg(tests=("p", "count"), clear=("clears", "sum"))
-    text = ["# Every paired comparison of the run", "",
-            f"One line per test: a method against its setting's best, Random or SALT (or a "
-            f"probe against chance), the difference ± its standard error, p, and whether it "
-            f"clears {CORRECTION} at family-wise α = {decided.attrs.get('alpha')} over its "
-            "family (one table). Every mark and finding of the report reads this table.", "",
-            markdown(counts.reset_index()), "", markdown(decided)]
-    write_table(decided, "\n".join(text) + "\n", outputs["comparisons_csv"],
+    lines = ["# Every paired comparison of the run", "",
+             text("comparisons_intro", correction=CORRECTION, alpha=decided.attrs.get("alpha")),
+             "",
+             markdown(counts.reset_index()), "", markdown(decided)]
+    write_table(decided, "\n".join(lines) + "\n", outputs["comparisons_csv"],
                 outputs["comparisons_md"])
     with atomic_path(outputs["summaries_csv"]) as tmp:
         summaries.to_csv(tmp, index=False)
@@ -267,7 +258,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     here = Path(outputs["report_md"]).parent
     link = {key: os.path.relpath(path, here) for key, path in outputs.items()}
-    parts = ["# SALT paper tables, regenerated", "", INTRO]
+    parts = ["# SALT paper tables, regenerated", "", text("report_intro")]
     for table in tables.values():
         parts += ["", table.markdown(level=2).rstrip("\n")]
     parts += ["", "## Figure 2: LAPT training loss", "",

@@ -21,6 +21,7 @@ from embtransfer.core.atomic import read_json, write_table
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import given_test
 from embtransfer.report.tables import format_p, markdown
+from embtransfer.report.texts import text
 
 #: The record's fields, in the table's order, then the decision.
 RECORD = [
@@ -70,25 +71,10 @@ def _percent(value: Any, digits: int = 1) -> str:
     return "—" if value is None or pd.isna(value) else f"{value:.{digits}f} %"
 
 
-def bli_markdown(frame: pd.DataFrame) -> str:
-    parts = [
-        "# Do the aligned fastText spaces carry translations?",
-        "",
-        "WECHSEL and OFA map the source language's fastText word vectors onto the target "
-        "language's with an orthogonal map fitted on a bilingual dictionary and take each "
-        "target token's neighbours there: if that space retrieves no translation, no method "
-        "built on it can. Per language, bilingual lexicon induction with the methods' own map "
-        "(`results/aligned/`) on the dictionary's held-out half, which the fit never saw: each "
-        "held-out target word's vector against every word of the source fastText model, "
-        "mapped; a hit at k when one of its translations is among the k nearest by cosine. "
-        "Chance: a random ranking's (k / candidates for one translation). p: one-sided "
-        f"binomial test of the hits at chance; above chance: it clears {CORRECTION} at "
-        f"family-wise α = {FAMILY_ALPHA} over the table's languages. The fit's P@1: its own "
-        "training pairs, among its own target words (not held out).",
-    ]
+def bli_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
+    parts = [text("bli.title"), "", text("bli.intro", correction=CORRECTION, alpha=alpha)]
     if frame.empty:
-        return "\n".join([*parts, "", "(no language with WECHSEL or OFA and a held-out "
-                          "dictionary half)"]) + "\n"
+        return "\n".join([*parts, "", text("bli.empty")]) + "\n"
     table = pd.DataFrame({
         "language": frame["lang"],
         "n": frame["queries"],
@@ -111,5 +97,6 @@ def bli_markdown(frame: pd.DataFrame) -> str:
 def write_fasttext_bli(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | Path,
                        md_path: str | Path) -> pd.DataFrame:
     frame = frame.assign(above_chance=above_chance(frame, decided))
-    write_table(frame, bli_markdown(frame), csv_path, md_path)
+    write_table(frame, bli_markdown(frame, decided.attrs.get("alpha", FAMILY_ALPHA)), csv_path,
+                md_path)
     return frame

@@ -24,6 +24,7 @@ from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, normal_p
 from embtransfer.evaluation.plm_probes import PROBES
 from embtransfer.report.comparisons import given_test
 from embtransfer.report.tables import markdown
+from embtransfer.report.texts import text
 
 SETTING = ["lang", "source", "target"]
 #: The two sides of each probe's paired comparison: the record's ``mean`` and ``random``.
@@ -112,24 +113,7 @@ def _cell(line: Any, probe: str) -> str:
     )
 
 
-#: What each probe column of plm_probes.md measures.
-PROBE_TEXT = {
-    "span": ("span: neighbours vs random",
-             "**span**: the share of a non-shared token's PLM row explained by least squares "
-             "on its neighbours' PLM rows, against as many shared rows drawn at random (per "
-             "token), with the shared rows' common direction projected out of every row "
-             "(trained rows share one direction that any few rows span: left in, the random "
-             "rows alone explain most of a row)."),
-    "class": ("class: same class vs other classes",
-              "**class**: the mean cosine between a non-shared token's PLM row and those of "
-              "the other concepts of its class in the world (animals, foods, verbs of eating, "
-              "...), against its mean cosine to the tokens of every other class (per token)."),
-}
-NO_CLASS = ("The class probe needs the miniature world's concept classes: it is not measured "
-            "on real text.")
-
-
-def probes_markdown(frame: pd.DataFrame) -> str:
+def probes_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
     probes = measured_probes(frame)
     columns = {
         "language": frame["lang"],
@@ -137,37 +121,24 @@ def probes_markdown(frame: pd.DataFrame) -> str:
         "target PLM": frame["target"],
     }
     for probe in probes:
-        columns[PROBE_TEXT[probe][0]] = [_cell(line, probe) for line in frame.itertuples()]
+        columns[text(f"probes.{probe}_column")] = [_cell(line, probe)
+                                                   for line in frame.itertuples()]
     columns |= {
         "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
         "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
         "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no"),
     }
-    intro = [
-        "SALT rebuilds a non-shared token's row from its fastText neighbours' PLM rows, so "
-        "the PLM's rows must carry what the neighbours say.",
-        *(PROBE_TEXT[probe][1] for probe in probes),
-        "Each cell: probe vs baseline, the paired difference ± its standard error, z and the "
-        "items. Row norm and pairwise cosine: the mean over every input row (rows at "
-        "initialisation: norm about the init std times sqrt(width), cosine about 0). "
-        f"Carries meaning: every probe above its baseline by the report's rule ({CORRECTION} "
-        f"at family-wise α = {FAMILY_ALPHA} over the normal two-sided p-values of every "
-        "probe's z in this table).",
-    ]
-    if "class" not in probes:
-        intro.append(NO_CLASS)
-    parts = [
-        "# Do the target PLMs' input embeddings carry meaning?",
-        "",
-        " ".join(intro),
-        "",
-        markdown(pd.DataFrame(columns)),
-    ]
+    rule = {"correction": CORRECTION, "alpha": alpha}
+    intro = [text("probes.intro"), *(text(f"probes.{probe}") for probe in probes),
+             text("probes.cells", **rule)] + ([] if "class" in probes
+                                               else [text("probes.no_class")])
+    parts = [text("probes.title"), "", " ".join(intro), "", markdown(pd.DataFrame(columns))]
     return "\n".join(parts) + "\n"
 
 
 def write_probes(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | Path,
                  md_path: str | Path) -> pd.DataFrame:
     frame = frame.assign(carries=carries(frame, decided))
-    write_table(frame, probes_markdown(frame), csv_path, md_path)
+    write_table(frame, probes_markdown(frame, decided.attrs.get("alpha", FAMILY_ALPHA)),
+                csv_path, md_path)
     return frame

@@ -20,6 +20,7 @@ from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
 from embtransfer.report.records import MalformedResultError
 from embtransfer.report.tables import markdown
+from embtransfer.report.texts import text
 
 SETTING = ["lang", "source", "target"]
 QUANTILES = ["median", "p90", "p99", "max"]
@@ -66,18 +67,9 @@ def _number(value: Any, digits: int) -> str:
 
 
 def conditioning_markdown(frame: pd.DataFrame) -> str:
-    intro = (
-        "Per setting, over SALT's projected tokens: k/h, the neighbour count against the "
-        "target PLM's width (k ≥ h is always rank-deficient); the share of tokens whose "
-        "neighbour rows have a lower numerical rank than k (at `rcond`); and the "
-        "amplification ‖c‖₂, the norm of a token's least-squares coefficients: how many "
-        "times longer its projected row is than the source rows it combines, for source "
-        "rows that are orthogonal with equal norms. The rows blow up where k/h nears 1; the "
-        "remedies (a `max_neighbors` cap, `ridge`, a wider PLM) are in docs/methods.md."
-    )
-    parts = ["# SALT's conditioning", "", intro, ""]
+    parts = [text("conditioning.title"), "", text("conditioning.intro"), ""]
     if frame.empty:
-        return "\n".join([*parts, "(no setting runs SALT)"]) + "\n"
+        return "\n".join([*parts, text("conditioning.empty")]) + "\n"
     columns = {
         "language": frame["lang"],
         "source": frame["source"],

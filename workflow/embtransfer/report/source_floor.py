@@ -24,6 +24,7 @@ from embtransfer.core.atomic import read_json, write_table
 from embtransfer.core.paired import ratio_se
 from embtransfer.report.records import read_records
 from embtransfer.report.tables import markdown
+from embtransfer.report.texts import text
 
 #: ``text``: ``held-out`` (the floor's line, the source's own language) or ``control``.
 FLOOR_COLUMNS = [
@@ -74,35 +75,16 @@ def floor_frame(floor_files: list[str], languages: dict[str, str],
     return pd.DataFrame(lines, columns=FLOOR_COLUMNS)
 
 
-def floor_sentence(line: Any) -> str:
-    """One floor line (``held-out``) in words, as the findings state it."""
-    verdict = "clears" if line.clears_floor else "does not clear"
-    return (f"{line.source} reads its held-out {line.lang} at {line.bits_per_byte:.3f} bits "
-            f"per byte against {line.unigram_bits_per_byte:.3f} for an add-one unigram and "
-            f"{line.kn_bigram_bits_per_byte:.3f} for a Kneser–Ney bigram of its own tokens "
-            f"({100 * line.below_unigram:.0f} % below the unigram, "
-            f"{100 * line.below_kn_bigram:.0f} % below the bigram): it {verdict} the floor")
-
-
 def floor_markdown(frame: pd.DataFrame) -> str:
     # lm_floor imports torch: the report's inputs (and so the Snakefile) import this module
     from embtransfer.evaluation.lm_floor import FLOOR_MARGIN  # noqa: PLC0415 (Snakefile start-up)
 
-    parts = [
-        "# The source's quality floor",
-        "",
-        "Bits per byte (lower is better, `±` one standard error over the documents) of each "
-        "source LLM pretrained here on real text, on its language's held-out lines, beside "
-        "two count models of its own tokens fitted on its training text: an add-one unigram "
-        "and an interpolated Kneser–Ney bigram (`embtransfer.evaluation.lm_floor`). A source "
-        f"clears the floor at least {100 * FLOOR_MARGIN:.0f} % below the unigram and below "
-        "the bigram. The control lines: the same source with its own tokenizer on each target "
-        "language's held-out text (`source_model` in the zero-shot table).",
-    ]
+    parts = [text("source_floor.title"), "",
+             text("source_floor.intro", margin=f"{100 * FLOOR_MARGIN:.0f}")]
     floor, control = frame[frame["text"] == "held-out"], frame[frame["text"] == "control"]
     if floor.empty:
-        return "\n".join([*parts, "", "(no source pretrained here on real text)"]) + "\n"
-    parts += ["", "## Held-out text of the source's language", "", markdown(pd.DataFrame({
+        return "\n".join([*parts, "", text("source_floor.empty")]) + "\n"
+    parts += ["", text("source_floor.held_out"), "", markdown(pd.DataFrame({
         "source": floor["source"], "language": floor["lang"],
         "bits per byte": [f"{v:.4f} ± {se:.4f}" for v, se in
                           zip(floor["bits_per_byte"], floor["bits_per_byte_se"], strict=True)],
@@ -113,7 +95,7 @@ def floor_markdown(frame: pd.DataFrame) -> str:
         "clears": floor["clears_floor"].map(lambda v: "yes" if v else "no"),
     }))]
     if len(control):
-        parts += ["", "## Control: the source on each target language's held-out text", "",
+        parts += ["", text("source_floor.control"), "",
                   markdown(pd.DataFrame({
                       "source": control["source"], "language": control["lang"],
                       "bits per byte": [

@@ -41,6 +41,7 @@ from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import compare_setting
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
+from embtransfer.report.texts import text
 
 MISSING = "missing"
 NOT_COMPARABLE = "not comparable"
@@ -121,6 +122,8 @@ class Table:
     reference: dict[tuple[str, ...], float]
     fmt: Callable[[str, float], str]
     notes: list[str] = field(default_factory=list)
+    #: The family-wise level its marks were decided at (:func:`apply_marks`).
+    alpha: float = FAMILY_ALPHA
 
     def paper_value(self, row: Row, metric: str) -> float | None:
         if row.paper is None:
@@ -202,27 +205,12 @@ class Table:
         parts.append(markdown(frame) if len(frame) else "(no rows: nothing configured)")
         notes = list(self.notes)
         if self.rows and not self.paper_metrics():
-            notes.append(
-                "No row of this table has the paper's setting (source model, language, "
-                "target-PLM architecture, method, metric), so the paper's numbers are not "
-                "shown; `report.paper_names` maps keys to the paper's names."
-            )
+            notes.append(text("tables.no_paper"))
         elif self.rows:
-            notes.append(
-                "`(paper)` columns: the SALT paper's number for the same source model, language, "
-                f"target-PLM architecture, method and metric; `{NOT_COMPARABLE}` where our "
-                "setting is not the paper's."
-            )
+            notes.append(text("tables.paper", not_comparable=NOT_COMPARABLE))
         if any(row.vs_best for row in self.rows):
-            notes.append(
-                "`(best)`: the best method of its block (stage, language, source, target PLM, "
-                "evaluation language), where two or more methods with per-question scores "
-                "compete; `*`: a method whose difference from it clears a paired test over the "
-                "same questions (McNemar's exact test, or a paired bootstrap for non-binary "
-                f"scores) and the {CORRECTION} correction at family-wise α = {FAMILY_ALPHA} "
-                f"over every such test of this table. `{ORACLE}` (the world's oracle: the "
-                "translation's rows where the world knows a token's meaning, Mean's row "
-                "elsewhere) and the source model (the control) are not ranked.")
+            notes.append(text("tables.best", correction=CORRECTION, alpha=self.alpha,
+                              oracle=ORACLE))
         missing = [f"- {row_label(row)}: {what}" for row in self.rows for what in row.missing]
         if missing:
             notes.append(f"Rows with `{MISSING}` cells ({len(missing)}):\n" + "\n".join(missing))
@@ -271,7 +259,6 @@ def sort_rows(rows: list[Row], grid: Grid) -> list[Row]:
 class EvalTableSpec:
     number: int
     title: str
-    description: str
     kind: str
     variant: str | None = None  # "eval_language" (Table 2), "note" (Table 3) or None
     variant_column: str = ""
@@ -279,33 +266,13 @@ class EvalTableSpec:
 
 
 TABLE_SPECS = {
-    1: EvalTableSpec(
-        1, "knowledge benchmarks",
-        "Knowledge-kind benchmarks (the paper: ARC, HellaSwag, TruthfulQA in the target "
-        "language; Avg is their mean) for every method, with the language's GPT target PLM "
-        "(its first target PLM when it has no GPT one). Scores in percent.",
-        "knowledge", variant="eval_language", variant_column="eval language",
-    ),
-    2: EvalTableSpec(
-        2, "machine reading comprehension",
-        "Reading-comprehension benchmarks (the paper: Belebele accuracy, MLQA and XQuAD "
-        "EM/F1, three-shot) in the target language and in English, for every method with the "
-        "language's GPT target PLM. Scores in percent.",
-        "mrc", variant="eval_language", variant_column="eval language",
-    ),
-    3: EvalTableSpec(
-        3, "cross-lingual reading comprehension",
-        "Cross-lingual benchmarks (the paper: MLQA with English context and target-language "
-        "question, and the reverse), for every method with the language's GPT target PLM. "
-        "Scores in percent.",
-        "crosslingual", variant="note", variant_column="languages",
-    ),
-    4: EvalTableSpec(
-        4, "knowledge benchmarks by target-PLM architecture",
-        "Knowledge-kind benchmarks of the focus method (the paper: SALT) with each target PLM "
-        "(GPT, BERT, T5). Scores in percent.",
-        "knowledge", variant="eval_language", variant_column="eval language", by_target=True,
-    ),
+    1: EvalTableSpec(1, "knowledge benchmarks", "knowledge", "eval_language", "eval language"),
+    2: EvalTableSpec(2, "machine reading comprehension", "mrc", "eval_language",
+                     "eval language"),
+    3: EvalTableSpec(3, "cross-lingual reading comprehension", "crosslingual", "note",
+                     "languages"),
+    4: EvalTableSpec(4, "knowledge benchmarks by target-PLM architecture", "knowledge",
+                     "eval_language", "eval language", by_target=True),
 }
 
 
@@ -453,24 +420,11 @@ def _eval_notes(spec: EvalTableSpec, grid: Grid, records: list[EvalRecord],
     if not records:
         notes.append(f"No {spec.kind}-kind evaluation results in the inputs.")
     if any(e is not None for r in rows for e in r.stderr.values()):
-        notes.append(
-            "`±`: lm-eval's standard error of the score (percentage points)"
-            + ("; Avg's is the square root of the sum of its scores' squared standard errors "
-               "divided by their number (the benchmarks are independent samples)"
-               if knowledge else "")
-            + ". A score without `±` has no standard error from lm-eval."
-        )
+        notes.append(text("tables.stderr_knowledge" if knowledge else "tables.stderr"))
     if not spec.by_target and not grid.source_control:
-        notes.append(
-            "No control rows: `evaluation.stages` does not include `source`, so the untouched "
-            "source model is not evaluated; add `source` to show its scores first in each "
-            "(language, source model) block."
-        )
+        notes.append(text("tables.no_control"))
     elif any(r.keys["stage"] == "source" for r in rows):
-        notes.append(
-            f"`{SOURCE_MODEL_LABEL}` rows (stage `source`): the control, the source LLM "
-            "itself with its own tokenizer, before any transfer."
-        )
+        notes.append(text("tables.control", label=SOURCE_MODEL_LABEL))
     return notes
 
 
@@ -491,7 +445,8 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
         metrics = [MISSING]
     notes = _eval_notes(spec, grid, in_table, rows)
     notes += scoring_notes(in_table)
-    return Table(spec.number, spec.title, spec.description, sort_rows(rows, grid), metrics,
+    return Table(spec.number, spec.title, text(f"tables.description_{spec.number}"),
+                 sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
 
 
@@ -532,10 +487,12 @@ def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
     return summaries, tests
 
 
-def apply_marks(number: int, rows: list[Row], decided: pd.DataFrame) -> None:
+def apply_marks(table: Table, decided: pd.DataFrame) -> None:
     """Each row's ``vs_best`` and ``clears`` from the decided comparisons of its table:
     "best" where the method is its block's best, else the p-value of its test against it."""
-    mine = decided[(decided["family"] == f"table{number}") & (decided["versus"] == "best")]
+    table.alpha = decided.attrs.get("alpha", FAMILY_ALPHA)
+    rows = table.rows
+    mine = decided[(decided["family"] == f"table{table.number}") & (decided["versus"] == "best")]
     for line in mine.itertuples():
         for row in rows:
             if (row.keys.get("method"), row.keys.get("lang"), row.keys.get("source"),
@@ -675,23 +632,11 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
                     "bits per byte (no zero-shot record for the tokens per byte: "
                     f"{zeroshot_path(grid, lang, source, target, method)})")
             rows.append(row)
-    notes = ["Held-out loss per token of the transferred model's own tokenizer, evaluated at "
-             "the given fractions of the LAPT optimizer steps. A per-token loss depends on the "
-             "tokenizer (more tokens per byte, lower loss per token); bits per byte do not: "
-             "loss × tokens / bytes / ln 2, with the tokens and UTF-8 bytes of the valid text "
-             "counted by the checkpoint's zero-shot record "
-             "(`results/zeroshot/`, the zero-shot table's bits per byte). The LAPT eval loss "
-             "also scores the separators between documents, which the zero-shot counts leave "
-             "out, so these are close to, not exactly, the checkpoint's bits per byte."]
     return Table(5, "eval loss during LAPT by target-PLM architecture",
-                 "Evaluation loss of every LAPT run at the configured fractions of the LAPT "
-                 "steps (`lapt.eval_fractions`), and the same in bits per byte."
-                 if every_method else
-                 "Evaluation loss of the focus method (the paper: SALT) at 30/60/90% of the "
-                 "LAPT steps, with each target PLM, and the same in bits per byte.",
+                 text("tables.description_5_every" if every_method else "tables.description_5"),
                  sort_rows(rows, grid),
                  [m for pair in zip(metrics, bpb_metrics, strict=True) for m in pair],
-                 reference, format_loss, notes)
+                 reference, format_loss, [text("tables.notes_5")])
 
 
 def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
@@ -719,9 +664,7 @@ def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
         elif loss is None:
             row.missing.append(f"no final line with final_train_loss in {run.path}")
         rows.append(row)
-    return Table(8, "final training loss",
-                 "Training loss at the end of LAPT for every method, with the language's GPT "
-                 "target PLM (and any other LAPT run present).",
+    return Table(8, "final training loss", text("tables.description_8"),
                  sort_rows(rows, grid), [metric], reference, format_loss)
 
 
@@ -766,11 +709,6 @@ def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
                         if value is None:
                             row.missing.append(f"no corpus_coverage_pct in {record['_path']}")
                 rows.append(row)
-    notes = [f"Matching rule: `overlap.match: {grid.overlap_match}` (the paper's is fuzzy). "
-             "coverage % = copied / target vocabulary size; corpus coverage % = share of the "
-             "target corpus's tokens that are copied ones."]
-    return Table(6, "vocabulary overlap",
-                 "Target tokens whose embedding is copied from the source model (shared "
-                 "tokens), tokens a method must initialize, and coverage, per source model and "
-                 "target PLM.",
-                 sort_rows(rows, grid), metrics, reference, format_coverage, notes)
+    return Table(6, "vocabulary overlap", text("tables.description_6"),
+                 sort_rows(rows, grid), metrics, reference, format_coverage,
+                 [text("tables.notes_6", match=grid.overlap_match)])
