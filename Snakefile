@@ -84,6 +84,7 @@ rule all:
         all_report(),
         # the world's pairs measured as the real ones (docs/calibration.md)
         all_shared_kinds(config),
+        all_calibration(config),
         # a real dictionary's held-out half as each pair's alignment truth
         all_dictionary_truth(config),
 

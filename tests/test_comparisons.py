@@ -5,6 +5,7 @@ marks of the per-setting tables (embtransfer.report.setting_tables)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -87,7 +88,7 @@ def _scores(rng: np.random.Generator, metric: str, methods: list[str], n: int
 def _expected_value(metric: str, s: np.ndarray, n_bytes: np.ndarray | None) -> tuple[float, float]:
     if metric == "bits_per_byte":
         return s.sum() / n_bytes.sum(), ratio_se(s, n_bytes)
-    scale = 100.0 if metric.startswith("p_at_") else 1.0
+    scale = 100.0 if metric.startswith("p_at_") or metric == "Words acc" else 1.0
     return scale * s.mean(), scale * s.std(ddof=1) / math.sqrt(s.size)
 
 
@@ -98,8 +99,8 @@ def _expected_test(metric: str, key: dict, method: str, other: str, a: np.ndarra
         return paired_ratio(a, b, n_bytes, seed), 1.0
     if metric.startswith("p_at_"):
         return mcnemar(a, b), 100.0
-    if metric == "Words acc":  # an lm-eval score of 0/1 per question: McNemar, unscaled
-        return mcnemar(a, b), 1.0
+    if metric == "Words acc":  # an lm-eval score of 0/1 per question: McNemar, in percent
+        return mcnemar(a, b), 100.0
     return paired_bootstrap(a, b, seed), 1.0
 
 
@@ -203,8 +204,14 @@ def test_methods_scored_on_different_items_are_refused():
 # --- decisions -------------------------------------------------------------------------------
 
 
+_SETTINGS = itertools.count()
+
+
 def _line(family: str, p: float, diff: float = 1.0, metric: str = "p_at_1",
           method: str = "omp", versus: str = "best", other: str = "salt", **keys) -> dict:
+    """A test line; each in a setting of its own unless ``keys`` name one (a pair tested
+    twice in one setting is one test: :func:`decide`)."""
+    keys.setdefault("target", f"t{next(_SETTINGS)}")
     return setting_key({"family": family, "metric": metric, **keys}) | {
         "method": method, "versus": versus, "other": other, "n": 10, "diff": diff,
         "se": 0.1, "p": p, "test": "mcnemar"}
@@ -257,8 +264,9 @@ def test_raising_alpha_never_unclears_a_test_and_moves_every_family_together():
     tests, summaries = [], []
     for family in ("zeroshot", "alignment", "table1"):
         setting = {"family": family, "lang": "xx", "metric": "p_at_1"}
-        tests += [_line(family, 0.01, 5.0, lang="xx", versus="random", other="random"),
-                  _line(family, 0.9, -5.0, lang="xx", method="random", other="omp")]
+        tests += [_line(family, 0.01, 5.0, lang="xx", target="", versus="random",
+                        other="random"),
+                  _line(family, 0.9, -5.0, lang="xx", target="", method="random", other="omp")]
         summaries += [setting_key(setting) | {"method": m, "role": role(m), "n": 10,
                                               "value": v, "se": 1.0, "rank": r,
                                               "chance": math.nan, "flags": ""}
@@ -447,24 +455,22 @@ def test_with_decisions_marks_the_best_and_those_not_apart_from_it():
 # --- a pair tested twice where the best is SALT or Random -----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "comparisons.compare_setting makes the vs-best and the vs-salt (or vs-random) line of "
-    "one pair where the best is SALT (or Random): one test counted twice in its family's "
-    "Holm correction"))
-def test_each_pair_of_a_setting_is_tested_once():
+def test_a_pair_held_twice_is_one_test_of_its_family():
     """Where a setting's best is SALT, a method's test against the best and its test against
-    SALT are one test: the family should count it once (Holm's m) and hold one line of it."""
+    SALT are one pair: both lines stay (each table looks up its own), the family counts the
+    pair once in Holm's m, and both lines are decided alike."""
     hits = np.r_[np.ones(30), np.zeros(10)]
     scores = {"salt": hits, "omp": np.roll(hits, 5) * (np.arange(40) % 3 > 0), "random":
               np.zeros(40)}
     _, tests = compare_setting({"family": "f", "metric": "p_at_1"}, scores, 0)
-    pairs = [(t["method"], t["other"]) for t in tests]
-    assert len(pairs) == len(set(pairs)), pairs
+    decided = decide(frame_of(tests, TEST_COLUMNS), 0.05)
+    pairs = [frozenset((t["method"], t["other"])) for t in tests]
+    assert len(pairs) > len(set(pairs))  # SALT is best: omp's two lines name one pair
+    unique = {pair: p for pair, p in zip(pairs, decided["p"], strict=True)}
+    expected = dict(zip(unique, holm(list(unique.values()), 0.05), strict=True))
+    assert decided["clears"].tolist() == [expected[pair] for pair in pairs]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "comparisons.compare_runs merges on (setting, method, other) without versus: the two "
-    "lines of a pair whose best is SALT or Random merge two by two (four lines)"))
 def test_compare_runs_merges_each_test_with_itself_once():
     """A run compared with itself: one merged line per test, whoever is best."""
     a = _random_run(4, best="salt")[1]

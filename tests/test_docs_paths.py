@@ -161,6 +161,8 @@ def external(first: str) -> bool:
 
 def path_finding(token: str) -> str | None:
     token = token.rstrip(".,;:)'\"")
+    if token.endswith("]") and "[" not in token:  # a Markdown link's text: [docs/x.md](...)
+        token = token[:-1]
     first = token.split("/", 1)[0]
     if external(first) or "/" not in token.strip("/"):
         return None

@@ -16,8 +16,14 @@ from embtransfer.config.validation import validate_config
 from embtransfer.core import paths
 from embtransfer.core.atomic import write_json
 from embtransfer.data.dictionary_split import split_dictionary, word_key
-from embtransfer.report.fasttext_bli_table import COLUMNS, bli_sentence, write_fasttext_bli
-from embtransfer.report.findings import findings_markdown
+from embtransfer.report.comparisons import TEST_COLUMNS, decide, frame_of
+from embtransfer.report.fasttext_bli_table import (
+    COLUMNS,
+    RECORD,
+    bli_frame,
+    bli_tests,
+    write_fasttext_bli,
+)
 from embtransfer.report.inputs import report_inputs
 from embtransfer.transfer.aligned import AlignedVectors, align_from_dictionary, write_aligned
 from embtransfer.transfer.fasttext_bli import (
@@ -306,29 +312,54 @@ def test_the_report_table_rows_equal_the_per_language_records(tmp_path):
         path = tmp_path / paths.FASTTEXT_BLI.fill(lang=lang)
         write_json(path, record)
         files.append(str(path))
-    written = write_fasttext_bli(files, tmp_path / "bli.csv", tmp_path / "bli.md")
-    frame = pd.read_csv(tmp_path / "bli.csv")
-    assert list(frame.columns) == COLUMNS and len(frame) == 3
-    for line in frame.to_dict("records"):
+    frame = bli_frame(files)
+    tests = bli_tests(frame)
+    # one test per language with queries, its P@10 against chance by the record's p-value
+    assert [(t["lang"], t["source"], t["p"]) for t in tests] == [("de", "en", 1e-200),
+                                                                  ("ar", "en", 0.165)]
+    assert [t["diff"] for t in tests] == pytest.approx([45.0 - 0.2, 1.1 - 0.2])
+    assert {(t["family"], t["metric"], t["versus"]) for t in tests} == {
+        ("fasttext_bli", "bli_p_at_10", "chance")}
+    decided = decide(frame_of(tests, TEST_COLUMNS))
+    write_fasttext_bli(frame, decided, tmp_path / "bli.csv", tmp_path / "bli.md")
+    written = pd.read_csv(tmp_path / "bli.csv")
+    assert list(written.columns) == COLUMNS and len(written) == 3
+    better = set(decided.loc[decided["relation"] == "better", "lang"])
+    assert better == {"de"}
+    for line in written.to_dict("records"):
         record = records[line.pop("lang")]
         above = line.pop("above_chance")
         line = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in line.items()}
         assert line == {k: v for k, v in record.items() if k != "lang"}
-        assert above == (record["p_value_10"] is not None and record["p_value_10"] < 1e-3)
-    assert "| de | 400 |" in (tmp_path / "bli.md").read_text()
-    sentence = bli_sentence(written)
-    assert "P@10 = 45.0 % (chance 0.20 %, n = 400) in de" in sentence
-    assert "in ar at no rate above chance (P@10 = 1.1 %, chance 0.20 %, n = 90): no method " \
-           "built on them can" in sentence
-    assert "in vi it is not measured" in sentence
-    # the findings state it; a run without the table says nothing of it
-    empty = {name: pd.DataFrame() for name in ("alignment", "zeroshot", "table1", "plm_probes")}
-    assert sentence in findings_markdown({**empty, "fasttext_bli": frame})
-    assert "fastText" not in findings_markdown(empty)
+        assert above == (record["lang"] in better)
+    text = (tmp_path / "bli.md").read_text()
+    assert "| de | 400 |" in text
+    verdicts = {line.split("|")[1].strip(): line.split("|")[9].strip()
+                for line in text.splitlines() if line.startswith("| ") and "language" not in line}
+    assert verdicts == {"de": "yes", "ar": "no", "vi": "no"}
+
+
+def test_above_chance_is_the_decided_tables_call(tmp_path):
+    """A p-value of 6e-4 clears alone (below 0.001) but not beside a second language's
+    (Holm's first step then needs 0.0005): above chance follows the decided family."""
+    def record(lang: str, p: float) -> dict:
+        return {"lang": lang, "source_language": "en", "queries": 100, "candidates": 5000,
+                "p_at_10": 5.0, "chance_at_10": 0.2, "p_value_10": p}
+
+    alone = pd.DataFrame([record("de", 6e-4)], columns=RECORD)
+    assert write_fasttext_bli(alone, decide(frame_of(bli_tests(alone), TEST_COLUMNS)),
+                              tmp_path / "a.csv", tmp_path / "a.md")["above_chance"].tolist() \
+        == [True]
+    both = pd.DataFrame([record("de", 6e-4), record("ar", 0.9)], columns=RECORD)
+    decided = decide(frame_of(bli_tests(both), TEST_COLUMNS))
+    assert write_fasttext_bli(both, decided, tmp_path / "b.csv", tmp_path / "b.md")[
+        "above_chance"].tolist() == [False, False]
 
 
 def test_a_record_under_another_language_is_refused(tmp_path):
     path = tmp_path / paths.FASTTEXT_BLI.fill(lang="de")
     write_json(path, {"lang": "ar"})
     with pytest.raises(ValueError, match="record of 'ar'"):
-        write_fasttext_bli([str(path)], tmp_path / "a.csv", tmp_path / "a.md")
+        bli_frame([str(path)])
+    with pytest.raises(ValueError, match="not a fastText BLI record"):
+        bli_frame([str(tmp_path / "de.json")])

@@ -1,438 +1,460 @@
-"""The findings: written from the tables, claims only where the tables' own corrected tests
-clear, the README's section equal to the reference run's, two runs compared claim by claim."""
+"""findings.md: written from the comparisons table and the summaries alone. It opens with at
+most ten lines (each kind's best or tied-best methods, SALT against OMP, every kind of
+anomaly the comparisons hold, with its count), a method is called best only where every
+other is apart from it, the committed pages are what the committed references give, and
+two runs are compared test by test."""
 
 from __future__ import annotations
 
 import json
-import math
-import shutil
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from embtransfer.core.paired import holm
-from embtransfer.report.alignment_table import alignment_clears, alignment_frame
-from embtransfer.report.findings import (
-    END,
-    README,
-    REFERENCE_DIR,
-    START,
-    TABLES,
-    claims,
-    compare_claims,
-    comparison_text,
-    current_section,
-    findings_claims,
-    findings_markdown,
-    main,
-    readme_section,
-    refresh_reference,
+from embtransfer.core import paths
+from embtransfer.core.paired import normal_p
+from embtransfer.report.comparisons import (
+    SUMMARY_COLUMNS,
+    TEST_COLUMNS,
+    compare_setting,
+    decide,
+    detectable_discordant,
+    frame_of,
+    given_test,
+    with_decisions,
 )
-from embtransfer.report.zeroshot import comparison_markdown, zeroshot_clears, zeroshot_comparison
+from embtransfer.report.findings import (
+    KINDS,
+    MARKERS,
+    PAGES,
+    README,
+    REAL_REFERENCE_DIR,
+    REFERENCE_DIR,
+    RUN_JSON,
+    current_block,
+    findings_markdown,
+    headline,
+    headline_block,
+    main,
+    read_run,
+    reference_text,
+    refresh_reference,
+    replace_block,
+    write_pages,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-N = 400
+TOKENS = 400
+
+# -- synthetic runs: settings scored by the spine itself -----------------------------------------
 
 
-def alignment_tables(close_to_best: bool = True) -> pd.DataFrame:
-    """Per-token scores of one held-out setting: "a" retrieves 30 % at depth 10, "c" the same
-    tokens but 4 (not apart from "a" when ``close_to_best``), "b" 3 %, Random none."""
-    rng = np.random.default_rng(3)
-    good = (rng.random(N) < 0.3).astype(int)
-    close = good.copy()
-    close[: (4 if close_to_best else 80)] = 0
-    hits = {"world_oracle": np.ones(N, int), "a": good, "c": close,
-            "b": (rng.random(N) < 0.03).astype(int), "random": np.zeros(N, int)}
-    parts = [pd.DataFrame({
-        "stage": "transfer", "lang": "xx", "source": "src", "target": "gpt2_x", "side": "input",
-        "method": method, "target_id": np.arange(N), "split": "held_out", "hit_1": hit * 0,
-        "hit_10": hit, "cos_oracle": hit * 0.5 + rng.random(N) * 0.1,
-        "cos_centred": hit * 0.3 + rng.random(N) * 0.1}) for method, hit in hits.items()]
-    return alignment_frame(pd.concat(parts, ignore_index=True), seed=0)
+def hits(ones: int, start: int = 0, n: int = TOKENS) -> np.ndarray:
+    """0/1 scores over ``n`` items: ``ones`` hits from item ``start`` on."""
+    scores = np.zeros(n)
+    scores[start:start + ones] = 1
+    return scores
 
 
-def zeroshot_records() -> list[dict]:
-    rng = np.random.default_rng(4)
-    n_bytes = rng.integers(30, 200, size=300)
-    base = n_bytes * rng.gamma(6.0, 0.5, size=300)
-
-    def record(method: str, nll: np.ndarray, target: str | None = "gpt2_x") -> dict:
-        rec = {"lang": "xx", "source": "src", "method": method, "loss": 1.0, "perplexity": 2.0,
-               "bits_per_byte": float(nll.sum() / math.log(2) / n_bytes.sum()),
-               "document_nll_nats": [float(v) for v in nll],
-               "document_bytes": [int(v) for v in n_bytes]}
-        return rec | ({"target": target} if target else {})
-
-    return [record("random", base * 1.5), record("a", base + rng.normal(0, 1, 300)),
-            record("c", base + rng.normal(0, 1, 300)), record("world_oracle", base * 1.1),
-            record("source_model", base * 0.9, target=None),
-            record("a", base * 1.2, target="bert_x")]
+def document_bits(factors: dict[str, float], seed: int = 0, n: int = 200
+                  ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-document bits of each method (its factor times the bytes, with 5 % noise per
+    document) and the documents' bytes."""
+    n_bytes = np.random.default_rng(seed).integers(50, 150, n).astype(float)
+    return {method: n_bytes * factor * (1 + np.random.default_rng(seed + i).normal(0, 0.05, n))
+            for i, (method, factor) in enumerate(factors.items())}, n_bytes
 
 
-def tables(close_to_best: bool = True) -> dict[str, pd.DataFrame]:
-    return {"alignment": alignment_tables(close_to_best),
-            "zeroshot": zeroshot_comparison(zeroshot_records(), seed=1),
-            "table1": pd.DataFrame(), "plm_probes": pd.DataFrame()}
+HELD_OUT = {"family": "alignment", "stage": "transfer", "source": "src", "side": "input",
+            "split": "held_out", "metric": "p_at_10"}
 
 
-def write_report(directory: Path, found: dict[str, pd.DataFrame]) -> Path:
-    """The tables ``found`` as a report folder holds them (an empty one: no file)."""
-    directory.mkdir()
-    for name, frame in found.items():
-        if len(frame):
-            frame.to_csv(directory / TABLES[name], index=False)
-    return directory
+def alignment(lang: str, scores: dict[str, np.ndarray]) -> tuple[list, list]:
+    return compare_setting({**HELD_OUT, "lang": lang, "target": f"gpt2_{lang}"}, scores, 0)
 
 
-def test_claims_are_the_tables_own_decisions():
-    found = tables()
-    claimed = claims(found)
-    alignment = found["alignment"]
-    decided = alignment_clears(alignment)
-    for line in claimed[claimed["table"] == "alignment"].itertuples():
-        other = "best" if line.versus != "random" or line.method == "random" else "random"
-        column = f"{line.metric}_vs_{other}_p"
-        row = alignment.index[alignment["method"] == line.method][0]
-        assert line.p == alignment.loc[row, column]
-        assert line.clears == decided.loc[row, column]
-        # a relation only where the test clears, in the difference's direction
-        expect = "not apart" if not line.clears else ("better" if line.diff > 0 else "worse")
-        assert line.relation == expect
-    zeroshot = claimed[claimed["table"] == "zeroshot"]
-    assert zeroshot["clears"].sum() == zeroshot_clears(found["zeroshot"]).to_numpy().sum()
-    # lower bits per byte is better: Random is worse than the best, the best better than it
-    vs = zeroshot.set_index(["method", "versus"])
-    assert vs.loc[("random", "a"), "relation"] == "worse"
-    assert vs.loc[("a", "random"), "relation"] == "better"
+def zeroshot(lang: str, factors: dict[str, float], flags: dict[str, str] | None = None,
+             family: str = "zeroshot") -> tuple[list, list]:
+    bits, n_bytes = document_bits(factors)
+    setting = {"family": family, "stage": "lapt" if family == "lapt_zeroshot" else "transfer",
+               "lang": lang, "source": "src", "target": f"gpt2_{lang}",
+               "metric": "bits_per_byte"}
+    return compare_setting(setting, bits, 0, n_bytes, flags)
+
+
+def paper_table(number: int, lang: str, scores: dict[str, np.ndarray]) -> tuple[list, list]:
+    setting = {"family": f"table{number}", "stage": "lapt", "lang": lang, "source": "src",
+               "target": f"gpt2_{lang}", "variant": "target", "metric": "Facts acc"}
+    return compare_setting(setting, scores, 0)
+
+
+def probe(lang: str, z: float) -> dict:
+    setting = {"family": "plm_probes", "lang": lang, "source": "src",
+               "target": f"gpt2_{lang}", "metric": "span_probe"}
+    return given_test(setting, f"gpt2_{lang}", z, 1.0, normal_p(z), "normal")
+
+
+def run(*parts: tuple[list, list], tests: tuple[dict, ...] = (), alpha: float = 0.001
+        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(comparisons, summaries) of the settings ``parts`` and the tests ``tests``, decided."""
+    decided = decide(frame_of([t for _, made in parts for t in made] + list(tests),
+                              TEST_COLUMNS), alpha)
+    decided.attrs["alpha"] = alpha
+    return decided, frame_of([s for made, _ in parts for s in made], SUMMARY_COLUMNS)
+
+
+def opening(text: str) -> list[str]:
+    """The lines of findings.md between its title and the first blank line after them."""
+    title, lines = text.split("\n\n")[:2]
+    assert title.startswith("# ")
+    return lines.split("\n")
+
+
+def line_of(text: str, label: str) -> str:
+    found = [line for line in opening(text) if line.startswith(f"- **{label}**")]
+    assert len(found) == 1, (label, opening(text))
+    return found[0]
+
+
+ALIGNMENT = KINDS[0].label
+ZEROSHOT = KINDS[1].label
+#: Each kind of anomaly by the words that open its line.
+ANOMALIES = ("Worse than Random", "Rows blown up or zero", "PLMs without measurable meaning",
+             "Tests without power")
+
+
+def anomalous() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A run with one of every anomaly: clp's bits per byte worse than Random's and its rows
+    flagged, a target PLM whose probe does not clear and one whose probe reads below its
+    baseline, and a held-out setting of 15 tokens whose tests cannot clear however the
+    tokens fall."""
+    return run(alignment("xx", {"salt": hits(120), "ofa": hits(116, 4), "random": hits(0),
+                                "world_oracle": hits(TOKENS)}),
+               zeroshot("xx", {"salt": 1.0, "omp": 1.2, "random": 1.5, "clp": 2.0},
+                        {"clp": "3 rows flagged"}),
+               alignment("yy", {"salt": hits(3, n=15), "ofa": hits(1, n=15),
+                                "random": hits(0, n=15)}),
+               tests=(probe("xx", 0.5), probe("yy", 20.0), probe("zz", -20.0)))
+
+
+def clean() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A run without anomalies: every method better than Random, no row flagged, every
+    probe clears, every held-out test could clear."""
+    return run(alignment("xx", {"salt": hits(120), "ofa": hits(40, 80), "random": hits(0)}),
+               zeroshot("xx", {"salt": 1.0, "omp": 1.2, "random": 1.5}),
+               tests=(probe("xx", 20.0),))
+
+
+# -- the opening lines --------------------------------------------------------------------------
 
 
 def test_a_method_is_called_best_only_where_every_other_is_apart():
-    close = findings_markdown(tables(close_to_best=True))
-    apart = findings_markdown(tables(close_to_best=False))
-    assert "P@10: a is first (28.7 ± 2.3 %) but not apart from c (28.2 ± 2.3 %)" in close
-    assert "P@10: a is best (28.7 ± 2.3 %); worse than a: c, b, random" in apart
-    # against Random: a and c are better; b's 12 tokens to none (McNemar p 2**-11) do not
-    # clear the correction over the table's 30 tests
-    assert "better than Random: a, c; not apart from Random: b." in apart
-    assert "P@1: all at 0.0 %" in apart  # no method retrieves at depth 1: none is first
+    """salt leads ofa by 4 tokens of 400 (McNemar p 0.125): both are tied for best; 80
+    tokens apart, salt alone is best and ofa is not named."""
+    random = {"random": hits(0), "world_oracle": hits(TOKENS)}
+    close = findings_markdown(*run(alignment("xx", {"salt": hits(120), "ofa": hits(116, 4),
+                                                    **random})))
+    apart = findings_markdown(*run(alignment("xx", {"salt": hits(120), "ofa": hits(40, 80),
+                                                    **random})))
+    tied = line_of(close, ALIGNMENT)
+    assert "salt tied for best in 1" in tied and "ofa tied for best in 1" in tied
+    assert "salt best" not in tied
+    alone = line_of(apart, ALIGNMENT)
+    assert alone.endswith("(1 setting × 3 methods): salt best in 1.")
+    # the oracle is shown, never ranked: not one of the methods counted
+    assert "world_oracle" not in tied + alone
+    # no test separates any method: all are tied, none is called best
+    same = findings_markdown(*run(alignment("xx", {"salt": hits(3), "ofa": hits(3, 1),
+                                                   "random": hits(2)})))
+    assert line_of(same, ALIGNMENT).endswith(
+        "all 3 methods tied for best: no test separates them.")
 
 
-def test_the_findings_count_what_clears_at_the_one_threshold():
-    found = tables()
-    text = findings_markdown(found)
-    claimed = claims(found)
-    assert f"{int(claimed['clears'].sum())} of the {len(claimed)} tested pairs clear it" in text
-    # the family is each table: the zero-shot decisions are Holm's over its p-values alone
-    frame = found["zeroshot"]
-    together = holm(frame[["vs_best_p", "vs_random_p"]].to_numpy())
-    assert together.sum() == claimed[claimed["table"] == "zeroshot"]["clears"].sum()
+def test_each_kinds_line_names_its_best_or_tied_best_methods():
+    """Per kind, over its settings: a method best alone where every other is worse than it
+    (the decided tests against the best), tied where some other is not apart; the counts
+    add up to the settings."""
+    decided, summaries = run(
+        alignment("xx", {"salt": hits(120), "ofa": hits(40, 80), "random": hits(0)}),
+        alignment("yy", {"salt": hits(120), "ofa": hits(118, 2), "random": hits(0)}),
+        zeroshot("xx", {"salt": 1.0, "lstsq": 0.8, "random": 1.5}),
+        zeroshot("yy", {"salt": 1.0, "lstsq": 0.8, "random": 1.5}),
+        paper_table(1, "xx", {"salt": hits(100), "ofa": hits(100, 1), "random": hits(90)}))
+    text = findings_markdown(decided, summaries)
+    assert line_of(text, ALIGNMENT).endswith(
+        "(2 settings × 3 methods): salt best in 1 and tied in 1; ofa tied for best in 1.")
+    assert line_of(text, ZEROSHOT).endswith("(2 settings × 3 methods): lstsq best in 2.")
+    assert line_of(text, "Table 1, Facts acc").endswith(
+        "all 3 methods tied for best: no test separates them.")
+    # each "best" is the decided table's: every other method worse than it there
+    best = decided[decided["versus"] == "best"]
+    apart = best.groupby(["family", "lang", "other"])["relation"].apply(
+        lambda r: bool((r == "worse").all()))
+    assert apart.to_dict() == {
+        ("alignment", "xx", "salt"): True, ("alignment", "yy", "salt"): False,
+        ("table1", "xx", "ofa"): False, ("zeroshot", "xx", "lstsq"): True,
+        ("zeroshot", "yy", "lstsq"): True}
 
 
-def test_the_oracle_is_an_upper_bound_of_the_alignment_metrics_only(tmp_path):
-    found = tables()
-    text = findings_markdown(found)
-    before_zeroshot = text.split("### Zero-shot")[0]
-    assert "upper bound" not in text.split("### Zero-shot")[1]
-    assert "the upper bound of these metrics" in before_zeroshot
-    assert "upper bound" not in comparison_markdown(found["zeroshot"])
-    from embtransfer.report.zeroshot import write_zeroshot_table
+def test_every_kind_of_anomaly_is_counted_and_none_is_invented():
+    text = findings_markdown(*anomalous())
+    for kind in ANOMALIES:
+        line_of(text, kind)
+    assert re.search(r"\(1 checkpoints?: xx gpt2_xx clp in zeroshot\)",
+                     line_of(text, "Worse than Random"))
+    assert "(1 checkpoint: xx gpt2_xx clp)" in line_of(text, "Rows blown up or zero")
+    assert "(2 of 3: xx gpt2_xx, zz gpt2_zz)" in line_of(text, "PLMs without measurable meaning")
+    power = line_of(text, "Tests without power")
+    assert re.search(r"\(1 held-out settings? and metrics?\)", power)
+    # 15 tokens, where the family's strictest Holm step (0.001 over its 8 tests: each
+    # setting's 4 pairs, a pair tested against the best and against SALT counted once)
+    # needs 14 discordant ones; the largest difference there is 3 tokens
+    assert detectable_discordant(0.001 / 8) == 14
+    assert "≥ 14 discordant tokens" in power
+    calm = findings_markdown(*clean())
+    for kind in ANOMALIES:
+        assert f"**{kind}**" not in calm
+    assert len(opening(calm)) == 3  # two kinds' leaders and SALT against OMP
 
-    write_zeroshot_table(zeroshot_records(), tmp_path / "z.csv", tmp_path / "z.md")
-    assert "upper bound" not in (tmp_path / "z.md").read_text()
+
+def test_a_run_without_paired_tests_says_so():
+    """A run whose report holds no paired test (no per-item scores: the report rule on
+    results without them) still has findings: no opening line, 0 of 0 tests."""
+    decided, summaries = run()
+    assert decided.empty
+    text = findings_markdown(decided, summaries)
+    assert text.startswith("# What the run shows\n")
+    assert "0 of the 0 tests clear it" in text
+    assert not headline(decided, with_decisions(summaries, decided))
 
 
-def test_the_readme_shows_the_findings_of_the_committed_reference_run():
-    """The README's "What the default run shows" is the findings of docs/reference_run/
-    (`make findings-reference` rewrites both)."""
-    reference = REPO / REFERENCE_DIR
-    run = json.loads((reference / "run.json").read_text())
-    assert set(run) == {"commit", "date"}
+def test_salt_against_omp_counts_the_decided_tests_from_salts_side():
+    decided, summaries = clean()
+    line = line_of(findings_markdown(decided, summaries), "SALT against OMP")
+    versus = decided[(decided["versus"] == "salt") & (decided["method"] == "omp")]
+    assert len(versus) == 1 and versus["relation"].iloc[0] == "worse"
+    assert re.search(r"\(1 paired tests? over zeroshot\): SALT better in 1, worse in 0, "
+                     r"not apart in 0\.$", line)
+
+
+def test_the_findings_open_with_at_most_ten_lines():
+    for text in (findings_markdown(*anomalous()), findings_markdown(*clean()),
+                 (REPO / PAGES[False]).read_text(),
+                 current_block((REPO / PAGES[True]).read_text(), real=True)):
+        assert 1 <= len(opening(text)) <= 10
+        assert all(line.startswith("- **") for line in opening(text))
+
+
+def test_every_anomaly_stays_in_the_opening_when_every_kind_has_a_leader():
+    """A run with all seven kinds (alignment, zero-shot, after LAPT, Tables 1-4), SALT
+    against OMP and all four anomalies has twelve candidate lines: the opening keeps ten,
+    and the anomalies are what it must not drop."""
+    decided, summaries = anomalous()
+    more = run(zeroshot("xx", {"salt": 1.0, "omp": 1.2, "random": 1.5}, family="lapt_zeroshot"),
+               *(paper_table(n, "xx", {"salt": hits(100), "ofa": hits(60), "random": hits(50)})
+                 for n in (1, 2, 3, 4)))
+    decided = decide(pd.concat([decided[TEST_COLUMNS], more[0][TEST_COLUMNS]],
+                               ignore_index=True))
+    summaries = pd.concat([summaries, more[1]], ignore_index=True)
+    lines = headline(decided, with_decisions(summaries, decided))
+    assert len(lines) <= 10
+    for kind in ANOMALIES:
+        assert any(line.startswith(f"**{kind}**") for line in lines), kind
+
+
+def test_the_count_of_clearing_tests_is_the_comparisons_tables():
+    for alpha in (0.001, 0.5):
+        decided, summaries = run(
+            alignment("xx", {"salt": hits(120), "ofa": hits(112, 8), "random": hits(115, 5)}),
+            alpha=alpha)
+        text = findings_markdown(decided, summaries)
+        assert (f"{int(decided['clears'].sum())} of the {len(decided)} tests clear it"
+                in text)
+        assert f"family-wise α = {alpha} " in text
+    assert decide(decided, 0.5)["clears"].sum() > decide(decided, 0.001)["clears"].sum()
+
+
+def test_a_real_text_run_states_its_limits_and_stands_beside_the_world():
+    world = run(alignment("xx", {"salt": hits(120), "ofa": hits(40, 80), "random": hits(0)}),
+                zeroshot("xx", {"salt": 1.0, "lstsq": 0.8, "random": 1.5}))
+    real = run(alignment("de", {"salt": hits(40, 80), "ofa": hits(120), "random": hits(0)}),
+               zeroshot("de", {"salt": 1.0, "lstsq": 0.8, "random": 1.5}))
+    text = findings_markdown(*real, real=True, world=world)
+    assert text.startswith("# What real text shows\n")
+    assert "A real-text run holds for its own models and text" in text
+    beside = line_of(text, "Beside the miniature world")
+    assert f"{ALIGNMENT} over 3 common methods: ofa here, salt in the world (they differ)" \
+        in beside
+    assert f"{ZEROSHOT} over 3 common methods: lstsq here, lstsq in the world (the same)" \
+        in beside
+    assert "real-text run holds" not in findings_markdown(*real)
+
+
+# -- the committed references and the pages written from them ----------------------------------
+
+
+def test_the_committed_pages_are_what_the_committed_references_give():
+    """The README's two blocks, docs/findings.md and docs/real_text.md's block are the
+    findings of docs/reference_run/ and docs/reference_real_run/ (`--pages` rewrites them)."""
     readme = (REPO / README).read_text()
-    assert readme.count(START) == readme.count(END) == 1
-    assert current_section(readme) == readme_section(reference)
-    assert f"commit {run['commit']} ({run['date']})" in current_section(readme)
+    for real in (False, True):
+        start, end = MARKERS[real]
+        assert readme.count(start) == readme.count(end) == 1
+        reference = REPO / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
+        run_json = json.loads((reference / RUN_JSON).read_text())
+        assert set(run_json) == {"commit", "date"}
+        text = reference_text(reference, real, REPO / REFERENCE_DIR)
+        assert f"of the run of commit {run_json['commit']} ({run_json['date']})" in text
+        assert current_block(readme, real) == headline_block(text, PAGES[real])
+        page = (REPO / PAGES[real]).read_text()
+        assert (current_block(page, real=True) if real else page) == text
 
 
-def test_refresh_copies_the_tables_and_rewrites_only_the_section(tmp_path, monkeypatch):
-    report = write_report(tmp_path / "report", tables())
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# T\n\nbefore\n{START}\nold text\n{END}\nafter\n")
-    monkeypatch.chdir(REPO)  # the commit is the checkout's
-    refresh_reference(report, tmp_path / "ref", readme)
-    text = readme.read_text()
-    assert text.startswith("# T\n\nbefore\n" + START + "\n") and text.endswith(END + "\nafter\n")
-    assert "old text" not in text
-    assert current_section(text) == readme_section(tmp_path / "ref")
-    assert not (tmp_path / "ref" / TABLES["table1"]).exists()  # the run had none
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / TABLES["alignment"]),
-                                  pd.read_csv(report / TABLES["alignment"]))
+def test_the_readme_block_is_the_headline_and_a_link():
+    decided, summaries = anomalous()
+    text = findings_markdown(decided, summaries)
+    block = headline_block(text, PAGES[False])
+    lines = headline(decided, with_decisions(summaries, decided))
+    assert block == "\n".join(f"- {line}" for line in lines) + (
+        f"\n\nEvery setting's table: [{PAGES[False]}]({PAGES[False]}).\n")
 
 
-def test_refreshing_the_world_reference_rewrites_the_real_section_beside_it(tmp_path, monkeypatch):
-    """The real-text findings compare their leaders with the miniature world's, so a new
-    world reference rewrites that section too (it would otherwise read the old world)."""
-    from embtransfer.report.findings import REAL_END, REAL_REFERENCE_DIR, REAL_START
-
-    report = write_report(tmp_path / "report", tables())
-    readme = tmp_path / "README.md"
-    readme.write_text(f"{START}\nold world\n{END}\n{REAL_START}\nold real\n{REAL_END}\n")
-    monkeypatch.chdir(REPO)
-    real = REPO / REAL_REFERENCE_DIR
-    refresh_reference(report, tmp_path / "ref", readme, real_reference=real)
-    text = readme.read_text()
-    assert "old real" not in text
-    assert current_section(text, real=True) == readme_section(real, real=True,
-                                                               world=tmp_path / "ref")
+def write_run(directory: Path, decided: pd.DataFrame, summaries: pd.DataFrame,
+              mtime: float | None = None) -> Path:
+    """A report folder with the two tables the findings read."""
+    directory.mkdir(parents=True)
+    for name, frame in (("comparisons_csv", decided), ("summaries_csv", summaries)):
+        path = directory / paths.REPORT_FILES[name]
+        frame.to_csv(path, index=False)
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+    return directory
 
 
-def test_two_runs_are_compared_claim_by_claim(tmp_path, capsys):
-    a, b = tables(close_to_best=False), tables(close_to_best=True)
-    compared = compare_claims(claims(a), claims(b))
-    # run A calls a better than c at P@10; run B does not (4 tokens apart): both p-values
-    line = compared[(compared["table"] == "alignment") & (compared["metric"] == "p_at_10")
-                    & (compared["method"] == "c") & (compared["versus_a"] == "a")].iloc[0]
-    assert line["relation_a"] == "worse" and line["relation_b"] == "not apart"
-    assert line["p_a"] < 1e-6 < 0.05 < line["p_b"] and not line["agrees"]
-    text = comparison_text(compared)
-    assert "alignment [transfer, xx, src, gpt2_x, input, held_out] p_at_10: c vs a: worse" in text
-    assert "NOT in B (not apart" in text
-    same = compare_claims(claims(a), claims(a))
-    assert same["agrees"].all()
-    for name, found in (("A", a), ("B", b)):
-        write_report(tmp_path / name, found)
-    assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 1
-    assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "A")]) == 0
-    assert "claims of run A's findings hold in run B" in capsys.readouterr().out
+def checkout(root: Path) -> str:
+    """A git checkout at ``root`` with one commit; its short hash."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for command in (["init", "-q"], ["add", "README.md"], ["commit", "-q", "-m", "x"]):
+        subprocess.run(["git", *command], cwd=root, env=env, check=True)
+    return subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=root, check=True,
+                          capture_output=True, text=True).stdout.strip()
 
 
-def _swap(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
-    """``frame`` with the names of methods x and y exchanged."""
-    names = {x: y, y: x}
-    out = frame.copy()
-    for column in ("method", "best"):
-        out[column] = out[column].map(lambda m: names.get(m, m))
-    return out
+def pages_root(root: Path) -> Path:
+    """A checkout's README (both blocks between other text) and docs/real_text.md (its
+    block between other text)."""
+    (root / "docs").mkdir(parents=True)
+    readme = root / "README.md"
+    readme.write_text("# T\n\nbefore\n{}\nold world\n{}\nbetween\n{}\nold real\n{}\nafter\n"
+                      .format(*MARKERS[False], *MARKERS[True]))
+    (root / PAGES[True]).write_text("# Real\n\nabove\n{}\nold page\n{}\nbelow\n"
+                                    .format(*MARKERS[True]))
+    return readme
 
 
-def test_a_claim_against_the_best_holds_when_two_methods_not_apart_swap_first_place():
-    """"b is worse than the best" holds in a run where c, not apart from a, comes first."""
-    a = tables(close_to_best=True)
-    b = {**a, "alignment": _swap(a["alignment"], "a", "c")}
-    compared = compare_claims(claims(a), claims(b))
-    line = compared[(compared["table"] == "alignment") & (compared["metric"] == "p_at_10")
-                    & (compared["method"] == "b") & (compared["against"] == "best")].iloc[0]
-    assert (line["versus_a"], line["versus_b"]) == ("a", "c")
-    assert line["relation_a"] == line["relation_b"] == "worse" and line["agrees"]
-    assert findings_claims(compared)["agrees"].all()
-    text = comparison_text(compared)
-    assert "p_at_10: b vs the best (A a, B c): worse" in text
-    assert "NOT in B" not in text
+def outside(text: str, real: bool) -> tuple[str, str]:
+    start, end = MARKERS[real]
+    return text.split(start)[0], text.split(end)[1]
 
 
-def test_a_pair_whose_best_changed_side_is_read_from_the_other_run_reversed():
-    """A: w is worse than its best o. B: w is the best and o, against it, is not apart. The
-    pair is the same: B's test of it decides A's claim, and it is not listed twice."""
-    from embtransfer.report.findings import CLAIM_KEY
-
-    def claim(method: str, versus: str, relation: str, p: float) -> dict:
-        where = {key: "x" for key in CLAIM_KEY}
-        return {**where, "method": method, "against": "best", "versus": versus, "diff": 0.1,
-                "p": p, "clears": relation != "not apart", "relation": relation, "stated": True}
-
-    a = pd.DataFrame([claim("w", "o", "worse", 1e-9)])
-    b = pd.DataFrame([claim("o", "w", "not apart", 0.004)])
-    compared = compare_claims(a, b)
-    assert len(compared) == 1
-    line = compared.iloc[0]
-    assert (line["method"], line["relation_b"], line["p_b"]) == ("w", "not apart", 0.004)
-    assert "NOT in B (not apart, p 0.004)" in comparison_text(compared)
-    held = compare_claims(a, pd.DataFrame([claim("o", "w", "better", 1e-8)]))
-    assert len(held) == 1 and held["agrees"].all()
-
-
-def test_only_the_claims_findings_md_states_are_its_claims():
-    """The tables' lines the text leaves out (the dictionary half, LAPT, the oracle) are
-    listed as differences, not counted as claims of the findings."""
-    a = tables(close_to_best=False)
-    unstated = a["alignment"].assign(split="dictionary")
-    a = {**a, "alignment": pd.concat([a["alignment"], unstated], ignore_index=True)}
-    found = claims(a)
-    assert not found.loc[found["split"] == "dictionary", "stated"].any()
-    oracle = (found["table"] == "alignment") & (found["method"] == "world_oracle")
-    assert not found.loc[oracle, "stated"].any()
-    headline = found[(found["table"] == "alignment") & (found["split"] == "held_out")
-                     & (found["method"] != "world_oracle")]
-    assert headline["stated"].all() and found[found["table"] == "zeroshot"]["stated"].all()
-    # run B makes none of the dictionary half's claims: the findings' claims all hold
-    b = {**a, "alignment": a["alignment"][a["alignment"]["split"] == "held_out"]}
-    compared = compare_claims(found, claims(b))
-    assert findings_claims(compared)["agrees"].all()
-    text = comparison_text(compared)
-    assert "dictionary] p_at_10: c vs a: A worse" in text and "[unstated]" in text
+def test_refresh_copies_the_tables_and_rewrites_only_the_blocks(tmp_path):
+    root = tmp_path / "checkout"
+    readme = pages_root(root)
+    commit = checkout(root)
+    before = readme.read_text()
+    when = 1_600_000_000.0  # 2020-09-13
+    report = write_run(tmp_path / "report", *anomalous(), mtime=when)
+    refresh_reference(report, readme=readme, root=root)
+    reference = root / REFERENCE_DIR
+    for name in ("comparisons_csv", "summaries_csv"):
+        file = paths.REPORT_FILES[name]
+        assert (reference / file).read_bytes() == (report / file).read_bytes()
+    assert json.loads((reference / RUN_JSON).read_text()) == {"commit": commit,
+                                                              "date": "2020-09-13"}
+    text = reference_text(reference)
+    assert (root / PAGES[False]).read_text() == text
+    after = readme.read_text()
+    assert current_block(after, False) == headline_block(text, PAGES[False])
+    assert "old world" not in after
+    assert outside(after, False) == outside(before, False)  # the real block is untouched
+    assert current_block(after, True) == "old real\n"
+    assert "old page" in (root / PAGES[True]).read_text()  # no real reference: not rewritten
 
 
-def test_the_report_writes_findings_md(tmp_path):
-    from embtransfer.report.findings import write_findings
-
-    report = write_report(tmp_path / "report", tables())
-    text = write_findings(report, tmp_path / "findings.md")
-    assert (tmp_path / "findings.md").read_text() == text
-    assert text == "# What the run shows\n\n" + findings_markdown(tables())
-    shutil.rmtree(report)
-    report.mkdir()  # a run outside the world: no tables, a file that says only how it decides
-    assert "0 of the 0 tested pairs" in write_findings(report, tmp_path / "findings.md")
-
-
-def test_probes_are_decided_by_the_same_rule_with_their_sign():
-    from embtransfer.report.findings import probe_decisions
-
-    frame = pd.DataFrame({"lang": "x", "source": "s", "target": ["p1", "p2", "p3"],
-                          "span_z": [10.0, 3.4, -6.0], "class_z": [10.0, 10.0, 3.45],
-                          "span_diff": [1.0, 0.1, -0.5], "class_diff": [1.0, 1.0, 1.0]})
-    decided = probe_decisions(frame)
-    # six tests: 3.45 (p 5.6e-4) and 3.4 (p 6.7e-4) would clear alone, but the fifth
-    # smallest needs 0.001 / 2: neither does; -6 clears, below its random baseline
-    assert decided["span"].tolist() == ["better", "not apart", "worse"]
-    assert decided["class"].tolist() == ["better", "better", "not apart"]
-    assert decided["carries"].tolist() == [True, False, False]
-    text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
-                              "table1": pd.DataFrame(), "plm_probes": frame})
-    assert "Carry meaning by both probes: p1 (span z 10.0, class z 10.0)." in text
-    assert "p3 (span z -6.0, class z 3.5; span below random)" in text
-
-
-def test_table1_claims_are_the_tables_marks():
-    from embtransfer.report.tables import Row, Table, format_score, mark_best
-
-    rng = np.random.default_rng(6)
-    n = 300
-    truth = {"a": rng.random(n) < 0.6, "b": rng.random(n) < 0.3, "c": rng.random(n) < 0.58,
-             "world_oracle": rng.random(n) < 0.9}
-    rows = []
-    for method, hits in truth.items():
-        scores = hits.astype(float)
-        rows.append(Row(keys={"stage": "transfer", "lang": "x", "source": "s", "target": "t",
-                              "method": method, "eval language": "target"},
-                        values={"Facts acc": 100 * scores.mean()}, stderr={"Facts acc": 2.0},
-                        per_document={"Facts acc": list(scores)}))
-    mark_best(rows, ["Facts acc"])
-    table = Table(1, "knowledge", "", rows, ["Facts acc"], {}, format_score)
-    found = claims({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
-                    "table1": table.long(), "plm_probes": pd.DataFrame()})
-    marked = {row.keys["method"] for row in rows if "Facts acc" in row.clears}
-    assert set(found[found["clears"]]["method"]) == marked == {"b"}
-    assert "*" in table.wide().set_index("method").loc["b", "Facts acc"]
-    assert "upper bound" not in table.markdown()  # the oracle is beaten on scores
-    text = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
-                              "table1": table.long(), "plm_probes": pd.DataFrame()})
-    assert "Facts acc: c is first (65.7 ± 2.0) but not apart from a (57.7 ± 2.0)" in text
-    assert "worse than c: b." in text and "world_oracle 89.0" in text  # shown, not ranked
+def test_a_new_world_reference_rewrites_the_real_pages_beside_it(tmp_path, monkeypatch):
+    """The real-text findings set their leaders beside the world's: refreshing the world
+    reference rewrites the real block of the README and docs/real_text.md as well."""
+    root = tmp_path / "checkout"
+    readme = pages_root(root)
+    checkout(root)
+    real = write_run(tmp_path / "real", *clean())
+    refresh_reference(real, real=True, readme=readme, root=root)
+    page = (root / PAGES[True]).read_text()
+    assert current_block(page, True) == reference_text(root / REAL_REFERENCE_DIR, True,
+                                                       root / REFERENCE_DIR)
+    assert page.startswith("# Real\n\nabove\n") and page.endswith("\nbelow\n")
+    assert "Beside the miniature world" not in page  # no world reference yet
+    refresh_reference(write_run(tmp_path / "world", *anomalous()), readme=readme, root=root)
+    text = reference_text(root / REAL_REFERENCE_DIR, True, root / REFERENCE_DIR)
+    assert "Beside the miniature world" in text
+    assert current_block((root / PAGES[True]).read_text(), True) == text
+    after = readme.read_text()
+    assert current_block(after, True) == headline_block(text, PAGES[True])
+    assert after.startswith("# T\n\nbefore\n") and after.endswith("\nafter\n")
+    assert "\nbetween\n" in after
+    # --pages rewrites the same from the committed tables: nothing changes
+    page = (root / PAGES[True]).read_text()
+    write_pages(False, readme, root)
+    monkeypatch.chdir(root)  # --pages works on the checkout it runs in
+    assert main(["--pages"]) == 0
+    assert readme.read_text() == after and (root / PAGES[True]).read_text() == page
 
 
-def test_salt_against_omp_follows_its_tables_decisions() -> None:
-    """OMP's verdicts against SALT are the salt_vs_omp table's own marks, with the sign of
-    each metric (bits per byte: lower is better)."""
-    from embtransfer.report.findings import claims, findings_markdown
-
-    table = pd.DataFrame([
-        {"stage": "transfer", "metric": "bits_per_byte", "lang": "ar_mini", "source": "s",
-         "target": "gpt2", "method": "omp", "items": 10, "salt": 0.9, "omp": 1.2,
-         "diff": 0.3, "se": 0.01, "p": 1e-9, "clears": True},
-        {"stage": "alignment/transfer", "metric": "p_at_10", "lang": "ar_mini", "source": "s",
-         "target": "gpt2", "method": "omp", "items": 10, "salt": 1.0, "omp": 3.0,
-         "diff": 2.0, "se": 1.0, "p": 0.01, "clears": False},
-    ])
-    empty = {name: pd.DataFrame() for name in ("alignment", "zeroshot", "table1", "plm_probes")}
-    found = claims({**empty, "salt_vs_omp": table})
-    assert found["relation"].tolist() == ["worse", "not apart"]
-    text = findings_markdown({**empty, "salt_vs_omp": table})
-    assert "worse than SALT" in text and "not apart from SALT" in text
+def test_replacing_a_block_keeps_what_is_around_it():
+    text = "a\n{}\nold\n{}\nb\n".format(*MARKERS[True])
+    new = replace_block(text, "new\n", real=True)
+    assert new == "a\n{}\nnew\n{}\nb\n".format(*MARKERS[True])
+    assert current_block(new, real=True) == "new\n"
+    with pytest.raises(ValueError):
+        replace_block(text, "new\n", real=False)  # no world markers in it
 
 
-def floor_table() -> pd.DataFrame:
-    """source_floor.csv of a source that clears its floor, and its control line."""
-    from embtransfer.report.source_floor import FLOOR_COLUMNS
-
-    return pd.DataFrame([
-        ["src", "en", "held-out", 300, 40000, 1.30, 0.01, 2.21, 1.47, 0.41, 0.12, True],
-        ["src", "xx", "control", 300, 30000, 2.90, 0.02, *[math.nan] * 5],
-    ], columns=FLOOR_COLUMNS)
+# -- two runs compared ----------------------------------------------------------------------------
 
 
-def real_tables() -> dict[str, pd.DataFrame]:
-    """A real-text run's tables: the synthetic ones, the floor, and a LAPT comparison."""
-    lapt = zeroshot_comparison([r for r in zeroshot_records() if r.get("target") == "gpt2_x"
-                                and r["method"] != "world_oracle"], seed=2)
-    return {**tables(close_to_best=False), "source_floor": floor_table(),
-            "lapt_zeroshot": lapt}
+def test_two_runs_are_compared_test_by_test(tmp_path, capsys):
+    decided, summaries = anomalous()
+    a = write_run(tmp_path / "A", decided, summaries)
+    assert main(["--compare", str(a), str(a)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and re.fullmatch(r"(\d+) of \1 tests shared by the two runs agree\.",
+                                          out[0])
+    shared = int(out[0].split()[0])
+    flipped = decided.copy()
+    line = flipped.index[(flipped["family"] == "zeroshot") & (flipped["method"] == "salt")
+                         & (flipped["versus"] == "random")][0]
+    assert flipped.loc[line, "relation"] == "better"
+    flipped.loc[line, "relation"] = "worse"
+    b = write_run(tmp_path / "B", flipped, summaries)
+    assert main(["--compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{shared - 1} of {shared} tests shared by the two runs agree.",
+                   "- zeroshot transfer xx/src/gpt2_xx   bits_per_byte: salt against random: "
+                   "better in A, worse in B"]
+    # a test only one run made is not compared
+    c = write_run(tmp_path / "C", decided.drop(index=line), summaries)
+    assert main(["--compare", str(a), str(c)]) == 0
+    assert capsys.readouterr().out.startswith(f"{shared - 1} of {shared - 1} tests")
 
 
-def test_the_real_text_findings_state_their_limits_and_the_floor():
-    text = findings_markdown(real_tables(), real=True, world=tables(close_to_best=True))
-    first = text.split("\n")[0]
-    for limit in ("one seed", "small models", "manual pages", "hadith"):
-        assert limit in first
-    assert ("src reads its held-out en at 1.300 bits per byte against 2.210 for an add-one "
-            "unigram and 1.470 for a Kneser–Ney bigram") in first
-    assert "(41 % below the unigram, 12 % below the bigram): it clears the floor" in first
-    assert "xx 2.900 bits per byte" in first
-    assert "alignment with the dictionary's held-out half" in text
-    assert "world_oracle` is the world's oracle" not in text
-    # the final LAPT checkpoints get the zero-shot section's sentences, from their own tests
-    after = text.split("### After LAPT")[1]
-    assert "bits per byte: a is" in after and "(`results/report/lapt_zeroshot.md`)" in after
-    found = claims(real_tables())
-    assert set(found.loc[found["table"] == "lapt_zeroshot", "stage"]) == {"lapt"}
-
-
-def test_the_real_text_findings_say_where_the_leaders_differ_from_the_world():
-    from embtransfer.report.findings import leaders
-
-    world = tables(close_to_best=False)
-    assert leaders(world, "alignment") == {"xx/src/gpt2_x": ("a", True)}
-    same = findings_markdown(real_tables(), real=True, world=world)
-    assert "- held-out P@10: real text a first in 1 of 1 (1*); the miniature world a first " \
-           "in 1 of 1 (1*): the same method leads most often." in same
-    swapped = {**world, "alignment": _swap(world["alignment"], "a", "b")}
-    differ = findings_markdown(real_tables(), real=True, world=swapped)
-    assert "the miniature world b first in 1 of 1 (1*): the verdicts differ." in differ
-
-
-def test_the_readme_shows_the_findings_of_the_committed_real_reference_run():
-    """The README's "What real text shows" is the findings of docs/reference_real_run/
-    beside docs/reference_run/ (`make findings-real-reference` rewrites both), or says that
-    no real run's tables are committed yet."""
-    from embtransfer.report.findings import (
-        NO_REAL_REFERENCE,
-        REAL_END,
-        REAL_REFERENCE_DIR,
-        REAL_START,
-    )
-
-    readme = (REPO / README).read_text()
-    assert readme.count(REAL_START) == readme.count(REAL_END) == 1
-    reference = REPO / REAL_REFERENCE_DIR
-    section = current_section(readme, real=True)
-    assert section == readme_section(reference, real=True, world=REPO / REFERENCE_DIR)
-    if (reference / "run.json").is_file():
-        run = json.loads((reference / "run.json").read_text())
-        assert f"commit {run['commit']} ({run['date']})" in section
-    else:
-        assert section == NO_REAL_REFERENCE
-
-
-def test_refresh_of_the_real_reference_rewrites_only_its_section(tmp_path, monkeypatch):
-    from embtransfer.report.findings import REAL_END, REAL_START
-
-    report = write_report(tmp_path / "report", real_tables())
-    readme = tmp_path / "README.md"
-    readme.write_text(f"{START}\nworld\n{END}\n{REAL_START}\nold\n{REAL_END}\n")
-    monkeypatch.chdir(REPO)  # the commit is the checkout's; the world's reference is REPO's
-    refresh_reference(report, tmp_path / "ref", readme, real=True)
-    text = readme.read_text()
-    assert text.startswith(f"{START}\nworld\n{END}\n{REAL_START}\n") and "\nold\n" not in text
-    assert current_section(text, real=True) == readme_section(tmp_path / "ref", real=True)
-    assert "### Real text beside the miniature world" in current_section(text, real=True)
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / TABLES["source_floor"]),
-                                  pd.read_csv(report / TABLES["source_floor"]))
+def test_a_report_folder_reads_back_as_it_was_written(tmp_path):
+    decided, summaries = anomalous()
+    again = read_run(write_run(tmp_path / "r", decided, summaries))
+    assert findings_markdown(*again) == findings_markdown(decided, summaries)
+    assert re.search(r"\d+ of the \d+ tests clear it", findings_markdown(*again))

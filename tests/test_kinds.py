@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embtransfer.report.calibration import WORLD_LANGUAGES, compare, write_calibration
+from embtransfer.vocab.calibration import WORLD_LANGUAGES, compare, write_calibration
 from embtransfer.vocab.kinds import (
     COLUMNS,
     FIGURES,
@@ -327,7 +327,7 @@ def _docs_world_tables() -> tuple[pd.DataFrame, dict[str, set[tuple[str, str]]]]
 def test_the_calibration_headline_counts_every_figure_of_its_table():
     """The headline counts each world language's † over every figure its table shows, and
     docs/calibration.md quotes the count of the default world's table it prints."""
-    from embtransfer.report.calibration import SHOWN, calibration_frame, outside_counts
+    from embtransfer.vocab.calibration import SHOWN, calibration_frame, outside_counts
 
     real = pd.read_csv(_real_script().TABLE)
     world, marked = _docs_world_tables()

@@ -127,6 +127,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
         + len({r[:3] for r in runs if world_pair(config, r)}),
         # one table of every world pair's shared-token kinds (docs/calibration.md)
         "shared_kinds": 1 if any(world_pair(config, p) for p in pairs) else 0,
+        "calibration_table": 1 if any(world_pair(config, p) for p in pairs) else 0,
         # the target-PLM probes: every world pair (docs/world.md)
         "plm_probe": len([p for p in pairs if world_pair(config, p)]),
         "zeroshot_source": len(targets) * len(sources),
@@ -219,7 +220,7 @@ def test_paper_config_plans_the_whole_grid(workdir, name):
 
 
 # Rules that only gather targets or download (the test config's world needs no download).
-NOT_COMPUTE = {"all", "neighbors_only", "evaluation", "download_all"}
+NOT_COMPUTE = {"all", "neighbors_only", "zeroshot_only", "evaluation", "download_all"}
 # the real-text run's rules: its inputs are fetched (real_data and the two it gathers), the
 # others are planned by tests/test_bench_real.py's dry run of config/real_text.yaml
 REAL_TEXT_ONLY = {"real_data", "real_corpus", "freedict_dictionary", "random_model",

@@ -13,6 +13,7 @@ import pytest
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import write_json
+from embtransfer.core.paired import normal_p
 from embtransfer.evaluation.plm_probes import (
     class_probe,
     common_direction,
@@ -26,7 +27,8 @@ from embtransfer.evaluation.plm_probes import (
 )
 from embtransfer.models.pretrain import build_model
 from embtransfer.neighbors.search import Neighbors
-from embtransfer.report.probe_table import COLUMNS, probe_frame, write_probes
+from embtransfer.report.comparisons import SUMMARY_COLUMNS, TEST_COLUMNS, decide, frame_of
+from embtransfer.report.probe_table import COLUMNS, probe_frame, probe_tests, write_probes
 
 RCOND = 1e-6
 #: Rows without meaning stay within this many standard errors of their baseline.
@@ -317,33 +319,55 @@ def test_probe_plm_is_seeded_and_reports_both_probes():
     assert real["geometry"] == first["geometry"]
 
 
-def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_clear(tmp_path):
-    def record(span_z, class_z):
-        stats = {"items": 10, "mean": 0.5, "random": 0.1, "diff": 0.4, "se": 0.1}
-        return {
-            "span": stats | {"z": span_z, "mean_k": 4.0},
-            "class": stats | {"z": class_z, "classes": 12},
-            "geometry": {"row_norm": 1.5, "pairwise_cosine": 0.25},
-            "rcond": RCOND,
-            "seed": 1,
-        }
+def probe_table(files: list[str], tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(written probe table, decided comparisons) of probe records, as the report makes them."""
+    frame = probe_frame(files)
+    decided = decide(frame_of(probe_tests(frame), TEST_COLUMNS))
+    return write_probes(frame, decided, tmp_path / "p.csv", tmp_path / "p.md"), decided
 
+
+def _records_of(tmp_path: Path, z_by_target: dict[str, tuple[float | None, float]]
+                ) -> list[str]:
+    """World probe records (span and class) with the given z."""
     files = []
-    for target, zs in (("t5_x", (5.0, 1.0)), ("bert_x", (4.0, 3.5)), ("gpt2_x", (None, 9.0))):
+    for target, (span_z, class_z) in z_by_target.items():
+        stats = {"items": 10, "mean": 0.5, "random": 0.1, "diff": 0.4, "se": 0.1}
         path = tmp_path / paths.PLM_PROBE.fill(lang="xx", source="src", target=target)
-        write_json(path, record(*zs))
+        write_json(path, {"span": stats | {"z": span_z, "mean_k": 4.0},
+                          "class": stats | {"z": class_z, "classes": 12},
+                          "geometry": {"row_norm": 1.5, "pairwise_cosine": 0.25},
+                          "rcond": RCOND, "seed": 1})
         files.append(str(path))
-    frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
+    return files
+
+
+def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_clear(tmp_path):
+    files = _records_of(tmp_path, {"t5_x": (5.0, 1.0), "bert_x": (4.0, 3.5),
+                                   "gpt2_x": (9.5, 9.0)})
+    frame, decided = probe_table(files, tmp_path)
     assert frame["target"].tolist() == ["bert_x", "gpt2_x", "t5_x"]
-    # five tests (gpt2_x's span has no z): 3.5 clears Holm's fourth step, 1.0 nothing
-    assert frame["carries"].tolist() == [True, False, False]
+    # six tests: 3.5 (p 4.7e-4) clears Holm's fifth step (0.001 / 2), 1.0 nothing
+    assert len(decided) == 6 and set(decided["family"]) == {"plm_probes"}
+    assert frame["carries"].tolist() == [True, True, False]
+    tests = decided.set_index(["target", "metric"])
+    assert tests.loc[("bert_x", "class_probe"), "p"] == pytest.approx(normal_p(3.5))
+    assert tests.loc[("t5_x", "class_probe"), "relation"] == "not apart"
+    assert (decided["versus"] == "chance").all() and (decided["method"] == decided["target"]).all()
     assert list(pd.read_csv(tmp_path / "p.csv").columns) == COLUMNS
     assert frame["span_neighbors_share"].tolist() == [0.5] * 3
     assert frame["span_random_share"].tolist() == [0.1] * 3
     text = (tmp_path / "p.md").read_text()
-    assert "0.500 vs 0.100: +0.400 ± 0.100 (z 4.0, n 10)" in text and "| —" in text
+    assert "0.500 vs 0.100: +0.400 ± 0.100 (z 4.0, n 10)" in text
     with pytest.raises(ValueError, match="not a PLM probe record"):
         probe_frame([str(tmp_path / "p.csv")])
+
+
+def test_a_plm_without_a_measured_probe_of_the_table_does_not_carry_meaning(tmp_path):
+    files = _records_of(tmp_path, {"gpt2_x": (None, 9.0), "bert_x": (9.0, 9.0)})
+    frame, decided = probe_table(files, tmp_path)
+    text = (tmp_path / "p.md").read_text()
+    assert "| —" in text  # the span cell of gpt2_x: not measured
+    assert frame.set_index("target")["carries"].to_dict() == {"bert_x": True, "gpt2_x": False}
 
 
 def _span_only_records(tmp_path: Path, z_by_target: dict[str, float]) -> list[str]:
@@ -361,48 +385,39 @@ def _span_only_records(tmp_path: Path, z_by_target: dict[str, float]) -> list[st
 
 def test_a_table_of_span_probes_alone_has_no_class_columns_and_says_why(tmp_path):
     """A real-text run's records have no class probe: the table keeps the span probe's
-    columns only, a PLM clears by the span probe, and the findings decide and state the span
-    probe alone."""
-    from embtransfer.report.findings import findings_markdown, probe_decisions
+    columns only, a PLM clears by the span probe, and the findings decide by it alone."""
+    from embtransfer.report.findings import findings_markdown
 
     files = _span_only_records(tmp_path, {"gpt2_de": 12.0, "bert_de": 0.5})
-    frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
+    frame, decided = probe_table(files, tmp_path)
     assert not [c for c in frame.columns if c.startswith("class")]
     assert frame["span_z"].tolist() == [0.5, 12.0] and frame["carries"].tolist() == [False, True]
+    assert set(decided["metric"]) == {"span_probe"}
     text = (tmp_path / "p.md").read_text()
     assert "span: neighbours vs random" in text and "class: same class" not in text
     assert "not measured on real text" in text and "| carries meaning |" in text
-    read = pd.read_csv(tmp_path / "p.csv")
-    decided = probe_decisions(read)
-    assert list(decided.columns) == ["lang", "source", "target", "span", "carries"]
-    assert decided["carries"].tolist() == [False, True]
-    findings = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
-                                  "table1": pd.DataFrame(), "plm_probes": read})
-    assert "The span probe of each PLM against random baselines" in findings
-    assert "Carry meaning by the span probe: gpt2_de (span z 12.0)." in findings
-    assert "Do not: bert_de (span z 0.5)." in findings and "class z" not in findings
+    findings = findings_markdown(decided, frame_of([], SUMMARY_COLUMNS), real=True)
+    assert "| lang | source | target | span_probe | carries meaning |" in findings
+    assert "| de | llama_en | bert_de | 0.5 | no |" in findings
+    assert "| de | llama_en | gpt2_de | 12.0 | yes |" in findings
+    assert "class_probe" not in findings
 
 
-def test_one_rule_decides_carrying_meaning_in_the_table_report_md_and_the_findings(tmp_path):
+def test_one_rule_decides_carrying_meaning_in_the_table_and_the_findings(tmp_path):
     """z 3.2 is 3 standard errors, but its normal p (0.0014) is not below the family-wise
     0.001: by the report's rule (Holm over the table's probes) no PLM of one z 3.2 carries
-    meaning, in the table, in report.md and in the findings alike."""
-    from collections import defaultdict
-
-    from embtransfer.report.build import _comparison_sections, output_names
+    meaning, in the table and in the findings alike."""
     from embtransfer.report.findings import findings_markdown
-    from embtransfer.report.probe_table import probe_decisions
 
     files = _span_only_records(tmp_path, {"gpt2_de": 12.0, "bert_de": 3.2})
-    frame = write_probes(files, tmp_path / "p.csv", tmp_path / "p.md")
+    frame, decided = probe_table(files, tmp_path)
     assert frame["carries"].tolist() == [False, True]
-    assert probe_decisions(pd.read_csv(tmp_path / "p.csv"))["carries"].tolist() == [False, True]
-    report = "\n".join(_comparison_sections(defaultdict(pd.DataFrame, probes=frame),
-                                            output_names()))
-    assert "1 of 2 carry meaning by the span probe" in report
-    findings = findings_markdown({"alignment": pd.DataFrame(), "zeroshot": pd.DataFrame(),
-                                  "table1": pd.DataFrame(), "plm_probes": frame})
-    assert "Carry meaning by the span probe: gpt2_de (span z 12.0). Do not: bert_de" in findings
+    assert pd.read_csv(tmp_path / "p.csv")["carries"].tolist() == [False, True]
+    findings = findings_markdown(decided, frame_of([], SUMMARY_COLUMNS))
+    assert "| de | llama_en | bert_de | 3.2 | no |" in findings
+    assert "| de | llama_en | gpt2_de | 12.0 | yes |" in findings
+    assert ("**PLMs without measurable meaning** (1 of 2: de bert_de): SALT's rows from them "
+            "say nothing about SALT.") in findings
 
 
 @pytest.mark.parametrize("std", [None, 0.05])

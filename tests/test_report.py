@@ -25,6 +25,7 @@ import yaml
 
 from embtransfer.config.validation import ConfigError
 from embtransfer.core import paths
+from embtransfer.core.paired import FAMILY_ALPHA
 from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.report.build import (
     TABLE_NUMBERS,
@@ -159,6 +160,9 @@ def test_written_outputs_are_the_tables_and_a_real_png(in_fixtures, tmp_path):
     assert len(png) > 5000
     assert set(curves) == {("de", "llama_mini"), ("de", "gemma"), ("ar_mini", "llama_mini"),
                            ("ar_mini", "gemma")}
+    # Every output the rule names is written (environment.json is the rule's own).
+    assert [name for name, path in outputs.items() if not Path(path).is_file()] == [
+        "environment"]
     # Nothing half-written is left beside the outputs.
     assert not [p for p in (tmp_path / "report").iterdir() if p.name.startswith(".")]
 
@@ -230,7 +234,7 @@ def marked_inputs(root: Path) -> Inputs:
         "cos_centred": cosine + 0.05 * np.array(hit)}) for method, hit in hits.items()],
         ignore_index=True)
     alignment = paths.ALIGNMENT.fill(stage="transfer", **EXTRA)
-    (root / alignment).parent.mkdir(parents=True)
+    (root / alignment).parent.mkdir(parents=True, exist_ok=True)
     scores.to_parquet(root / alignment)
     inputs = fixture_inputs(root)
     inputs.transfer_zeroshot, inputs.alignment = zeroshot, [alignment]
@@ -341,7 +345,11 @@ def marked_report(root: Path, alpha: float) -> dict[str, Any]:
     findings = read["findings"]
     clear = int(decided["clears"].sum())
     assert f"{clear} of the {len(decided)} tests clear it" in findings
-    assert f"α = {alpha} " in findings
+    # every note that states the level states the config's
+    for path in sorted(out.glob("*.md")):
+        levels = set(re.findall(r"α = (\d+(?:\.\d+)?(?:e-\d+)?)", path.read_text()))
+        assert levels <= {str(alpha)}, (path.name, levels)
+    assert f"α = {alpha} " in findings and f"α = {alpha} " in read["table1_md"]
     assert findings.split("\n\n")[1] in read["report_md"]  # the headline, in report.md too
     return {"clear": clear, "decided": decided, "findings": findings,
             **{name: setting_marks(read[name], decided, summaries)
@@ -363,12 +371,12 @@ def test_every_mark_of_every_table_is_the_comparisons_tables(fixture_copy):
         changed = [k for k in strict[name] if strict[name][k] != loose[name][k]]
         assert changed, f"{name}: no mark moved with report.family_alpha"
     # the designed close pairs: not apart at 0.001, apart at 0.5
-    for metric in ("Facts acc", "ARC"):
-        key = ("lapt", "ar_mini" if metric == "Facts acc" else "de", "gemma",
-               "gpt2_ar_mini" if metric == "Facts acc" else "gpt2_de", "target", metric)
-        assert (strict["table1_md"][(*key, "focus")], loose["table1_md"][(*key, "focus")]) == (
-            "", "*")
-        assert strict["table1_md"][(*key, "salt")] == "(best)"
+    for table, lang, target, metric in (("table1_md", "ar_mini", "gpt2_ar_mini", "Facts acc"),
+                                        ("table1_md", "de", "gpt2_de", "ARC"),
+                                        ("table2_md", "de", "gpt2_de", "MLQA EM")):
+        key = ("lapt", lang, "gemma", target, "target", metric)
+        assert (strict[table][(*key, "focus")], loose[table][(*key, "focus")]) == ("", "*")
+        assert strict[table][(*key, "salt")] == loose[table][(*key, "salt")] == "(best)"
     assert strict["findings"] != loose["findings"]
 
 
@@ -823,13 +831,14 @@ def test_the_schema_fills_every_default_and_refuses_unknown_keys():
     assert section == {
         "reference": "resources/reference/salt_paper_tables.csv",
         "calibration": "resources/calibration/real_shared_tokens.csv", "stages": None,
-        "methods": None, "focus_method": "salt", "figure_dpi": 120,
+        "methods": None, "focus_method": "salt", "figure_dpi": 120, "family_alpha": 0.001,
         "paper_names": {"sources": {}, "languages": {}, "architectures": {}, "methods": {}},
     }
+    assert section["family_alpha"] == FAMILY_ALPHA  # the spine's default is the schema's
     assert (REPO / section["reference"]).is_file()
     assert (REPO / section["calibration"]).is_file()
     for bad in ({"stage": ["lapt"]}, {"paper_names": {"sources": {"x": "Llama"}}},
-                {"stages": ["eval"]}):
+                {"stages": ["eval"]}, {"family_alpha": 0}, {"family_alpha": 1.5}):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate(bad)
 
@@ -880,5 +889,7 @@ def test_the_rule_params_hold_only_what_the_report_reads():
     config["models"]["gemma"]["revision"] = "changed"
     subset = config_subset(config)
     assert subset["seed"] == 7  # the alignment and zero-shot paired bootstraps read it
+    config["report"]["family_alpha"] = 0.01  # every mark is decided at it: a rerun
+    assert config_subset(config)["report"]["family_alpha"] == 0.01
     assert subset["models"]["gemma"] == {"type": "hub", "repo_id": "google/gemma-2b"}
     assert PaperNames.from_config(subset) == PaperNames.from_config(config)

@@ -97,3 +97,27 @@ def test_the_real_run_reads_its_floor_and_its_final_lapt_checkpoints() -> None:
     assert len(inputs["lapt_zeroshot"]) == len(inputs["lapt"]) == 15
     assert "results/intrinsic/lapt/de/llama_en/gpt2_de/salt.json" in inputs["lapt_zeroshot"]
     assert config["lapt"]["eval_fractions"] == [0.3, 0.6, 0.9, 1.0]
+
+
+def test_a_real_text_runs_report_writes_the_real_findings(tmp_path, monkeypatch) -> None:
+    """The rule's params say a run is a real-text one; its findings.md is then the real
+    variant (its limits stated), whose opening report.md quotes."""
+    import shutil
+
+    from test_report import FIXTURES, fixture_config, marked_inputs
+
+    from embtransfer.report.build import config_subset, output_names, write_report
+
+    assert config_subset(validate_config(yaml.safe_load(
+        (REPO / "config" / "real_small.yaml").read_text())))["real_text"]
+    shutil.copytree(FIXTURES / "results", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    for real in (False, True):
+        outputs = output_names(str(tmp_path / f"report_{real}"))
+        write_report(fixture_config() | {"real_text": real}, marked_inputs(tmp_path), outputs,
+                     dpi=30)
+        findings = Path(outputs["findings"]).read_text()
+        title, opening = findings.split("\n\n")[:2]
+        assert title == ("# What real text shows" if real else "# What the run shows")
+        assert opening.startswith("- **") and opening in Path(outputs["report_md"]).read_text()
+        assert ("A real-text run holds for its own models and text" in findings) is real

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
@@ -51,16 +50,11 @@ def all_zeroshot(config):  # the records with per-document losses (workdir below
     return sorted(str(p) for p in Path("results/zeroshot/ar_mini/gemma").rglob("*.json"))
 
 
-def all_shared_kinds(config):
-    return ["results/overlap/shared_kinds.csv"]
-
-
 # the report rule's inputs (report/inputs.py) read these stubs, not the stages' functions
 report_inputs_module.all_evaluation = all_evaluation
 report_inputs_module.all_alignment = all_alignment
 report_inputs_module.all_plm_probes = all_plm_probes
 report_inputs_module.all_zeroshot = all_zeroshot
-report_inputs_module.all_shared_kinds = all_shared_kinds
 # no source floor or final LAPT checkpoint records among the fixtures
 report_inputs_module.all_source_floors = lambda config: []
 report_inputs_module.all_lapt_intrinsic = lambda config: []
@@ -131,17 +125,13 @@ def workdir(tmp_path_factory) -> Path:
             "lang": "ar_mini", "source": "gemma", "target": "gpt2_ar_mini", "method": method,
             "loss": 7.0, "bits_per_byte": sum(nll) / math.log(2) / 1400, "tokens": 400,
             "bytes": 1400, "document_nll_nats": nll, "document_bytes": [700, 700]}))
-    # the world's shared-token figures: Gemma 3's own Arabic ones, as if they were the world's
-    real = pd.read_csv(REPO / "resources/calibration/real_shared_tokens.csv")
-    real[(real["lang"] == "ar") & (real["source"] == "gemma3")].assign(
-        lang="ar_mini", source="llama_mini").to_csv(
-        work / "results/overlap/shared_kinds.csv", index=False)
     snakemake(work, "--cores", "1", "report")
     return work
 
 
 def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     from embtransfer.report.build import Inputs, build_tables, zeroshot_paths
+    from embtransfer.report.findings import findings_markdown, read_run
 
     out = workdir / "results" / "report"
     monkeypatch.chdir(workdir)
@@ -166,17 +156,24 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
         out / "table1.md").read_text()
     assert (out / "figure2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "report.md").read_text().startswith("# SALT paper tables, regenerated")
-    zeroshot = pd.read_csv(out / "zeroshot.csv").set_index("method")
-    assert zeroshot.loc["salt", "bits_per_byte"] == pytest.approx(2.0)
-    assert zeroshot.loc["random", "vs_best"] == pytest.approx(1.0)
-    assert zeroshot["bits_per_byte_se"].notna().all()
-    calibration = pd.read_csv(out / "calibration.csv")
-    assert len(calibration) == 3 * 9 and calibration["in_range"].all()
+    # the zero-shot setting of salt and Random, in the spine's two tables
+    decided, summaries = read_run(out)
+    zeroshot = summaries[summaries["family"] == "zeroshot"].set_index("method")
+    assert zeroshot.loc["salt", "value"] == pytest.approx(2.0)
+    assert zeroshot.loc["random", "value"] == pytest.approx(3.0)
+    assert zeroshot["se"].notna().all()
+    assert zeroshot["rank"].to_dict() == {"salt": 1, "random": 2}
+    versus = decided[(decided["family"] == "zeroshot") & (decided["method"] == "random")
+                     & (decided["versus"] == "best")].iloc[0]
+    assert (versus["other"], versus["diff"]) == ("salt", pytest.approx(1.0))
+    assert "| salt | 2.0000 ± " in (out / "zeroshot.md").read_text()
     assert (out / "methods.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     findings = (out / "findings.md").read_text()
-    # from the tables the rule wrote: the zero-shot setting of salt and Random
-    assert findings.startswith("# What the run shows")
-    assert "- **ar_mini, gemma, gpt2_ar_mini**: bits per byte: salt is best (2.000" in findings
+    # from the comparisons the rule wrote: one zero-shot setting, two methods, two documents
+    assert findings == findings_markdown(decided, summaries)
+    assert findings.startswith("# What the run shows\n\n- **Zero-shot bits per byte** "
+                               "(1 setting × 2 methods): ")
+    assert f"{int(decided['clears'].sum())} of the {len(decided)} tests clear it" in findings
     assert (workdir / "results/logs/report/report.log").is_file()
     dry = snakemake(workdir, "-n", "report")
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -187,12 +184,12 @@ def test_snakemake_report_includes_tables_figure_and_captions(workdir):
     html = (workdir / "report.html").read_text()
     assert len(html) > 100_000  # the files are embedded
     for name in ("table1.md", "table8.csv", "figure2.png", "report.md", "zeroshot.md",
-                 "zeroshot.csv", "methods.png", "calibration.md", "calibration.csv",
+                 "comparisons.csv", "comparisons.md", "summaries.csv", "methods.png",
                  "alignment.md", "plm_probes.md", "findings.md"):
         assert name in html
     for text in ("Paper tables", "Paper figures", "Table 5: eval loss during LAPT",
                  "Cross-lingual embedding transfer (SALT and baselines)", "Methods compared",
-                 "Calibration of the world", "Alignment with the world's truth"):
+                 "Alignment with the world's truth"):
         assert text in html
 
 

@@ -1,6 +1,7 @@
 """The check of a transferred checkpoint's new rows (embtransfer.transfer.row_check): blown-up
 and zero rows are counted per side and named, healthy methods are never flagged, the
-checkpoint's transfer.json and log say so, and the report marks the checkpoint."""
+checkpoint's transfer.json and log say so, and the report marks the checkpoint (the zero-shot
+summary line's ``flags`` and the findings' anomaly line)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ import pytest
 import torch
 import transformers as tf
 from test_zeroshot_comparison import record as zeroshot_record
+from test_zeroshot_comparison import zeroshot
 
 from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
-from embtransfer.report.findings import findings_markdown
-from embtransfer.report.zeroshot import (
-    comparison_markdown,
-    write_zeroshot_table,
-    zeroshot_comparison,
-)
+from embtransfer.report.comparisons import lookup
+from embtransfer.report.findings import anomaly_lines, findings_markdown
+from embtransfer.report.setting_tables import setting_table
 from embtransfer.transfer.method_runner import run_method
 from embtransfer.transfer.methods.base import TransferInputs
 from embtransfer.transfer.row_check import BLOWN_UP, check_new_rows
@@ -234,29 +233,23 @@ def _records(flagged_rows: int) -> list[dict]:
 
 
 def test_the_report_marks_a_flagged_checkpoint_where_it_is_ranked(tmp_path):
-    raw = write_zeroshot_table(_records(12), tmp_path / "z.csv", tmp_path / "z.md")
-    assert raw.set_index("method").loc["salt", "rows_flagged"] == 12
-    assert "salt with gpt2_x (12)" in (tmp_path / "z.md").read_text()
-    frame = zeroshot_comparison(_records(12), seed=1).set_index("method")
-    assert frame.loc["salt", "rows_flagged"] == 12 and frame.loc["omp", "rows_flagged"] == 0
-    assert math.isnan(frame.loc["source_model", "rows_flagged"])  # no check: no claim
-    text = comparison_markdown(frame.reset_index())
-    salt_line = next(line for line in text.splitlines() if line.startswith("| salt"))
-    assert "12 rows flagged" in salt_line and "| row check |" in text
-    assert "`row check`" in text
-    findings = findings_markdown({"alignment": pd.DataFrame(), "table1": pd.DataFrame(),
-                                  "plm_probes": pd.DataFrame(),
-                                  "zeroshot": frame.reset_index()})
-    assert ("**Anomalies.** 1 checkpoint has blown-up or zero rows (row check): "
-            "xx/src/gpt2_x salt (12 rows)") in findings
+    summaries, decided = zeroshot(tmp_path, _records(12), seed=1)
+    flags = summaries.set_index("method")["flags"]
+    assert flags.to_dict() == {"random": "", "salt": "12 rows flagged", "omp": "",
+                               "source_model": ""}  # no check: no claim
+    table = setting_table(summaries[summaries["target"] == "gpt2_x"], lookup(decided))
+    assert "| flags |" in table.splitlines()[0]
+    salt_line = next(line for line in table.splitlines() if line.startswith("| salt"))
+    assert salt_line.rstrip(" |").endswith("12 rows flagged")
+    said = [line for line in anomaly_lines(decided, summaries) if "Rows blown up" in line]
+    assert said == ["**Rows blown up or zero** (1 checkpoint: xx gpt2_x salt): the row check "
+                    "flags them; their scores say what those rows did."]
+    assert said[0] in findings_markdown(decided, summaries)
 
 
 def test_the_report_is_unchanged_where_no_row_is_flagged(tmp_path):
-    write_zeroshot_table(_records(0), tmp_path / "z.csv", tmp_path / "z.md")
-    assert "row check" not in (tmp_path / "z.md").read_text()
-    frame = zeroshot_comparison(_records(0), seed=1)
-    text = comparison_markdown(frame)
-    assert "row check" not in text
-    findings = findings_markdown({"alignment": pd.DataFrame(), "table1": pd.DataFrame(),
-                                  "plm_probes": pd.DataFrame(), "zeroshot": frame})
-    assert "Anomalies" not in findings
+    summaries, decided = zeroshot(tmp_path, _records(0), seed=1)
+    assert not summaries["flags"].astype(bool).any()
+    table = setting_table(summaries[summaries["target"] == "gpt2_x"], lookup(decided))
+    assert "flags" not in table and "rows flagged" not in table
+    assert "Rows blown up" not in findings_markdown(decided, summaries)

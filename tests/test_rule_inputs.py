@@ -520,8 +520,8 @@ def test_report_inputs(config):
     assert inputs["reference"] == "resources/reference/paper.csv"
     assert list(inputs) == [
         "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference",
-        "transfer_zeroshot", "real_shared_tokens", "shared_kinds", "source_floor",
-        "lapt_zeroshot", "salt_regression", "fasttext_bli",
+        "transfer_zeroshot", "source_floor", "lapt_zeroshot", "salt_regression",
+        "fasttext_bli",
     ]
     # the BLI of the aligned fastText spaces: vi's world dictionary keeps a held-out half,
     # de's MUSE file none
@@ -538,11 +538,6 @@ def test_report_inputs(config):
     ]
     # every checkpoint's zero-shot record and the source models', for the comparison
     assert inputs["transfer_zeroshot"] == transfer.all_zeroshot(config)
-    from embtransfer.core.grid import world_pairs
-
-    # the calibration table reads the real figures only beside the world's
-    assert inputs["real_shared_tokens"] == (["real.csv"] if world_pairs(config) else [])
-    assert inputs["shared_kinds"] == all_shared_kinds(config)
     # no method reads SALT's coefficients: no regression record
     config["transfer"]["select"] = [{"methods": ["focus", "wechsel"]}]
     assert report.report_inputs(config)["salt_regression"] == []
@@ -563,10 +558,21 @@ def test_report_entries_caption_every_output():
     }
     assert report.report_entry("figure2")["category"] == "Paper figures"
     assert report.report_entry("methods")["caption"] == "../report/methods.rst"
-    assert report.report_entry("zeroshot_csv")["category"] == "Methods compared"
+    assert report.report_entry("zeroshot_md")["category"] == "Methods compared"
+    # the spine's two tables, shown beside the tables drawn from them
+    for name in ("comparisons_csv", "comparisons_md", "summaries_csv"):
+        entry = report.report_entry(name)
+        assert (entry["category"], entry["caption"]) == ("Methods compared",
+                                                         "../report/comparisons.rst")
+    assert report.report_entry("summaries_csv")["labels"] == {
+        "table": "every method's summary", "format": "CSV"}
     assert report.report_entry("calibration_md")["labels"]["format"] == "Markdown"
     # every output has a caption that exists
     for name in report.output_names():
         rules = Path(__file__).resolve().parents[1] / "workflow" / "rules"
         assert (rules / report.report_entry(name)["caption"]).is_file()
     assert report.report_entry("report_md")["subcategory"] == "All tables (report.md)"
+    # each output the report shows (environment.json is not one) has labels of its own
+    shown = [name for name in report.output_names() if name != "environment"]
+    entries = {repr(sorted(report.report_entry(name).items())) for name in shown}
+    assert len(entries) == len(shown)

@@ -323,15 +323,15 @@ def test_alignment_lines_rank_only_competitors_and_test_them_on_the_same_tokens(
     close = good.copy()
     close[:3] = 1 - close[:3]
     rows = []
-    for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
-                         ("c", close), ("random", np.zeros(n, int))):
+    for method, hits in (("world_oracle", np.ones(n, int)), ("focus", good), ("omp", bad),
+                         ("clp", close), ("random", np.zeros(n, int))):
         rows.append(pd.DataFrame({"target": "t", "side": "input", "method": method,
                                   "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
                                   "split": "held_out",
                                   "cos_oracle": hits * 0.5 + rng.random(n) * 0.1,
                                   "cos_centred": hits * 0.3 + rng.random(n) * 0.1}))
     solo = rows[1].assign(target="t2")
-    # the same methods on the dictionary concepts, where b is best: ranked apart
+    # the same methods on the dictionary concepts, where omp is best: ranked apart
     fitted = [r.assign(split="dictionary", hit_1=1 - r["hit_1"], hit_10=1 - r["hit_10"])
               for r in rows[1:4]]
     scores = pd.concat([*fitted, *rows, solo]).sample(frac=1.0, random_state=0)  # any order
@@ -340,31 +340,31 @@ def test_alignment_lines_rank_only_competitors_and_test_them_on_the_same_tokens(
     assert list(dict.fromkeys(summaries["metric"])) == ["p_at_10", "p_at_1", "cos_centred",
                                                          "cos_oracle"]
     rank = summaries.set_index(["target", "split", "metric", "method"])["rank"]
-    assert rank[("t", "dictionary", "p_at_1", "b")] == 1
+    assert rank[("t", "dictionary", "p_at_1", "omp")] == 1
     assert math.isnan(rank[("t", "held_out", "p_at_1", "world_oracle")])
-    assert rank[("t", "held_out", "p_at_1", "a")] == 1
-    assert rank[("t", "held_out", "p_at_1", "b")] == 3
-    assert math.isnan(rank[("t2", "held_out", "p_at_10", "a")])  # alone: not ranked
+    assert rank[("t", "held_out", "p_at_1", "focus")] == 1
+    assert rank[("t", "held_out", "p_at_1", "omp")] == 3
+    assert math.isnan(rank[("t2", "held_out", "p_at_10", "focus")])  # alone: not ranked
     assert not (decided["target"] == "t2").any()  # nor tested
     test = decided[(decided["target"] == "t") & (decided["split"] == "held_out")].set_index(
         ["metric", "method", "versus"])
-    assert test.loc[("p_at_1", "b", "best"), "clears"]
-    assert not test.loc[("p_at_1", "c", "best"), "clears"]  # 3 tokens differ: does not clear
-    assert test.loc[("cos_centred", "b", "best"), "p"] < 1e-3
+    assert test.loc[("p_at_1", "omp", "best"), "clears"]
+    assert not test.loc[("p_at_1", "clp", "best"), "clears"]  # 3 tokens differ: does not clear
+    assert test.loc[("cos_centred", "omp", "best"), "p"] < 1e-3
     # P@10 with its standard error, and McNemar's tests against the best and against Random,
     # equal to the tests run directly on the hits in token order
     value = summaries.set_index(["target", "split", "metric", "method"])
-    a = value.loc[("t", "held_out", "p_at_10", "a")]
+    a = value.loc[("t", "held_out", "p_at_10", "focus")]
     assert a["value"] == pytest.approx(100 * good.mean())
     assert a["se"] == pytest.approx(100 * good.std(ddof=1) / math.sqrt(n))
     assert a["n"] == n
-    assert test.loc[("p_at_10", "b", "best"), "p"] == mcnemar(bad, good).p
-    assert test.loc[("p_at_10", "b", "best"), "diff"] == pytest.approx(
+    assert test.loc[("p_at_10", "omp", "best"), "p"] == mcnemar(bad, good).p
+    assert test.loc[("p_at_10", "omp", "best"), "diff"] == pytest.approx(
         100 * (bad.mean() - good.mean()))
-    assert test.loc[("p_at_10", "a", "random"), "p"] == mcnemar(good, np.zeros(n)).p
-    assert test.loc[("p_at_1", "a", "random"), "diff"] == pytest.approx(100 * good.mean())
+    assert test.loc[("p_at_10", "focus", "random"), "p"] == mcnemar(good, np.zeros(n)).p
+    assert test.loc[("p_at_1", "focus", "random"), "diff"] == pytest.approx(100 * good.mean())
     assert ("p_at_10", "random", "random") not in test.index  # not with itself
-    assert ("p_at_10", "a", "best") not in test.index  # the best: not with itself
+    assert ("p_at_10", "focus", "best") not in test.index  # the best: not with itself
     # the same seed, the same lines
     again = lines_of(write_alignment(tmp_path, scores))
     pd.testing.assert_frame_equal(again[1], decided)
@@ -386,12 +386,14 @@ def test_each_embedding_side_is_a_setting_of_its_own(tmp_path):
     assert cos.loc[("input", "salt"), "value"] == pytest.approx(0.1)
     assert cos.loc[("output", "omp"), "value"] == pytest.approx(0.95)
     assert (cos["n"] == n).all()
-    diffs = decided[decided["metric"] == "cos_centred"]["diff"]
-    assert len(diffs) == 2 and np.allclose(diffs.abs(), 0.05)
+    tests = decided[decided["metric"] == "cos_centred"].set_index(["side", "method"])
+    assert tests.loc[("input", "salt"), "diff"] == pytest.approx(-0.05)
+    assert tests.loc[("output", "salt"), "diff"] == pytest.approx(-0.05)
 
 
 def test_methods_scored_on_other_tokens_and_other_files_are_refused(tmp_path):
-    scores = pd.DataFrame({"target": "t", "method": ["a", "a", "b", "b"], "side": "input",
+    scores = pd.DataFrame({"target": "t", "method": ["salt", "salt", "omp", "omp"],
+                           "side": "input",
                            "target_id": [1, 2, 1, 3], "split": "held_out", "hit_1": 0,
                            "hit_10": 0, "cos_oracle": 0.0, "cos_centred": 0.0})
     with pytest.raises(ValueError, match="different tokens"):
@@ -447,14 +449,15 @@ def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path)
 
     rng = np.random.default_rng(12)
     lines = []
-    # "t": 200 tokens, a retrieves 60 %, b 10 %; "t2": 40 tokens, a retrieves 10, b 7 of them
+    # "t": 200 tokens, focus retrieves 60 %, omp 10 %; "t2": 40 tokens, focus retrieves 10,
+    # omp 7 of them
     for target, n in (("t", 200), ("t2", 40)):
         good = (rng.random(n) < 0.6).astype(int)
         bad = (rng.random(n) < 0.1).astype(int)
         if target == "t2":
             good, bad = (np.arange(n) < 10).astype(int), (np.arange(n) < 7).astype(int)
-        for method, hits in (("world_oracle", np.ones(n, int)), ("a", good), ("b", bad),
-                             ("random", np.zeros(n, int))):
+        for method, hits in (("world_oracle", np.ones(n, int)), ("focus", good),
+                             ("omp", bad), ("random", np.zeros(n, int))):
             lines.append(pd.DataFrame({
                 "target": target, "side": "input", "split": "held_out", "method": method,
                 "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
@@ -469,7 +472,7 @@ def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path)
     assert (weak["detectable"] == d).all()
     assert weak["powerless"].to_dict() == {("t", "p_at_10"): False, ("t", "p_at_1"): False,
                                            ("t2", "p_at_10"): True, ("t2", "p_at_1"): True}
-    # t2: a and b differ by 3 hits, a from Random by 10: fewer than d
+    # t2: focus and omp differ by 3 hits, focus from Random by 10: fewer than d
     assert weak.loc[("t2", "p_at_10"), "largest"] == 10 < d
     said = [line for line in anomaly_lines(decided, summaries) if "without power" in line]
     assert said == [f"**Tests without power** (2 held-out settings and metrics): they need "

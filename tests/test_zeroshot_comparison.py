@@ -1,5 +1,7 @@
 """The report's zero-shot comparison: bits per byte with standard errors over the documents
-and paired tests, from the records' per-document losses (embtransfer.report.zeroshot)."""
+and paired tests, from the records' per-document losses (embtransfer.report.zeroshot), the
+zero-shot tables drawn from them, and the methods figure that draws both the zero-shot and the
+alignment lines."""
 
 from __future__ import annotations
 
@@ -10,9 +12,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from embtransfer.core import paths
 from embtransfer.core.paired import BOOTSTRAP_SAMPLES, paired_ratio, ratio_se
+from embtransfer.report.alignment_table import alignment_lines
+from embtransfer.report.comparisons import (
+    SUMMARY_COLUMNS,
+    TEST_COLUMNS,
+    decide,
+    frame_of,
+    lookup,
+)
 from embtransfer.report.records import MalformedResultError
-from embtransfer.report.zeroshot import write_zeroshot_comparison, zeroshot_comparison
+from embtransfer.report.setting_tables import MARKS, setting_sections, setting_table
+from embtransfer.report.zeroshot import OWN_TOKENIZER, zeroshot_lines
 
 
 def _jackknife_se(y: np.ndarray, x: np.ndarray) -> float:
@@ -60,6 +72,16 @@ def record(method, nll, n_bytes, target="gpt2_x"):
     return rec
 
 
+def write_records(root, records) -> list[str]:
+    """Each record in a file of its own, as the zero-shot rules write them."""
+    files = []
+    for i, rec in enumerate(records):
+        path = root / f"{i}.json"
+        path.write_text(json.dumps(rec))
+        files.append(str(path))
+    return files
+
+
 @pytest.fixture
 def records():
     rng = np.random.default_rng(2)
@@ -75,54 +97,79 @@ def records():
     ]
 
 
-def test_comparison_lines_rank_and_compare_with_best_and_random(records):
-    frame = zeroshot_comparison(records, seed=3)
-    gpt = frame[frame["target"] == "gpt2_x"].set_index("method")
-    assert list(gpt.index) == ["salt", "focus", "random", "world_oracle"]
-    assert list(gpt["rank"].iloc[:3]) == [1, 2, 3] and math.isnan(gpt.loc["world_oracle", "rank"])
-    assert (gpt["best"] == "salt").all()
+def zeroshot(tmp_path, records, seed=3) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summaries, decided comparisons) of the records."""
+    summaries, tests = zeroshot_lines(write_records(tmp_path, records), seed)
+    return frame_of(summaries, SUMMARY_COLUMNS), decide(frame_of(tests, TEST_COLUMNS))
+
+
+def test_comparison_lines_rank_and_compare_with_best_and_random(records, tmp_path):
+    summaries, decided = zeroshot(tmp_path, records)
+    assert set(summaries["family"]) == {"zeroshot"} and set(summaries["stage"]) == {"transfer"}
+    assert set(summaries["metric"]) == {"bits_per_byte"}
+    gpt = summaries[summaries["target"] == "gpt2_x"].set_index("method")
+    assert list(gpt.index) == ["random", "salt", "focus", "world_oracle"]
+    assert [gpt.loc[m, "rank"] for m in ("salt", "focus", "random")] == [1, 2, 3]
+    assert math.isnan(gpt.loc["world_oracle", "rank"])
     salt, rnd = records[1], records[0]
     nll = np.asarray(salt["document_nll_nats"]) / math.log(2)
     n_bytes = np.asarray(salt["document_bytes"], float)
-    assert gpt.loc["salt", "bits_per_byte"] == salt["bits_per_byte"]
-    assert gpt.loc["salt", "bits_per_byte_se"] == pytest.approx(ratio_se(nll, n_bytes))
-    assert math.isnan(gpt.loc["salt", "vs_best"])
-    assert gpt.loc["salt", "vs_random"] == pytest.approx(
+    assert gpt.loc["salt", "value"] == pytest.approx(salt["bits_per_byte"], rel=1e-12)
+    assert gpt.loc["salt", "se"] == pytest.approx(ratio_se(nll, n_bytes))
+    assert (gpt["n"] == 80).all()
+    tests = decided[decided["target"] == "gpt2_x"].set_index(["method", "versus"])
+    assert ("salt", "best") not in tests.index  # the best: not with itself
+    assert tests.loc[("salt", "random"), "diff"] == pytest.approx(
         salt["bits_per_byte"] - rnd["bits_per_byte"])
-    assert gpt.loc["random", "vs_random_p"] != gpt.loc["random", "vs_random_p"]  # NaN: itself
+    assert ("random", "random") not in tests.index
     # Random is 50 % worse on every document: far beyond noise
-    assert gpt.loc["random", "vs_best_p"] < 0.05 and gpt.loc["random", "vs_best"] > 0
+    assert tests.loc[("random", "best"), "relation"] == "worse"
+    assert tests.loc[("random", "best"), "diff"] > 0 and tests.loc[("random", "best"), "other"] \
+        == "salt"
+    assert not [m for m, _ in tests.index if m == "world_oracle"]
     # a setting with one competitor: shown, neither ranked nor compared
-    bert = frame[frame["target"] == "bert_x"].iloc[0]
-    assert math.isnan(bert["rank"]) and bert["best"] == "" and math.isnan(bert["vs_best"])
-    own = frame[frame["method"] == "source_model"].iloc[0]
-    assert own["target"] == "(source tokenizer)" and own["documents"] == 80
+    bert = summaries[summaries["target"] == "bert_x"].iloc[0]
+    assert math.isnan(bert["rank"]) and not (decided["target"] == "bert_x").any()
+    own = summaries[summaries["method"] == "source_model"].iloc[0]
+    assert own["target"] == OWN_TOKENIZER and own["n"] == 80 and own["role"] == "reference"
+    assert own["value"] == pytest.approx(records[4]["bits_per_byte"], rel=1e-12)
     # the same seed gives the same p-values
-    pd.testing.assert_frame_equal(frame, zeroshot_comparison(records, seed=3))
+    again = zeroshot(tmp_path, records)
+    pd.testing.assert_frame_equal(again[1], decided)
+    pd.testing.assert_frame_equal(again[0], summaries)
 
 
-def test_methods_scored_on_other_documents_are_refused(records):
+def test_the_lapt_stage_is_a_family_of_its_own(records, tmp_path):
+    lines, tests = zeroshot_lines(write_records(tmp_path, records), 3, "lapt")
+    assert {line["family"] for line in lines} == {"lapt_zeroshot"}
+    assert {t["stage"] for t in tests} == {"lapt"}
+
+
+def test_methods_scored_on_other_documents_are_refused(records, tmp_path):
     records[2]["document_bytes"] = records[2]["document_bytes"][::-1]
     with pytest.raises(MalformedResultError, match="other documents"):
-        zeroshot_comparison(records, seed=0)
+        zeroshot(tmp_path, records)
 
 
-def test_written_comparison_marks_what_clears_the_test(records, tmp_path):
-    files = []
-    for i, rec in enumerate(records):
-        files.append(tmp_path / f"{i}.json")
-        files[-1].write_text(json.dumps(rec))
-    frame = write_zeroshot_comparison(files, tmp_path / "z.csv", tmp_path / "z.md", seed=3)
-    text = (tmp_path / "z.md").read_text()
-    assert "## xx, source src, target gpt2_x (80 documents," in text
-    line = next(row for row in text.splitlines() if row.startswith("| random |"))
-    assert line.endswith(" * |  |")  # differs from the best; not compared with itself
-    assert pd.read_csv(tmp_path / "z.csv")["bits_per_byte_se"].notna().all()
-    assert len(frame) == len(records)
+def test_the_zeroshot_table_marks_what_clears_the_test(records, tmp_path):
+    summaries, decided = zeroshot(tmp_path, records)
+    text = "\n".join(setting_sections(summaries, lookup(decided), details=True))
+    assert "## transfer: xx, source src, target gpt2_x (n = 80)" in text
+    assert f"## transfer: xx, source src, target {OWN_TOKENIZER} (n = 80)" in text
+    table = setting_table(summaries[summaries["target"] == "gpt2_x"], lookup(decided))
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    random_cell = rows["random"].split("|")[2].strip()
+    # Random: third, apart from the best (worse); the best marked best
+    assert random_cell.endswith(f"#3 {MARKS['vs_best']}")
+    assert rows["salt"].split("|")[2].strip().endswith(MARKS["best"] + MARKS["better_random"])
+    assert list(rows) == ["world_oracle", "salt", "focus", "random"]
+    # a record without its per-document lists is named
     del records[0]["document_bytes"]
-    (tmp_path / "0.json").write_text(json.dumps(records[0]))
     with pytest.raises(MalformedResultError, match="document_bytes"):
-        write_zeroshot_comparison(files, tmp_path / "z.csv", tmp_path / "z.md", seed=3)
+        zeroshot(tmp_path, records)
+
+
+# -- the methods figure --------------------------------------------------------------------
 
 
 def alignment_scores(n: int = 300) -> pd.DataFrame:
@@ -135,70 +182,95 @@ def alignment_scores(n: int = 300) -> pd.DataFrame:
     parts = []
     for method, hit in hits.items():
         parts.append(pd.DataFrame({
-            "stage": "transfer", "lang": "xx", "source": "src", "target": "gpt2_x",
-            "side": "input", "method": method, "target_id": np.arange(n), "split": "held_out",
-            "hit_1": hit * (rng.random(n) < 0.1), "hit_10": hit,
+            "target": "gpt2_x", "side": "input", "method": method, "target_id": np.arange(n),
+            "split": "held_out", "hit_1": hit * (rng.random(n) < 0.1), "hit_10": hit,
             "cos_oracle": hit * 0.5 + rng.random(n) * 0.1,
             "cos_centred": hit * 0.3 + rng.random(n) * 0.1}))
     parts.append(parts[2].assign(target="bert_x", hit_1=0, hit_10=0))
     return pd.concat(parts, ignore_index=True)
 
 
-def test_methods_panels_order_mark_and_scale_as_the_tables(records):
-    from embtransfer.report.alignment_table import alignment_clears, alignment_frame
-    from embtransfer.report.figures import MIN_P_AXIS, methods_panels
-    from embtransfer.report.zeroshot import zeroshot_clears
+def spine(tmp_path, records) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summaries, decided) of the records' zero-shot lines and the alignment scores, as the
+    report decides them together."""
+    files = []
+    for target, part in alignment_scores().groupby("target"):
+        path = tmp_path / paths.ALIGNMENT.fill(stage="transfer", lang="xx", source="src",
+                                               target=target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part.drop(columns="target").to_parquet(path)
+        files.append(str(path))
+    parts = [zeroshot_lines(write_records(tmp_path, records), 3), alignment_lines(files, 1)]
+    summaries = frame_of([s for lines, _ in parts for s in lines], SUMMARY_COLUMNS)
+    return summaries, decide(frame_of([t for _, made in parts for t in made], TEST_COLUMNS))
 
-    alignment = alignment_frame(alignment_scores(), seed=1)
-    zeroshot = zeroshot_comparison(records, seed=3)
-    figure = methods_panels(alignment, zeroshot)
+
+def test_methods_panels_order_mark_and_scale_as_the_tables(records, tmp_path):
+    from embtransfer.report.figures import MIN_P_AXIS, methods_panels
+
+    summaries, decided = spine(tmp_path, records)
+    figure = methods_panels(summaries, decided)
     # one row for the setting where methods compete, one for salt across its target PLMs
     assert [left.title for left, _ in figure.rows] == [
         "xx, src, gpt2_x: held-out P@10 (%)", "xx, src: salt across target PLMs: held-out "
         "P@10 (%)"]
     (left, right), (across, across_bpb) = figure.rows
-    gpt = alignment[alignment["target"] == "gpt2_x"]
-    # alignment.md's order (by rank), the oracle written in the note, not drawn
+    aligned = summaries[(summaries["family"] == "alignment")
+                        & (summaries["metric"] == "p_at_10")]
+    gpt = aligned[aligned["target"] == "gpt2_x"]
+    # the alignment table's order (by rank), the oracle written in the note, not drawn
     ranked = gpt[gpt["method"] != "world_oracle"].sort_values("rank")
     assert left.labels == list(ranked["method"]) == ["focus", "salt", "random"]
-    assert left.values == pytest.approx(list(ranked["p_at_10"]))
-    assert left.errors == pytest.approx(list(ranked["p_at_10_se"]))
+    assert left.values == pytest.approx(list(ranked["value"]))
+    assert left.errors == pytest.approx(list(ranked["se"]))
     assert "world_oracle: 100.0 (not drawn)" in left.note
-    # the marks are the table's own decisions: † where the test against Random clears
-    clears = alignment_clears(alignment)
+    # the marks are the decided comparisons': † where the test against Random clears, *
+    # where the test against the best does
+    clears = {(t.family, t.target, t.metric, t.method, t.versus): t.clears
+              for t in decided.itertuples()}
     for label, text in zip(left.labels, left.texts, strict=True):
-        line = ranked.index[ranked["method"] == label][0]
-        assert ("†" in text) == bool(clears.loc[line, "p_at_10_vs_random_p"]), label
-        assert ("*" in text) == bool(clears.loc[line, "p_at_10_vs_best_p"]), label
+        key = ("alignment", "gpt2_x", "p_at_10", label)
+        assert ("†" in text) == clears.get((*key, "random"), False), label
+        assert ("*" in text) == clears.get((*key, "best"), False), label
     assert left.texts[0].startswith("best") and "†" in left.texts[0]  # 30 % vs 0: apart
     # an axis the methods can be read on: past every error bar, far below the oracle's 100
     assert max(v + e for v, e in zip(left.values, left.errors, strict=True)) < left.xlim[1]
     assert left.xlim[1] < 100
-    # bits per byte in zeroshot.md's order (ranked, then the oracle), marks from its tests
-    table = zeroshot[zeroshot["target"] == "gpt2_x"]
-    assert right.labels == list(table["method"])
-    marks = zeroshot_clears(zeroshot).loc[table.index]
-    assert [("†" in t) for t in right.texts] == list(marks["vs_random_p"])
+    # bits per byte, marks from the decided zero-shot tests
+    for label, text in zip(right.labels, right.texts, strict=True):
+        key = ("zeroshot", "gpt2_x", "bits_per_byte", label)
+        assert ("†" in text) == clears.get((*key, "random"), False), label
+        assert ("*" in text) == clears.get((*key, "best"), False), label
+    assert set(right.labels) == {"salt", "focus", "random", "world_oracle"}
     # salt across target PLMs in one panel, the competing setting's first; its all-zero
     # bert_x bar keeps a readable axis (not matplotlib's -0.04 to 0.04)
     assert across.labels == ["salt, gpt2_x", "salt, bert_x"]
     assert across.values[1] == 0 and across.xlim[0] == 0 and across.xlim[1] >= MIN_P_AXIS
-    alone = methods_panels(alignment[alignment["target"] == "bert_x"], zeroshot).rows[-1][0]
+    alone = methods_panels(summaries[summaries["target"] == "bert_x"], decided).rows[-1][0]
     assert alone.values == [0] and alone.xlim == (0.0, MIN_P_AXIS)
     assert across_bpb.labels == ["salt, gpt2_x", "salt, bert_x"]
+    bpb = summaries[(summaries["family"] == "zeroshot") & (summaries["method"] == "salt")]
     assert across_bpb.values == pytest.approx([
-        float(zeroshot[(zeroshot["method"] == "salt") & (zeroshot["target"] == t)]
-              ["bits_per_byte"].iloc[0]) for t in ("gpt2_x", "bert_x")])
+        float(bpb[bpb["target"] == t]["value"].iloc[0]) for t in ("gpt2_x", "bert_x")])
+
+
+def test_the_zeroshot_bars_are_in_the_zeroshot_tables_order(records, tmp_path):
+    from embtransfer.report.figures import methods_panels
+
+    summaries, decided = spine(tmp_path, records)
+    right = methods_panels(summaries, decided).rows[0][1]
+    table = setting_table(summaries[(summaries["family"] == "zeroshot")
+                                    & (summaries["target"] == "gpt2_x")], lookup(decided))
+    order = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert right.labels == order
 
 
 def test_methods_figure_draws_the_panels(records, tmp_path):
-    from embtransfer.report.alignment_table import alignment_frame
     from embtransfer.report.figures import draw_methods, methods_panels, write_methods_figure
 
-    alignment = alignment_frame(alignment_scores(), seed=1)
-    zeroshot = zeroshot_comparison(records, seed=3)
-    figure = methods_panels(alignment, zeroshot)
-    fig = draw_methods(alignment, zeroshot, dpi=40)
+    summaries, decided = spine(tmp_path, records)
+    figure = methods_panels(summaries, decided)
+    fig = draw_methods(summaries, decided, dpi=40)
     assert len(fig.axes) == 2 * len(figure.rows)
     for ax, panel in zip(fig.axes, [p for row in figure.rows for p in row], strict=True):
         assert [t.get_text() for t in ax.get_yticklabels()] == panel.labels
@@ -211,19 +283,18 @@ def test_methods_figure_draws_the_panels(records, tmp_path):
         [2 * e for e in figure.rows[0][1].errors])
     legend = fig.texts[-1].get_text().replace("\n", " ")
     assert "Holm-Bonferroni" in legend and "upper bound" in legend
-    write_methods_figure(tmp_path / "m.png", alignment, zeroshot, dpi=40)
+    write_methods_figure(tmp_path / "m.png", summaries, decided, dpi=40)
     assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_methods_figure_cuts_a_far_bits_per_byte_bar_and_writes_its_value(records):
-    from embtransfer.report.alignment_table import alignment_frame
+def test_methods_figure_cuts_a_far_bits_per_byte_bar_and_writes_its_value(records, tmp_path):
     from embtransfer.report.figures import methods_panels
 
     records[2]["document_nll_nats"] = [v * 20 for v in records[2]["document_nll_nats"]]
     records[2]["bits_per_byte"] *= 20
-    zeroshot = zeroshot_comparison(records, seed=3)
-    right = methods_panels(alignment_frame(alignment_scores(), seed=1), zeroshot).rows[0][1]
-    focus = float(zeroshot[(zeroshot["method"] == "focus")
-                           & (zeroshot["target"] == "gpt2_x")]["bits_per_byte"].iloc[0])
+    summaries, decided = spine(tmp_path, records)
+    right = methods_panels(summaries, decided).rows[0][1]
+    focus = float(summaries[(summaries["family"] == "zeroshot") & (summaries["method"] == "focus")
+                            & (summaries["target"] == "gpt2_x")]["value"].iloc[0])
     assert right.xlim[1] < focus
     assert right.texts[right.labels.index("focus")].startswith(f"{focus:.2f} →")

@@ -84,6 +84,7 @@ from embtransfer.transfer.inputs import (
 )
 from embtransfer.transfer.shared_search import search_inputs, search_options
 from embtransfer.vocab.inputs import (
+    all_calibration,
     all_coverage,
     all_shared_kinds,
     overlap_text,

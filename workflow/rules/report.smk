@@ -23,3 +23,23 @@ rule report:
         f"{paths.LOGS}/report/report.log",
     script:
         "../scripts/report/report.py"
+
+
+rule calibration_table:
+    # The run's shared tokens beside the committed real ones (docs/calibration.md); shown in
+    # the report (results/report/), written apart from it.
+    input:
+        real=config["report"]["calibration"],
+        run=paths.SHARED_KINDS,
+    output:
+        csv=report(paths.CALIBRATION_CSV,
+                   **report_entry("calibration_csv", real_text_run(config))),
+        md=report(paths.CALIBRATION_MD, **report_entry("calibration_md", real_text_run(config))),
+    params:
+        code=script_hash("report/calibration.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/report/calibration.log",
+    script:
+        "../scripts/report/calibration.py"

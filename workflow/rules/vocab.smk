@@ -110,3 +110,4 @@ rule shared_kinds:
         f"{paths.LOGS}/overlap/shared_kinds.log",
     script:
         "../scripts/vocab/kinds.py"
+

@@ -114,6 +114,9 @@ COVERAGE = Template("results/overlap/{source}/{target}.coverage.json")
 #: The miniature world's pairs measured as the real ones (embtransfer.vocab.kinds,
 #: docs/calibration.md): coverage and the kinds of shared tokens, a row per pair.
 SHARED_KINDS = Template("results/overlap/shared_kinds.csv")
+# ... beside the committed real figures (rule calibration_table; shown in the report)
+CALIBRATION_CSV = "results/report/calibration.csv"
+CALIBRATION_MD = "results/report/calibration.md"
 #: The miniature world's ground truth: each target token's translation as source ids
 #: (embtransfer.world.truth), and its counts.
 WORLD_TRUTH = Template("results/truth/{lang}/{source}/{target}.parquet")
@@ -181,7 +184,7 @@ REPORT_FILES = {
     **{f"{name}_md": f"{name}.md" for name in ("comparisons", "alignment", "zeroshot",
                                                "lapt_zeroshot")},
     **{f"{name}_{kind}": f"{name}.{kind}" for name in (
-        "plm_probes", "fasttext_bli", "calibration", "source_floor", "salt_conditioning")
+        "plm_probes", "fasttext_bli", "source_floor", "salt_conditioning")
        for kind in ("md", "csv")},
     "figure2": "figure2.png",
     "methods": "methods.png",

@@ -24,8 +24,10 @@ from typing import Any
 import pandas as pd
 
 from embtransfer.core import paths
+from embtransfer.core.paired import derived_seed
 from embtransfer.evaluation.alignment import COSINES, DEPTHS
-from embtransfer.report.comparisons import compare_setting, derived_seed
+from embtransfer.report.comparisons import compare_setting
+from embtransfer.world.split import SPLITS
 
 SETTING = ["stage", "lang", "source", "target", "side", "split"]
 #: The metrics a method is compared on, each beside its per-token column: P@10 first.
@@ -56,7 +58,10 @@ def alignment_lines(files: list[str], seed: int = 0
     scores = read_alignment(files)
     summaries: list[dict[str, Any]] = []
     tests: list[dict[str, Any]] = []
-    for setting, group in scores.groupby(SETTING, sort=True):
+    # the held-out split first: the headline (embtransfer.world.split.SPLITS' order)
+    settings = sorted(scores.groupby(SETTING, sort=True),
+                      key=lambda item: SPLITS.index(item[0][-1]) if item[0][-1] in SPLITS else 9)
+    for setting, group in settings:
         by_method = {m: g.sort_values("target_id", kind="stable")
                      for m, g in group.groupby("method", sort=False)}
         ids = [tuple(g["target_id"]) for g in by_method.values()]

@@ -1,6 +1,6 @@
 """Build the whole report: the paper's tables (Markdown + CSV), Figure 2, the comparisons
 table every mark and finding reads with the summaries beside it, the per-setting tables
-drawn from them, the probe, fastText, calibration, source-floor and conditioning tables, the
+drawn from them, the probe, fastText, source-floor and conditioning tables, the
 methods figure, findings.md and report.md."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path, write_table
 from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages
 from embtransfer.report.alignment_table import alignment_lines
-from embtransfer.report.calibration import write_calibration
 from embtransfer.report.comparisons import (
     CORRECTION,
     FAMILY_ALPHA,
@@ -58,7 +57,7 @@ from embtransfer.report.tables import (
     table8,
     table_tests,
 )
-from embtransfer.report.texts import text
+from embtransfer.report.texts import prose
 from embtransfer.report.zeroshot import zeroshot_lines
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
@@ -88,10 +87,6 @@ class Inputs:
     #: Every transferred checkpoint's and source model's zero-shot record
     #: (:data:`paths.ZEROSHOT`, :data:`paths.ZEROSHOT_SOURCE`), with per-document losses.
     transfer_zeroshot: list[str] = field(default_factory=list)
-    #: The committed real shared-token table (one path, none without world pairs) and the
-    #: world's (:data:`paths.SHARED_KINDS`, the miniature world only).
-    real_shared_tokens: list[str] = field(default_factory=list)
-    shared_kinds: list[str] = field(default_factory=list)
     #: The source's quality floor records (:data:`paths.SOURCE_FLOOR`), real text only.
     source_floor: list[str] = field(default_factory=list)
     #: The final LAPT checkpoints' zero-shot records (:data:`paths.INTRINSIC_LAPT`).
@@ -216,7 +211,7 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
     """comparisons.{csv,md}, summaries.csv and the per-setting tables drawn from them."""
     counts = decided.groupby("family").agg(tests=("p", "count"), clear=("clears", "sum"))
     lines = ["# Every paired comparison of the run", "",
-             text("comparisons_intro", correction=CORRECTION, alpha=decided.attrs.get("alpha")),
+             prose("comparisons_intro", correction=CORRECTION, alpha=decided.attrs.get("alpha")),
              "",
              markdown(counts.reset_index()), "", markdown(decided)]
     write_table(decided, "\n".join(lines) + "\n", outputs["comparisons_csv"],
@@ -244,8 +239,6 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     _write_comparisons(decided, summaries, outputs)
     probes = write_probes(probes, decided, outputs["plm_probes_csv"], outputs["plm_probes_md"])
     write_fasttext_bli(bli, decided, outputs["fasttext_bli_csv"], outputs["fasttext_bli_md"])
-    write_calibration(inputs.real_shared_tokens, inputs.shared_kinds,
-                      outputs["calibration_csv"], outputs["calibration_md"])
     languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
     write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
                        outputs["source_floor_csv"], outputs["source_floor_md"])
@@ -258,7 +251,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     here = Path(outputs["report_md"]).parent
     link = {key: os.path.relpath(path, here) for key, path in outputs.items()}
-    parts = ["# SALT paper tables, regenerated", "", text("report_intro")]
+    parts = ["# SALT paper tables, regenerated", "", prose("report_intro")]
     for table in tables.values():
         parts += ["", table.markdown(level=2).rstrip("\n")]
     parts += ["", "## Figure 2: LAPT training loss", "",

@@ -82,9 +82,10 @@ METRICS = {
 
 
 def metric_spec(name: str) -> Metric:
-    """The spec of ``name``; an lm-eval score not listed is higher-is-better, tested by
-    McNemar where 0/1 and by the bootstrap otherwise."""
-    return METRICS.get(name, Metric(name))
+    """The spec of ``name``; an lm-eval score not listed (per-question scores in [0, 1],
+    shown in percent as the paper tables show them) is higher-is-better, tested by McNemar
+    where 0/1 and by the bootstrap otherwise."""
+    return METRICS.get(name, Metric(name, digits=1, scale=100.0))
 
 
 def setting_key(setting: dict[str, Any]) -> dict[str, Any]:
@@ -181,13 +182,27 @@ def frame_of(lines: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFram
     return pd.DataFrame(list(lines), columns=columns)
 
 
+def pair_ids(tests: pd.DataFrame) -> pd.Series:
+    """Which test each line is: its setting and metric and the two methods, in either order
+    (SALT against the best and the best against SALT are one test)."""
+    return pd.Series(["\t".join([*map(str, key), *sorted(map(str, pair))]) for key, pair in zip(
+        tests[KEYS].itertuples(index=False), zip(tests["method"], tests["other"], strict=True),
+        strict=True)], index=tests.index, dtype=object)
+
+
 def decide(tests: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
     """The comparisons table: ``tests`` with ``clears`` (Holm over each family) and the
-    ``relation`` of the method to the other (``better``, ``worse``, ``not apart``)."""
+    ``relation`` of the method to the other (``better``, ``worse``, ``not apart``). A pair
+    the table holds twice (SALT against the best, and the best against SALT; a method
+    against Random where Random is also the best) is one test: it counts once in its
+    family's m and is decided alike on both lines."""
     out = tests.reindex(columns=TEST_COLUMNS).reset_index(drop=True)
+    pair = pair_ids(out)
+    first = ~pair.duplicated()
     out["clears"] = False
-    for _, index in out.groupby("family", sort=False).groups.items():
+    for _, index in out[first].groupby("family", sort=False).groups.items():
         out.loc[index, "clears"] = holm(out.loc[index, "p"], alpha)
+    out["clears"] = pair.map(dict(zip(pair[first], out.loc[first, "clears"], strict=True)))
     higher = out["metric"].map(lambda m: metric_spec(m).higher_is_better).astype(bool)
     better = np.where(higher, out["diff"] > 0, out["diff"] < 0)
     out["relation"] = np.where(out["clears"].astype(bool),
@@ -215,7 +230,7 @@ def power(decided: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
     mc = decided[decided["test"] == "mcnemar"]
     if mc.empty:
         return pd.DataFrame(columns=[*KEYS, "n", "detectable", "largest", "powerless"])
-    family_size = decided.groupby("family")["p"].count()
+    family_size = decided[~pair_ids(decided).duplicated()].groupby("family")["p"].count()
     scale = mc["metric"].map(lambda m: metric_spec(m).scale)
     net = np.rint((mc["diff"] / scale).abs() * mc["n"])
     frame = mc[KEYS].assign(n=mc["n"], net=net)
@@ -248,10 +263,10 @@ def lookup(decided: pd.DataFrame) -> dict[tuple, pd.Series]:
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Two runs' comparisons tables merged test by test (by setting, metric, method and
-    whom it is compared with by name): ``relation_a``, ``relation_b`` and ``agrees``. A test
-    only one run made is left out (``both`` counts what is compared)."""
-    key = [*KEYS, "method", "other"]
+    whom it is compared with by name): ``relation_a``, ``relation_b`` and ``agrees``, one line
+    per test (:func:`pair_ids`). A test only one run made is left out."""
+    key = [*KEYS, "method", "versus", "other"]
     merged = a[[*key, "relation"]].merge(b[[*key, "relation"]], on=key,
                                          suffixes=("_a", "_b"))
     merged["agrees"] = merged["relation_a"] == merged["relation_b"]
-    return merged
+    return merged[~pair_ids(merged).duplicated()].reset_index(drop=True)

@@ -21,7 +21,7 @@ from embtransfer.core.atomic import read_json, write_table
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import given_test
 from embtransfer.report.tables import format_p, markdown
-from embtransfer.report.texts import text
+from embtransfer.report.texts import prose
 
 #: The record's fields, in the table's order, then the decision.
 RECORD = [
@@ -72,9 +72,9 @@ def _percent(value: Any, digits: int = 1) -> str:
 
 
 def bli_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
-    parts = [text("bli.title"), "", text("bli.intro", correction=CORRECTION, alpha=alpha)]
+    parts = [prose("bli.title"), "", prose("bli.intro", correction=CORRECTION, alpha=alpha)]
     if frame.empty:
-        return "\n".join([*parts, "", text("bli.empty")]) + "\n"
+        return "\n".join([*parts, "", prose("bli.empty")]) + "\n"
     table = pd.DataFrame({
         "language": frame["lang"],
         "n": frame["queries"],

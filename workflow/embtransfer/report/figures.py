@@ -299,9 +299,8 @@ def methods_panels(summaries: pd.DataFrame, decided: pd.DataFrame) -> MethodsFig
             lines = table_order(_in(aligned, lang, source, [target]))
             figure.rows.append((
                 _alignment_panel(lines, aligned_clears, f"{title}: held-out P@10 (%)"),
-                _zeroshot_panel(_in(zeroshot, lang, source, [target]).sort_values(
-                    "rank", kind="stable", na_position="last"), zeroshot_marks,
-                    f"{title}: zero-shot bits per byte"),
+                _zeroshot_panel(table_order(_in(zeroshot, lang, source, [target])),
+                                zeroshot_marks, f"{title}: zero-shot bits per byte"),
             ))
         alone = sorted({m for t in targets if len(competing[t]) == 1 for m in competing[t]})
         if not alone:

@@ -39,6 +39,7 @@ from embtransfer.report.comparisons import (
     compare_runs,
     lookup,
     metric_spec,
+    pair_ids,
     power,
     with_decisions,
 )
@@ -123,7 +124,11 @@ def _names(methods: list[str]) -> str:
     return ", ".join(methods)
 
 
-def leader_line(summaries: pd.DataFrame, kind: Kind) -> str:
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def leader_line(summaries: pd.DataFrame, kind: Kind, bold: bool = True) -> str:
     """Who is best (alone) or tied for best, in how many of the counted settings."""
     part, methods = _counted(summaries, kind)
     if part.empty:
@@ -143,11 +148,20 @@ def leader_line(summaries: pd.DataFrame, kind: Kind) -> str:
             for m in order.index if alone[m] or tied[m]]
     label = kind.label if kind.select or not kind.family.startswith("table") \
         else f"{kind.label}, {_metric_word(part)}"
-    head = f"**{label}** ({n} setting{'s' if n > 1 else ''} × {len(methods)} methods): "
+    head = (f"**{label}**" if bold else label) + (
+        f" ({_plural(n, 'setting')} × {len(methods)} methods): ")
     if (tied == n).all():
         return head + f"all {len(methods)} methods tied for best: no test separates them."
     return head + "; ".join(said[:4]) + (f"; {len(said) - 4} more tied" if len(said) > 4
                                          else "") + "."
+
+
+def benchmarks_line(summaries: pd.DataFrame) -> str:
+    """The paper tables' leaders in one line (each table's first metric)."""
+    said = [leader_line(summaries, kind, bold=False) for kind in KINDS if
+            kind.family.startswith("table")]
+    said = [clause.rstrip(".") for clause in said if clause]
+    return ("**Benchmarks**: " + "; ".join(said) + ".") if said else ""
 
 
 def _metric_word(part: pd.DataFrame) -> str:
@@ -163,7 +177,8 @@ def salt_omp_line(decided: pd.DataFrame) -> str:
                                       "not apart": "not apart"})
     counts = flipped.value_counts()
     kinds = sorted(set(versus["family"]))
-    return (f"**SALT against OMP** ({len(versus)} paired tests over {', '.join(kinds)}): SALT "
+    return (f"**SALT against OMP** ({_plural(len(versus), 'paired test')} over "
+            f"{', '.join(kinds)}): SALT "
             f"better in {counts.get('better', 0)}, worse in {counts.get('worse', 0)}, not "
             f"apart in {counts.get('not apart', 0)}.")
 
@@ -176,20 +191,18 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
     if len(worse):
         where = worse.groupby(["lang", "target", "method"])["family"].apply(
             lambda f: ", ".join(sorted(set(f))))
-        lines.append(f"**Worse than Random** ({len(where)} checkpoints: " + "; ".join(
+        lines.append(f"**Worse than Random** ({_plural(len(where), 'checkpoint')}: " + "; ".join(
             f"{lang} {target} {method} in {families}" for (lang, target, method), families
             in where.items()) + "): no working method reads worse than random rows; `!` below.")
     flagged = summaries[summaries["flags"].astype(str).str.contains("rows flagged")]
     flagged = flagged.drop_duplicates([*SETTING[:4], "method"])
     if len(flagged):
-        lines.append(f"**Rows blown up or zero** ({len(flagged)} checkpoint"
-                     f"{'s' if len(flagged) > 1 else ''}: "
+        lines.append(f"**Rows blown up or zero** ({_plural(len(flagged), 'checkpoint')}: "
                      + _names([f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples()])
                      + "): the row check flags them; their scores say what those rows did.")
-    probes = decided[decided["family"] == "plm_probes"]
-    if len(probes):
-        without = probes.groupby(["lang", "source", "target"])["relation"].apply(
-            lambda r: not (r == "better").all())
+    carries = plm_carries(decided)
+    if len(carries):
+        without = ~carries
         if without.any():
             plms = [f"{lang} {target}" for lang, _, target in without[without].index]
             lines.append(f"**PLMs without measurable meaning** ({len(plms)} of "
@@ -198,10 +211,20 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
     weak = power(decided, _alpha(decided))
     weak = weak[weak["powerless"] & (weak["split"] == "held_out")]
     if len(weak):
-        lines.append(f"**Tests without power** ({len(weak)} held-out settings and metrics): "
-                     f"they need ≥ {int(weak['detectable'].min())} discordant tokens, so "
+        lines.append(f"**Tests without power** ({len(weak)} of the held-out settings' "
+                     f"metrics): they need ≥ {int(weak['detectable'].min())} discordant "
+                     "tokens, so "
                      "\"not apart\" there says nothing.")
     return lines
+
+
+def plm_carries(decided: pd.DataFrame) -> pd.Series:
+    """Per target PLM (language, source, target): every probe of the table better than its
+    baseline; a probe it has no test of is not passed."""
+    probes = decided[decided["family"] == "plm_probes"]
+    measured = probes["metric"].nunique()
+    return probes.groupby(["lang", "source", "target"])["relation"].apply(
+        lambda r: bool((r == "better").sum() == measured))
 
 
 def _alpha(decided: pd.DataFrame) -> float:
@@ -231,11 +254,14 @@ def beside_line(summaries: pd.DataFrame, world: pd.DataFrame) -> str:
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame,
              world: pd.DataFrame | None = None) -> list[str]:
     """The findings' opening lines (at most ten)."""
-    lines = [leader_line(summaries, kind) for kind in KINDS]
+    lines = [leader_line(summaries, kind) for kind in KINDS
+             if not kind.family.startswith("table")] + [benchmarks_line(summaries)]
     lines += [salt_omp_line(decided), *anomaly_lines(decided, summaries)]
     if world is not None:
         lines.append(beside_line(summaries, world))
-    return [line for line in lines if line][:10]
+    # at most ten: 4 leader lines, SALT against OMP, 4 kinds of anomaly, the world beside
+    lines = [line for line in lines if line]
+    return lines or ["No paired test in this run: nothing to rank (see the tables below)."]
 
 
 SECTIONS = (
@@ -262,9 +288,7 @@ def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, A
     if len(probes):
         table = probes.pivot_table(index=["lang", "source", "target"], columns="metric",
                                    values="diff", aggfunc="first").round(1)
-        verdict = probes.groupby(["lang", "source", "target"])["relation"].apply(
-            lambda r: "yes" if (r == "better").all() else "no")
-        table["carries meaning"] = verdict
+        table["carries meaning"] = plm_carries(decided).map({True: "yes", False: "no"})
         out.append({"title": "The target PLMs SALT recycles (probe z against random rows)",
                     "body": markdown(table.reset_index(), "{:.1f}")})
     omp = decided[(decided["versus"] == "salt") & decided["method"].isin(OMP_METHODS)]
@@ -289,7 +313,9 @@ def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                                lstrip_blocks=True, keep_trailing_newline=True)
     return template.render(
         real=real, run=run, headline=headline(decided, summaries, beside),
-        tests=len(decided), clear=int(decided["clears"].sum()), correction=CORRECTION,
+        tests=int((~pair_ids(decided).duplicated()).sum()),
+        clear=int(decided.loc[~pair_ids(decided).duplicated(), "clears"].sum()),
+        correction=CORRECTION,
         alpha=_alpha(decided), legend=LEGEND, sections=sections(decided, summaries))
 
 

@@ -17,7 +17,7 @@ from embtransfer.evaluation.inputs import (
 from embtransfer.lapt.inputs import all_lapt_metrics
 from embtransfer.report.build import output_names, zeroshot_paths
 from embtransfer.transfer.inputs import all_fasttext_bli, all_salt_regression, all_zeroshot
-from embtransfer.vocab.inputs import all_coverage, all_shared_kinds
+from embtransfer.vocab.inputs import all_coverage
 
 # The subcategory of each paper table in `snakemake --report`'s "Paper tables".
 TABLE_SUBCATEGORIES = {
@@ -45,12 +45,6 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         "reference": config["report"]["reference"],
         # every checkpoint's zero-shot record: the zero-shot comparison and the methods figure
         "transfer_zeroshot": all_zeroshot(config),
-        # the calibration table: the committed real figures beside the world's or a
-        # real-text run's pairs'
-        "real_shared_tokens": (
-            [config["report"]["calibration"]] if all_shared_kinds(config) else []
-        ),
-        "shared_kinds": all_shared_kinds(config),
         # the source's quality floor (rule source_floor) and the final LAPT checkpoints'
         # zero-shot records (rule intrinsic_lapt)
         "source_floor": all_source_floors(config),

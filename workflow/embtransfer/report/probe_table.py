@@ -24,7 +24,7 @@ from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, normal_p
 from embtransfer.evaluation.plm_probes import PROBES
 from embtransfer.report.comparisons import given_test
 from embtransfer.report.tables import markdown
-from embtransfer.report.texts import text
+from embtransfer.report.texts import prose
 
 SETTING = ["lang", "source", "target"]
 #: The two sides of each probe's paired comparison: the record's ``mean`` and ``random``.
@@ -71,7 +71,10 @@ def carries(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
     """Per line of ``frame``: every probe of the PLM better than its baseline in the decided
     comparisons table (the report's one rule)."""
     probes = decided[decided["family"] == "plm_probes"]
-    better = probes.groupby(SETTING)["relation"].apply(lambda r: bool((r == "better").all()))
+    # every probe of the table better: a probe a PLM has no z for is not passed
+    measured = len(measured_probes(frame))
+    better = probes.groupby(SETTING)["relation"].apply(
+        lambda r: bool((r == "better").sum() == measured))
     keys = pd.MultiIndex.from_frame(frame[SETTING].astype(str))
     return pd.Series(better.reindex(keys).fillna(False).to_numpy(bool), index=frame.index)
 
@@ -121,7 +124,7 @@ def probes_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
         "target PLM": frame["target"],
     }
     for probe in probes:
-        columns[text(f"probes.{probe}_column")] = [_cell(line, probe)
+        columns[prose(f"probes.{probe}_column")] = [_cell(line, probe)
                                                    for line in frame.itertuples()]
     columns |= {
         "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
@@ -129,10 +132,10 @@ def probes_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
         "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no"),
     }
     rule = {"correction": CORRECTION, "alpha": alpha}
-    intro = [text("probes.intro"), *(text(f"probes.{probe}") for probe in probes),
-             text("probes.cells", **rule)] + ([] if "class" in probes
-                                               else [text("probes.no_class")])
-    parts = [text("probes.title"), "", " ".join(intro), "", markdown(pd.DataFrame(columns))]
+    intro = [prose("probes.intro"), *(prose(f"probes.{probe}") for probe in probes),
+             prose("probes.cells", **rule)] + ([] if "class" in probes
+                                               else [prose("probes.no_class")])
+    parts = [prose("probes.title"), "", " ".join(intro), "", markdown(pd.DataFrame(columns))]
     return "\n".join(parts) + "\n"
 
 

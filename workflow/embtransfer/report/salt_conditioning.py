@@ -20,7 +20,7 @@ from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
 from embtransfer.report.records import MalformedResultError
 from embtransfer.report.tables import markdown
-from embtransfer.report.texts import text
+from embtransfer.report.texts import prose
 
 SETTING = ["lang", "source", "target"]
 QUANTILES = ["median", "p90", "p99", "max"]
@@ -67,9 +67,9 @@ def _number(value: Any, digits: int) -> str:
 
 
 def conditioning_markdown(frame: pd.DataFrame) -> str:
-    parts = [text("conditioning.title"), "", text("conditioning.intro"), ""]
+    parts = [prose("conditioning.title"), "", prose("conditioning.intro"), ""]
     if frame.empty:
-        return "\n".join([*parts, text("conditioning.empty")]) + "\n"
+        return "\n".join([*parts, prose("conditioning.empty")]) + "\n"
     columns = {
         "language": frame["lang"],
         "source": frame["source"],

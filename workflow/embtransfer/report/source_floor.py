@@ -24,7 +24,7 @@ from embtransfer.core.atomic import read_json, write_table
 from embtransfer.core.paired import ratio_se
 from embtransfer.report.records import read_records
 from embtransfer.report.tables import markdown
-from embtransfer.report.texts import text
+from embtransfer.report.texts import prose
 
 #: ``text``: ``held-out`` (the floor's line, the source's own language) or ``control``.
 FLOOR_COLUMNS = [
@@ -79,12 +79,12 @@ def floor_markdown(frame: pd.DataFrame) -> str:
     # lm_floor imports torch: the report's inputs (and so the Snakefile) import this module
     from embtransfer.evaluation.lm_floor import FLOOR_MARGIN  # noqa: PLC0415 (Snakefile start-up)
 
-    parts = [text("source_floor.title"), "",
-             text("source_floor.intro", margin=f"{100 * FLOOR_MARGIN:.0f}")]
+    parts = [prose("source_floor.title"), "",
+             prose("source_floor.intro", margin=f"{100 * FLOOR_MARGIN:.0f}")]
     floor, control = frame[frame["text"] == "held-out"], frame[frame["text"] == "control"]
     if floor.empty:
-        return "\n".join([*parts, "", text("source_floor.empty")]) + "\n"
-    parts += ["", text("source_floor.held_out"), "", markdown(pd.DataFrame({
+        return "\n".join([*parts, "", prose("source_floor.empty")]) + "\n"
+    parts += ["", prose("source_floor.held_out"), "", markdown(pd.DataFrame({
         "source": floor["source"], "language": floor["lang"],
         "bits per byte": [f"{v:.4f} ± {se:.4f}" for v, se in
                           zip(floor["bits_per_byte"], floor["bits_per_byte_se"], strict=True)],
@@ -95,7 +95,7 @@ def floor_markdown(frame: pd.DataFrame) -> str:
         "clears": floor["clears_floor"].map(lambda v: "yes" if v else "no"),
     }))]
     if len(control):
-        parts += ["", text("source_floor.control"), "",
+        parts += ["", prose("source_floor.control"), "",
                   markdown(pd.DataFrame({
                       "source": control["source"], "language": control["lang"],
                       "bits per byte": [

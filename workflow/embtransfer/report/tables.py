@@ -41,7 +41,7 @@ from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import compare_setting
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
-from embtransfer.report.texts import text
+from embtransfer.report.texts import prose
 
 MISSING = "missing"
 NOT_COMPARABLE = "not comparable"
@@ -205,11 +205,11 @@ class Table:
         parts.append(markdown(frame) if len(frame) else "(no rows: nothing configured)")
         notes = list(self.notes)
         if self.rows and not self.paper_metrics():
-            notes.append(text("tables.no_paper"))
+            notes.append(prose("tables.no_paper"))
         elif self.rows:
-            notes.append(text("tables.paper", not_comparable=NOT_COMPARABLE))
+            notes.append(prose("tables.paper", not_comparable=NOT_COMPARABLE))
         if any(row.vs_best for row in self.rows):
-            notes.append(text("tables.best", correction=CORRECTION, alpha=self.alpha,
+            notes.append(prose("tables.best", correction=CORRECTION, alpha=self.alpha,
                               oracle=ORACLE))
         missing = [f"- {row_label(row)}: {what}" for row in self.rows for what in row.missing]
         if missing:
@@ -420,11 +420,11 @@ def _eval_notes(spec: EvalTableSpec, grid: Grid, records: list[EvalRecord],
     if not records:
         notes.append(f"No {spec.kind}-kind evaluation results in the inputs.")
     if any(e is not None for r in rows for e in r.stderr.values()):
-        notes.append(text("tables.stderr_knowledge" if knowledge else "tables.stderr"))
+        notes.append(prose("tables.stderr_knowledge" if knowledge else "tables.stderr"))
     if not spec.by_target and not grid.source_control:
-        notes.append(text("tables.no_control"))
+        notes.append(prose("tables.no_control"))
     elif any(r.keys["stage"] == "source" for r in rows):
-        notes.append(text("tables.control", label=SOURCE_MODEL_LABEL))
+        notes.append(prose("tables.control", label=SOURCE_MODEL_LABEL))
     return notes
 
 
@@ -445,7 +445,7 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
         metrics = [MISSING]
     notes = _eval_notes(spec, grid, in_table, rows)
     notes += scoring_notes(in_table)
-    return Table(spec.number, spec.title, text(f"tables.description_{spec.number}"),
+    return Table(spec.number, spec.title, prose(f"tables.description_{spec.number}"),
                  sort_rows(rows, grid), metrics,
                  reference, format_score, notes)
 
@@ -633,10 +633,10 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
                     f"{zeroshot_path(grid, lang, source, target, method)})")
             rows.append(row)
     return Table(5, "eval loss during LAPT by target-PLM architecture",
-                 text("tables.description_5_every" if every_method else "tables.description_5"),
+                 prose("tables.description_5_every" if every_method else "tables.description_5"),
                  sort_rows(rows, grid),
                  [m for pair in zip(metrics, bpb_metrics, strict=True) for m in pair],
-                 reference, format_loss, [text("tables.notes_5")])
+                 reference, format_loss, [prose("tables.notes_5")])
 
 
 def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
@@ -664,7 +664,7 @@ def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
         elif loss is None:
             row.missing.append(f"no final line with final_train_loss in {run.path}")
         rows.append(row)
-    return Table(8, "final training loss", text("tables.description_8"),
+    return Table(8, "final training loss", prose("tables.description_8"),
                  sort_rows(rows, grid), [metric], reference, format_loss)
 
 
@@ -709,6 +709,6 @@ def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
                         if value is None:
                             row.missing.append(f"no corpus_coverage_pct in {record['_path']}")
                 rows.append(row)
-    return Table(6, "vocabulary overlap", text("tables.description_6"),
+    return Table(6, "vocabulary overlap", prose("tables.description_6"),
                  sort_rows(rows, grid), metrics, reference, format_coverage,
-                 [text("tables.notes_6", match=grid.overlap_match)])
+                 [prose("tables.notes_6", match=grid.overlap_match)])

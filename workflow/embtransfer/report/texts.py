@@ -11,7 +11,7 @@ TEXTS: dict[str, Any] = yaml.safe_load(
     Path(__file__).with_name("texts.yaml").read_text(encoding="utf-8"))
 
 
-def text(key: str, **fields: Any) -> str:
+def prose(key: str, **fields: Any) -> str:
     """The text at ``key`` (dotted: ``probes.intro``), its ``{fields}`` filled in."""
     node: Any = TEXTS
     for part in key.split("."):

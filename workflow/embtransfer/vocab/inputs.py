@@ -63,3 +63,8 @@ def all_shared_kinds(config: dict[str, Any]) -> list[str]:
     """The shared-token kinds file when the run has world pairs or is a real-text run
     (docs/calibration.md)."""
     return [paths.SHARED_KINDS] if shared_kinds_pairs(config) else []
+
+
+def all_calibration(config: dict[str, Any]) -> list[str]:
+    """The calibration table (rule calibration_table) where the run measures shared kinds."""
+    return [paths.CALIBRATION_CSV, paths.CALIBRATION_MD] if all_shared_kinds(config) else []
