@@ -32,8 +32,7 @@ rule calibration_table:
         real=config["report"]["calibration"],
         run=paths.SHARED_KINDS,
     output:
-        csv=report(paths.CALIBRATION_CSV,
-                   **report_entry("calibration_csv", real_text_run(config))),
+        csv=report(paths.CALIBRATION_CSV, **report_entry("calibration_csv", real_text_run(config))),
         md=report(paths.CALIBRATION_MD, **report_entry("calibration_md", real_text_run(config))),
     params:
         code=script_hash("report/calibration.py"),

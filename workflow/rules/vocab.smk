@@ -110,4 +110,3 @@ rule shared_kinds:
         f"{paths.LOGS}/overlap/shared_kinds.log",
     script:
         "../scripts/vocab/kinds.py"
-
