@@ -475,7 +475,7 @@ def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path)
     # t2: focus and omp differ by 3 hits, focus from Random by 10: fewer than d
     assert weak.loc[("t2", "p_at_10"), "largest"] == 10 < d
     said = [line for line in anomaly_lines(decided, summaries) if "without power" in line]
-    assert said == [f"**Tests without power** (2 held-out settings and metrics): they need "
+    assert said == [f"**Tests without power** (2 of the held-out settings' metrics): they need "
                     f"≥ {d} discordant tokens, so \"not apart\" there says nothing."]
 
 

@@ -269,4 +269,8 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     merged = a[[*key, "relation"]].merge(b[[*key, "relation"]], on=key,
                                          suffixes=("_a", "_b"))
     merged["agrees"] = merged["relation_a"] == merged["relation_b"]
-    return merged[~pair_ids(merged).duplicated()].reset_index(drop=True)
+    # one line per test: a line that disagrees where the pair's two lines differ
+    pair = pair_ids(merged)
+    keep = merged.assign(_pair=pair).sort_values("agrees", kind="stable").drop_duplicates(
+        "_pair").sort_index()
+    return keep.drop(columns="_pair").reset_index(drop=True)
