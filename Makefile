@@ -8,6 +8,7 @@
 #   make jobs   print the number of jobs each shipped config plans (the README's figures)
 #   make findings-reference  after a run: the README's findings from its tables
 #   make findings-real-reference  after make real-run: the README's real-text findings
+#   make report-html  the HTML report of the current results (results/report.html)
 #   make slurm  install Debian's slurm-wlm and munge (as root), for tests/test_slurm.py
 #   make real-run  the methods compared on real text (config/real_small.yaml, docs/real_text.md)
 PYTHON ?= python3.11

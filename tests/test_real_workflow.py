@@ -84,10 +84,11 @@ def test_the_report_writes_the_real_text_outputs(real_run: Path) -> None:
     assert held["source"] == "llama_en" and held["lang"] == "en"
     assert held["unigram_bits_per_byte"] > 0 and held["kn_bigram_bits_per_byte"] > 0
     assert list(floor.loc[floor["text"] == "control", "lang"]) == ["de"]
-    zeroshot = pd.read_csv(report / "zeroshot.csv")
+    summaries = pd.read_csv(report / "summaries.csv")
+    zeroshot = summaries[summaries["family"] == "zeroshot"]
     assert {"salt", "random", "source_model"} <= set(zeroshot["method"])
-    lapt = pd.read_csv(report / "lapt_zeroshot.csv")
-    assert list(lapt["method"]) == ["salt"] and lapt["documents"].iloc[0] >= 2
+    lapt = summaries[summaries["family"] == "lapt_zeroshot"]
+    assert list(lapt["method"]) == ["salt"] and lapt["n"].iloc[0] >= 2
     # the alignment of both stages against the dictionary's held-out half (the fixtures'
     # 300 lines give a 500-token vocabulary few of the held-out words are whole tokens of)
     truth = json.loads((real_run / "results" / "truth_dictionary" / "de" / "llama_en"
@@ -96,7 +97,7 @@ def test_the_report_writes_the_real_text_outputs(real_run: Path) -> None:
     for stage in ("transfer", "lapt"):
         assert (real_run / "results" / "alignment" / stage / "de" / "llama_en"
                 / "gpt2_de.parquet").is_file()
-    assert (report / "alignment.csv").is_file()
+    assert (report / "alignment.md").is_file()
     findings = (report / "findings.md").read_text()
     assert findings.startswith("# What real text shows") and "one seed" in findings
     table5 = (report / "table5.md").read_text()
@@ -116,7 +117,7 @@ def test_the_report_probes_the_plm_and_sets_its_shared_tokens_beside_the_real_ra
     assert probes["span_items"].iloc[0] > 0 and not any(c.startswith("class")
                                                         for c in probes.columns)
     assert "not measured on real text" in (report / "plm_probes.md").read_text()
-    assert "The span probe of each PLM" in (report / "findings.md").read_text()
+    assert "The target PLMs SALT recycles" in (report / "findings.md").read_text()
     kinds = pd.read_csv(real_run / "results" / "overlap" / "shared_kinds.csv")
     assert kinds[["lang", "source", "target"]].values.tolist() == [["de", "llama_en",
                                                                     "gpt2_de"]]

@@ -293,7 +293,7 @@ def setting_marks(text: str, decided: pd.DataFrame, summaries: pd.DataFrame
                 else:
                     parts = cell.split()
                     rank = line["rank"].iloc[0]
-                    assert parts[3:4] == ([] if pd.isna(rank) else [f"#{int(rank)}"]), key
+                    assert parts[3:4] == ([] if pd.isna(rank) else [f"({int(rank)})"]), key
                     mark = parts[4] if len(parts) == 5 else ""
                     relation = {v: tests.loc[(*index, v), "relation"] if (*index, v) in tests.index
                                 else "" for v in ("best", "random")}

@@ -9,8 +9,8 @@ JSON and JSONL as data with run-to-run values (timings, peak memory, absolute pa
 temporary files) left out, everything else byte for byte. Logs and Snakemake's benchmark
 files hold timings only and are skipped.
 
-Runs on another machine or with other packages differ in their numbers; whether they make
-the same claims (the pairs of methods their tables call apart) is what
+Runs on another machine or with other packages differ in their numbers; whether they decide
+the same paired tests alike (their comparisons tables, test by test) is what
 `python -m embtransfer.report.findings --compare A/results/report B/results/report` says.
 """
 

@@ -73,7 +73,7 @@ def setting_table(group: pd.DataFrame, tests: dict[tuple, Any], details: bool = 
                 row[spec.label] = ""
                 continue
             line = line.iloc[0]
-            rank = "" if pd.isna(line["rank"]) else f" #{int(line['rank'])}"
+            rank = "" if pd.isna(line["rank"]) else f" ({int(line['rank'])})"
             row[spec.label] = (f"{_number(line['value'], spec.digits)} ± "
                                f"{_number(line['se'], spec.digits)}{rank} {_marks(line, tests)}"
                                ).rstrip()
