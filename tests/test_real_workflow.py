@@ -71,7 +71,8 @@ def real_run(tmp_path_factory) -> Path:
     env = dict(os.environ, PYTHONPATH=str(workdir / "workflow"))
     base = [sys.executable, "-m", "snakemake", "--directory", str(workdir), "--snakefile",
             str(workdir / "Snakefile"), "--configfile", str(workdir / "test_config.yaml")]
-    args = ["--cores", "2", "report", "--report", "report.zip", "--report-after-run"]
+    args = ["--cores", "2", "report", "calibration_table", "--report", "report.zip",
+            "--report-after-run"]
     proc = subprocess.run([*base, *args], capture_output=True, text=True, env=env, cwd=workdir)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     return workdir
