@@ -14,6 +14,12 @@ prints one JSON line: the changes, pretraining seconds, valid loss and both prob
 
     .venv/bin/python analysis/plm_probe_sweep.py bert_ar_mini --train mlm_probability=0.4
     .venv/bin/python analysis/plm_probe_sweep.py t5_ar_mini --train noise_density=0.5 lr=0.001
+
+On a real-text run (``make real-run``'s results; span probe only, no concept classes), from
+its working directory:
+
+    .venv/bin/python analysis/plm_probe_sweep.py t5_de --config config/real_small.yaml \
+        --source llama_en --tie true --train lr=0.01 noise_density=0.4
 """
 
 from __future__ import annotations
@@ -109,12 +115,14 @@ def _probes(model: Any, args: argparse.Namespace, config: dict[str, Any]) -> dic
     pairs = read_overlap(paths.OVERLAP.fill(**where))
     shared = pairs.loc[pairs["how"] != "special", "target_id"].to_numpy()
     rows = model.get_input_embeddings().weight.detach().numpy()
+    # real text has no concept classes: the span probe alone, as the plm_probe rule runs it
+    world = Path(paths.WORLD).is_file()
     return probe_plm(
         rows,
         Neighbors.from_table(table),
         shared,
-        read_truth(paths.WORLD_TRUTH.fill(**where)),
-        concept_classes(read_json(paths.WORLD)),
+        read_truth(paths.WORLD_TRUTH.fill(**where)) if world else None,
+        concept_classes(read_json(paths.WORLD)) if world else None,
         config["seed"],
         defaults("salt")["rcond"],
     )
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tried
         | {
             probe: {k: record[probe][k] for k in ("mean", "random", "diff", "se", "z")}
-            for probe in PROBES
+            for probe in PROBES if record[probe] is not None
         }
         | {"geometry": record["geometry"]}
     )

@@ -349,3 +349,22 @@ def test_the_name_rules_find_stale_names():
     assert schema_has(schema, "evaluation.scoring.xquad".split("."), schema["$defs"])
     assert schema_has(schema, "languages.{lang}.corpus".split("."), schema["$defs"])
     assert not schema_has(schema, "evaluation.scoring.squad".split("."), schema["$defs"])
+
+
+# --- the README's timings ------------------------------------------------------------------
+
+
+def test_the_readme_quotes_the_timings_benchmarks_measured():
+    """The README's set-up, `make test` and `make run` times are the ones benchmarks/README.md
+    derives from its fresh-clone rows ("In brief"), not figures written by hand."""
+    def quoted(text: str) -> tuple[str, str]:
+        text = " ".join(text.split())
+        test = re.search(r"`make test` (\d+(?:-\d+)?) min", text)
+        run = re.search(r"`make run` about (\d+) min", text)
+        assert test and run, text[:200]
+        return test.group(1), run.group(1)
+
+    readme = (REPO / "README.md").read_text()
+    brief = (REPO / "benchmarks" / "README.md").read_text().split("## In brief", 1)[1]
+    brief = brief.split("\n## ", 1)[0].split("The README rounds these to", 1)[1]
+    assert quoted(readme.split("## The two commands", 1)[1]) == quoted(brief)
