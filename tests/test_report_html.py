@@ -35,8 +35,8 @@ Written from the comparisons table: 3 of the 9 tests clear it.
 
 | method | bits per byte | flags |
 |---|---|---|
-| lstsq | 1.0253 ± 0.0059 #1 ▲ʳ |  |
-| clp | 18.1007 ± 0.0844 #3 ▽! | a \\| b |
+| lstsq | 1.0253 ± 0.0059 (1) ▲ʳ |  |
+| clp | 18.1007 ± 0.0844 (3) ▽! | a \\| b |
 
 - a setting:
   - nested under it
@@ -95,7 +95,7 @@ def test_the_front_page_opens_with_the_findings_headline(workdir):
     assert html.index("<h3>Per setting</h3>") > guide
     # the table: its header, a row per method, an escaped pipe kept in its cell
     assert "<th>method</th><th>bits per byte</th><th>flags</th>" in html
-    assert "<td>lstsq</td><td>1.0253 ± 0.0059 #1 ▲ʳ</td><td></td>" in html
+    assert "<td>lstsq</td><td>1.0253 ± 0.0059 (1) ▲ʳ</td><td></td>" in html
     assert "<td>a | b</td>" in html
     # Markdown's code, its nested lists, and text that is not HTML
     assert "<code>!</code> below; a &lt;b&gt; stays text." in html

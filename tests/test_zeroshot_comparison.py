@@ -160,7 +160,7 @@ def test_the_zeroshot_table_marks_what_clears_the_test(records, tmp_path):
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     random_cell = rows["random"].split("|")[2].strip()
     # Random: third, apart from the best (worse); the best marked best
-    assert random_cell.endswith(f"#3 {MARKS['vs_best']}")
+    assert random_cell.endswith(f"(3) {MARKS['vs_best']}")
     assert rows["salt"].split("|")[2].strip().endswith(MARKS["best"] + MARKS["better_random"])
     assert list(rows) == ["world_oracle", "salt", "focus", "random"]
     # a record without its per-document lists is named
