@@ -25,7 +25,7 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.paired import derived_seed
-from embtransfer.evaluation.alignment import COSINES, DEPTHS
+from embtransfer.evaluation.alignment import COSINES
 from embtransfer.report.comparisons import compare_setting
 from embtransfer.world.split import SPLITS
 
@@ -83,5 +83,3 @@ def alignment_lines(files: list[str], seed: int = 0
             tests += made
     return summaries, tests
 
-
-__all__ = ["DEPTHS", "alignment_lines", "read_alignment"]

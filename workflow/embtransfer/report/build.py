@@ -28,7 +28,7 @@ from embtransfer.report.comparisons import (
 )
 from embtransfer.report.fasttext_bli_table import bli_frame, bli_tests, write_fasttext_bli
 from embtransfer.report.figures import Curves, missing_curves, write_figure2, write_methods_figure
-from embtransfer.report.findings import findings_markdown
+from embtransfer.report.findings import findings_markdown, headline_of
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.probe_table import probe_frame, probe_tests, write_probes
 from embtransfer.report.records import (
@@ -258,7 +258,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
               "Training loss per optimizer step of every method, one panel per (language, "
               "source model), with the language's GPT target PLM.", "",
               f"![Figure 2]({link['figure2']})", "", "## What the run shows", "",
-              findings.split("\n\n")[1], "",
+              headline_of(findings), "",
               f"Every setting's table: [findings.md]({link['findings']}); every test: "
               f"[comparisons.md]({link['comparisons_md']}). ![Methods]({link['methods']})"]
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}

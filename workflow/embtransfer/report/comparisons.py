@@ -6,7 +6,7 @@ fixed baseline (a probe's z against chance: :func:`given_test`). This module
 
 * summarises each method (value, standard error, rank among the competing methods);
 * compares every competing method with its setting's best, with Random and with SALT over
-  the same items (:data:`VERSUS`), by the test the metric's spec names (:data:`METRICS`);
+  the same items, by the test the metric's spec names (:data:`METRICS`);
 * decides them with one rule, :func:`decide`: the Holm-Bonferroni correction at the
   family-wise level over each family (one table's tests), the only call of :func:`holm`.
 
@@ -44,11 +44,9 @@ from embtransfer.transfer.method_catalog import COMPETING_ROLES, RANDOM, SALT, r
 #: What identifies a setting and metric; a family is one table's tests.
 KEYS = ["family", "stage", "lang", "source", "target", "side", "split", "variant", "metric"]
 TEST_COLUMNS = [*KEYS, "method", "versus", "other", "n", "diff", "se", "p", "test"]
-DECIDED_COLUMNS = [*TEST_COLUMNS, "clears", "relation"]
 SUMMARY_COLUMNS = [*KEYS, "method", "role", "n", "value", "se", "rank", "chance", "flags"]
-#: Whom each competing method is compared with: the setting's best, Random, SALT; a probe
-#: or a retrieval space is compared with chance.
-VERSUS = ("best", "random", "salt")
+#: Whom a probe or a retrieval space is compared with (a method: its setting's best,
+#: Random and SALT, :func:`compare_setting`).
 CHANCE = "chance"
 
 __all__ = ["CORRECTION", "FAMILY_ALPHA"]

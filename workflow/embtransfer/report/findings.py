@@ -43,6 +43,7 @@ from embtransfer.report.comparisons import (
     power,
     with_decisions,
 )
+from embtransfer.report.probe_table import carries_meaning
 from embtransfer.report.setting_tables import LEGEND, setting_sections
 from embtransfer.report.tables import markdown
 from embtransfer.transfer.method_catalog import COMPETING_ROLES
@@ -200,7 +201,7 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
         lines.append(f"**Rows blown up or zero** ({_plural(len(flagged), 'checkpoint')}: "
                      + _names([f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples()])
                      + "): the row check flags them; their scores say what those rows did.")
-    carries = plm_carries(decided)
+    carries = carries_meaning(decided)
     if len(carries):
         without = ~carries
         if without.any():
@@ -216,15 +217,6 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
                      "tokens, so "
                      "\"not apart\" there says nothing.")
     return lines
-
-
-def plm_carries(decided: pd.DataFrame) -> pd.Series:
-    """Per target PLM (language, source, target): every probe of the table better than its
-    baseline; a probe it has no test of is not passed."""
-    probes = decided[decided["family"] == "plm_probes"]
-    measured = probes["metric"].nunique()
-    return probes.groupby(["lang", "source", "target"])["relation"].apply(
-        lambda r: bool((r == "better").sum() == measured))
 
 
 def _alpha(decided: pd.DataFrame) -> float:
@@ -288,7 +280,7 @@ def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, A
     if len(probes):
         table = probes.pivot_table(index=["lang", "source", "target"], columns="metric",
                                    values="diff", aggfunc="first").round(1)
-        table["carries meaning"] = plm_carries(decided).map({True: "yes", False: "no"})
+        table["carries meaning"] = carries_meaning(decided).map({True: "yes", False: "no"})
         out.append({"title": "The target PLMs SALT recycles (probe z against random rows)",
                     "body": markdown(table.reset_index(), "{:.1f}")})
     omp = decided[(decided["versus"] == "salt") & decided["method"].isin(OMP_METHODS)]
@@ -309,12 +301,12 @@ def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
     world's (comparisons, summaries) it is set beside."""
     summaries = with_decisions(summaries, decided)
     beside = with_decisions(world[1], world[0]) if world is not None else None
+    once = decided[~pair_ids(decided).duplicated()]  # a pair held twice is one test
     template = jinja2.Template(TEMPLATE.read_text(encoding="utf-8"), trim_blocks=True,
                                lstrip_blocks=True, keep_trailing_newline=True)
     return template.render(
         real=real, run=run, headline=headline(decided, summaries, beside),
-        tests=int((~pair_ids(decided).duplicated()).sum()),
-        clear=int(decided.loc[~pair_ids(decided).duplicated(), "clears"].sum()),
+        tests=len(once), clear=int(once["clears"].sum()),
         correction=CORRECTION,
         alpha=_alpha(decided), legend=LEGEND, sections=sections(decided, summaries))
 
@@ -336,10 +328,14 @@ def reference_text(reference: Path, real: bool = False, world: Path = REFERENCE_
     return findings_markdown(*read_run(reference), run, real=real, world=beside)
 
 
+def headline_of(text: str) -> str:
+    """The headline lines of a findings text (its paragraph after the title)."""
+    return text.split("\n\n")[1]
+
+
 def headline_block(text: str, page: Path) -> str:
     """The README's block: a findings text's headline and where its tables are."""
-    lines = text.split("\n\n")[1]
-    return f"{lines}\n\nEvery setting's table: [{page}]({page}).\n"
+    return f"{headline_of(text)}\n\nEvery setting's table: [{page}]({page}).\n"
 
 
 def replace_block(text: str, block: str, real: bool) -> str:

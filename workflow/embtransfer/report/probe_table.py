@@ -67,16 +67,20 @@ def probe_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return tests
 
 
-def carries(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
-    """Per line of ``frame``: every probe of the PLM better than its baseline in the decided
-    comparisons table (the report's one rule)."""
+def carries_meaning(decided: pd.DataFrame) -> pd.Series:
+    """Per target PLM (language, source, target) of the decided comparisons: every probe of
+    the table better than its baseline; a probe it has no test of is not passed."""
     probes = decided[decided["family"] == "plm_probes"]
-    # every probe of the table better: a probe a PLM has no z for is not passed
-    measured = len(measured_probes(frame))
-    better = probes.groupby(SETTING)["relation"].apply(
+    measured = probes["metric"].nunique()
+    return probes.groupby(SETTING)["relation"].apply(
         lambda r: bool((r == "better").sum() == measured))
+
+
+def carries(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
+    """:func:`carries_meaning` per line of ``frame`` (a PLM without tests does not carry)."""
     keys = pd.MultiIndex.from_frame(frame[SETTING].astype(str))
-    return pd.Series(better.reindex(keys).fillna(False).to_numpy(bool), index=frame.index)
+    verdict = carries_meaning(decided).reindex(keys).fillna(False)
+    return pd.Series(verdict.to_numpy(bool), index=frame.index)
 
 
 def probe_frame(files: list[str]) -> pd.DataFrame:

@@ -450,6 +450,18 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                  reference, format_score, notes)
 
 
+#: A paper table row's keys that name its setting in the comparisons table; the one other
+#: key but the method and the architecture (evaluation language, languages) is its variant.
+_SETTING_KEYS = ("stage", "lang", "source", "target")
+
+
+def _block_setting(keys: dict[str, str]) -> dict[str, str]:
+    """The comparisons table's setting of a row's block (its keys but the method)."""
+    variant = next((v for k, v in keys.items() if k not in (*_SETTING_KEYS, "arch", "method")),
+                   "")
+    return {k: keys[k] for k in _SETTING_KEYS} | {"variant": variant}
+
+
 def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(summary lines, test lines) of a paper table's blocks (same keys but the method; the
@@ -475,10 +487,7 @@ def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
                 sizes, key=sizes.count)]
             if len(scored) < 2:
                 continue
-            setting = {"family": f"table{number}", "metric": metric,
-                       "variant": next((v for k, v in keys.items() if k not in (
-                           "stage", "lang", "source", "target", "arch")), "")} | {
-                k: keys[k] for k in ("stage", "lang", "source", "target")}
+            setting = {"family": f"table{number}", "metric": metric} | _block_setting(keys)
             lines, made = compare_setting(
                 setting, {r.keys["method"]: np.asarray(r.per_document[metric]) for r in scored},
                 seed)
@@ -491,22 +500,18 @@ def apply_marks(table: Table, decided: pd.DataFrame) -> None:
     """Each row's ``vs_best`` and ``clears`` from the decided comparisons of its table:
     "best" where the method is its block's best, else the p-value of its test against it."""
     table.alpha = decided.attrs.get("alpha", FAMILY_ALPHA)
-    rows = table.rows
+    by_key = {(*_block_setting(row.keys).values(), row.keys.get("method")): row
+              for row in table.rows}
     mine = decided[(decided["family"] == f"table{table.number}") & (decided["versus"] == "best")]
     for line in mine.itertuples():
-        for row in rows:
-            if (row.keys.get("method"), row.keys.get("lang"), row.keys.get("source"),
-                    row.keys.get("stage"), row.keys.get("target")) != (
-                    line.method, line.lang, line.source, line.stage, line.target) or (
-                    line.variant and line.variant not in row.keys.values()):
-                continue
-            row.vs_best[line.metric] = line.p
-            if line.clears:
-                row.clears.add(line.metric)
-            for best in rows:
-                if best.keys.get("method") == line.other and all(
-                        best.keys.get(k) == row.keys.get(k) for k in row.keys if k != "method"):
-                    best.vs_best[line.metric] = "best"
+        setting = (line.stage, line.lang, line.source, line.target, line.variant)
+        row, best = by_key.get((*setting, line.method)), by_key.get((*setting, line.other))
+        if row is None or best is None:
+            continue
+        row.vs_best[line.metric] = line.p
+        if line.clears:
+            row.clears.add(line.metric)
+        best.vs_best[line.metric] = "best"
 
 
 def scoring_notes(records: list[EvalRecord]) -> list[str]:
