@@ -522,7 +522,8 @@ def test_reusing_hflm_encodes_as_lm_eval_does_once_per_string(world, tmp_path):
 
 def test_checkpoints_are_evaluated_in_float32_on_the_cpu(world, tmp_path, monkeypatch):
     """lm-eval's HFLM gets float32 on the CPU (which emulates bf16, slowly) and the
-    checkpoint's own dtype elsewhere; evaluate_text shares the rule (tests/test_intrinsic.py)."""
+    checkpoint's own dtype elsewhere; evaluate_text shares the rule
+    (tests/test_zeroshot_text.py)."""
     from embtransfer.core.devices import inference_dtype
     from embtransfer.evaluation import runner
     from embtransfer.models.pretrain import build_model

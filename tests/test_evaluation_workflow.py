@@ -230,7 +230,7 @@ def test_job_layout_and_lapt_stage_are_planned(eval_run):
         jobs = planned_jobs(workdir, "evaluation")
         # LAPT on one checkpoint: it is evaluated before and after; the other
         # transfer checkpoint is no longer evaluated (its file stays, nothing to redo).
-        assert jobs.get("lapt") == 1 and jobs.get("intrinsic_lapt") == 1
+        assert jobs.get("lapt") == 1 and jobs.get("lapt_zeroshot") == 1
         assert jobs.get("evaluate") == 1
         assert "evaluate_source" not in jobs
     finally:

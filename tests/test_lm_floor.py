@@ -101,8 +101,8 @@ def test_floor_record_sets_a_model_beside_its_count_models(tmp_path: Path) -> No
     """The record's model figure is the zero-shot evaluation's, the floor's are
     floor_bits_per_byte's on the same held-out documents, and clears_floor is the rule
     (25 % below the unigram and below the bigram); an untrained model does not clear it."""
-    from embtransfer.evaluation.intrinsic import evaluate_text
     from embtransfer.evaluation.lm_floor import FLOOR_MARGIN, floor_record
+    from embtransfer.evaluation.zeroshot import evaluate_text
     from embtransfer.models.pretrain import build_model, save_checkpoint
     from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
 

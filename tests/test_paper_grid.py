@@ -141,7 +141,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
             "tasks", ["x"]) else 0,
         "fetch_lm_eval_datasets": 1 if any(
             CATALOG[k].source != "world" for k in evaluation.get("tasks", [])) else 0,
-        "intrinsic_lapt": len(runs) if evaluation.get("intrinsic", True) else 0,
+        "lapt_zeroshot": len(runs) if evaluation.get("lapt_zeroshot", True) else 0,
         "tokenizer_stats": len(targets) if evaluation.get("tokenizer_stats", True) else 0,
         "report": 1,
         "all": 1,

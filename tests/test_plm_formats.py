@@ -284,7 +284,7 @@ def test_fast_wrapper_of_a_plain_backend_is_untouched():
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_fasttext_corpus_and_fertility_take_every_format(plms, name, tmp_path):
     """The FOCUS token corpus and the fertility count run on each format, slow PhoBERT too."""
-    from embtransfer.evaluation.intrinsic import fertility
+    from embtransfer.evaluation.zeroshot import fertility
     from embtransfer.fasttext.vectors import tokenize_for_fasttext
 
     tok = load_tokenizer(plms[name])

@@ -95,7 +95,7 @@ def test_the_real_run_reads_its_floor_and_its_final_lapt_checkpoints() -> None:
     inputs = report_inputs(config)
     assert inputs["source_floor"] == ["results/intrinsic/source_floor/llama_en.json"]
     assert len(inputs["lapt_zeroshot"]) == len(inputs["lapt"]) == 15
-    assert "results/intrinsic/lapt/de/llama_en/gpt2_de/salt.json" in inputs["lapt_zeroshot"]
+    assert "results/lapt_zeroshot/de/llama_en/gpt2_de/salt.json" in inputs["lapt_zeroshot"]
     assert config["lapt"]["eval_fractions"] == [0.3, 0.6, 0.9, 1.0]
 
 

@@ -57,7 +57,7 @@ report_inputs_module.all_plm_probes = all_plm_probes
 report_inputs_module.all_zeroshot = all_zeroshot
 # no source floor or final LAPT checkpoint records among the fixtures
 report_inputs_module.all_source_floors = lambda config: []
-report_inputs_module.all_lapt_intrinsic = lambda config: []
+report_inputs_module.all_lapt_zeroshot = lambda config: []
 # nor fastText BLI records (the table is tested in test_fasttext_bli.py)
 report_inputs_module.all_fasttext_bli = lambda config: []
 # nor SALT regression records (the conditioning table is tested in test_salt_conditioning.py)

@@ -101,7 +101,7 @@ CONFIG: dict[str, Any] = {
         "max_length": None,
         "threads": 1,
         "scoring": {"nfc": True},
-        "intrinsic": True,
+        "lapt_zeroshot": True,
         "tokenizer_stats": True,
         "datasets_dir": "resources/lm_eval",
     },
@@ -498,12 +498,12 @@ def test_evaluation_and_intrinsic_targets(config):
     assert files[0] == "results/eval/transfer/vi/src/gpt2_vi/salt/world_facts.json"
     assert files[-1] == "results/eval/source/de/src/belebele.json"
     assert evaluation.all_intrinsic(config) == [
-        "results/intrinsic/lapt/vi/src/gpt2_vi/salt.json",
-        "results/intrinsic/lapt/vi/src/gpt2_vi/focus.json",
+        "results/lapt_zeroshot/vi/src/gpt2_vi/salt.json",
+        "results/lapt_zeroshot/vi/src/gpt2_vi/focus.json",
         "results/intrinsic/tokenizers/vi.json",
         "results/intrinsic/tokenizers/de.json",
     ]
-    config["evaluation"]["intrinsic"] = config["evaluation"]["tokenizer_stats"] = False
+    config["evaluation"]["lapt_zeroshot"] = config["evaluation"]["tokenizer_stats"] = False
     assert evaluation.all_intrinsic(config) == []
 
 
@@ -531,10 +531,10 @@ def test_report_inputs(config):
         f"results/regression/{lang}/src/{target}/projected.json"
         for lang, target in (("vi", "gpt2_vi"), ("de", "hub_de"), ("de", "local_de"))
     ]
-    # the final LAPT checkpoints' records are the intrinsic stage's (one place)
-    assert inputs["lapt_zeroshot"] == evaluation.all_lapt_intrinsic(config) == [
-        "results/intrinsic/lapt/vi/src/gpt2_vi/salt.json",
-        "results/intrinsic/lapt/vi/src/gpt2_vi/focus.json",
+    # the final LAPT checkpoints' records are the evaluation stage's (one place)
+    assert inputs["lapt_zeroshot"] == evaluation.all_lapt_zeroshot(config) == [
+        "results/lapt_zeroshot/vi/src/gpt2_vi/salt.json",
+        "results/lapt_zeroshot/vi/src/gpt2_vi/focus.json",
     ]
     # every checkpoint's zero-shot record and the source models', for the comparison
     assert inputs["transfer_zeroshot"] == transfer.all_zeroshot(config)

@@ -60,25 +60,25 @@ if EVAL_TASKS:
             f"{paths.BENCHMARKS}/evaluate/{job_name(config, SOURCE_JOB)}.tsv"
 
 
-rule intrinsic_lapt:
+rule lapt_zeroshot:
     # Held-out loss, perplexity, bits per byte and fertility of a LAPT checkpoint (the
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:
         model=paths.LAPT_MODEL,
         text=paths.CORPUS.fill(split="valid"),
     output:
-        paths.INTRINSIC_LAPT,
+        paths.LAPT_ZEROSHOT,
     params:
         options=config["zeroshot"],
         device=TRANSFER["device"],
-        code=script_hash("evaluation/intrinsic_lapt.py"),
+        code=script_hash("evaluation/lapt_zeroshot.py"),
     threads: config["threads"]
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/intrinsic/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/lapt_zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     script:
-        "../scripts/evaluation/intrinsic_lapt.py"
+        "../scripts/evaluation/lapt_zeroshot.py"
 
 
 rule tokenizer_stats:

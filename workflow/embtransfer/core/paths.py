@@ -166,7 +166,7 @@ ALIGNMENT = Template("results/alignment/{stage}/{lang}/{source}/{target}.parquet
 #: Per target PLM of the miniature world: do its input rows carry meaning (the span and
 #: class probes of embtransfer.evaluation.plm_probes)
 PLM_PROBE = Template("results/probes/{lang}/{source}/{target}.json")
-INTRINSIC_LAPT = Template("results/intrinsic/lapt/{lang}/{source}/{target}/{method}.json")
+LAPT_ZEROSHOT = Template("results/lapt_zeroshot/{lang}/{source}/{target}/{method}.json")
 TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
 # a source LLM pretrained here on real text against count models of its tokens
 SOURCE_FLOOR = Template("results/intrinsic/source_floor/{source}.json")

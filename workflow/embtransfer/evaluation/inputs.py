@@ -228,18 +228,18 @@ def plm_probe_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> di
 def all_intrinsic(config: dict[str, Any]) -> list[str]:
     """Held-out loss of the LAPT checkpoints, the tokenizer statistics, and the count-model
     floor of each source pretrained here on real text."""
-    files = all_source_floors(config) + all_lapt_intrinsic(config)
+    files = all_source_floors(config) + all_lapt_zeroshot(config)
     if config["evaluation"]["tokenizer_stats"]:
         files += [paths.TOKENIZER_STATS.fill(lang=lang) for lang in config["targets"]]
     return files
 
 
-def all_lapt_intrinsic(config: dict[str, Any]) -> list[str]:
-    """The final LAPT checkpoints' zero-shot records (rule intrinsic_lapt), when
-    ``evaluation.intrinsic`` is on: the report's LAPT comparison reads them."""
-    if not config["evaluation"]["intrinsic"]:
+def all_lapt_zeroshot(config: dict[str, Any]) -> list[str]:
+    """The final LAPT checkpoints' zero-shot records (rule lapt_zeroshot), when
+    ``evaluation.lapt_zeroshot`` is on: the report's LAPT comparison reads them."""
+    if not config["evaluation"]["lapt_zeroshot"]:
         return []
-    return [paths.INTRINSIC_LAPT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
+    return [paths.LAPT_ZEROSHOT.fill(**r._asdict()) for r in evaluated_runs(config, "lapt")]
 
 
 def all_source_floors(config: dict[str, Any]) -> list[str]:

@@ -11,7 +11,7 @@ A network that has learnt the language scores held-out text well below both:
   has mass; an unseen context takes ``Pc`` alone. Each level's discount is Ney's
   ``D = n1 / (n1 + 2 n2)`` from its counts of counts, kept within [0.05, 0.95].
 
-Documents, scored tokens and bytes are those of :mod:`embtransfer.evaluation.intrinsic`
+Documents, scored tokens and bytes are those of :mod:`embtransfer.evaluation.zeroshot`
 (its zero-shot bits per byte): each non-empty line is a document, its tokens
 (``add_special_tokens=False``) are followed by the tokenizer's eos (else sep), which the
 models learn to predict but which is not scored; a document's first token has the
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from embtransfer.evaluation.intrinsic import evaluate_with_options, read_documents
+from embtransfer.evaluation.zeroshot import evaluate_with_options, read_documents
 from embtransfer.models.loading import load_tokenizer
 
 #: Bounds on a level's discount: each keeps some mass for the next, none gives all away.

@@ -80,7 +80,7 @@ class TaskRunError(RuntimeError):
 
 
 def context_token_id(tokenizer: Any) -> int | None:
-    """bos, else cls, else eos, else sep (as embtransfer.evaluation.intrinsic starts its
+    """bos, else cls, else eos, else sep (as embtransfer.evaluation.zeroshot starts its
     sequences)."""
     for role in ("bos", "cls", "eos", "sep"):
         value = getattr(tokenizer, f"{role}_token_id", None)

@@ -24,7 +24,7 @@ from typing import Any
 
 from lm_eval.tasks import get_task_dict
 
-from embtransfer.evaluation.intrinsic import token_counts
+from embtransfer.evaluation.zeroshot import token_counts
 from embtransfer.models.loading import load_tokenizer
 
 

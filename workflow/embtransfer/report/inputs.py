@@ -10,7 +10,7 @@ from embtransfer.core import paths
 from embtransfer.evaluation.inputs import (
     all_alignment,
     all_evaluation,
-    all_lapt_intrinsic,
+    all_lapt_zeroshot,
     all_plm_probes,
     all_source_floors,
 )
@@ -46,9 +46,9 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         # every checkpoint's zero-shot record: the zero-shot comparison and the methods figure
         "transfer_zeroshot": all_zeroshot(config),
         # the source's quality floor (rule source_floor) and the final LAPT checkpoints'
-        # zero-shot records (rule intrinsic_lapt)
+        # zero-shot records (rule lapt_zeroshot)
         "source_floor": all_source_floors(config),
-        "lapt_zeroshot": all_lapt_intrinsic(config),
+        "lapt_zeroshot": all_lapt_zeroshot(config),
         # SALT's regression records: its conditioning per setting
         "salt_regression": all_salt_regression(config),
         # the aligned fastText spaces WECHSEL and OFA search, scored per language (BLI)

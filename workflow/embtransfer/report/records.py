@@ -12,7 +12,7 @@ path with the same template that names the file (under any results folder).
 * Coverage: ``results/overlap/{source}/{target}.coverage.json``
   (:func:`embtransfer.vocab.overlap.coverage`).
 * Zero-shot records: ``results/zeroshot/{lang}/{source}/{target}/{method}.json``
-  (:func:`embtransfer.evaluation.intrinsic.evaluate_text`): their tokens and bytes convert Table 5's
+  (:func:`embtransfer.evaluation.zeroshot.evaluate_text`): their tokens and bytes convert Table 5's
   per-token LAPT eval loss to bits per byte.
 * The paper's reference numbers (``salt_paper_tables.csv``).
 

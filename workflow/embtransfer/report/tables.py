@@ -578,7 +578,7 @@ def fraction_label(fraction: float, measure: str = "eval loss") -> str:
 def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
     """A per-token loss (nats) in bits per byte of the valid text, with the token and byte
     counts of the checkpoint's zero-shot record: its own ``bits_per_byte`` for its own loss
-    (:func:`embtransfer.evaluation.intrinsic.evaluate_text`)."""
+    (:func:`embtransfer.evaluation.zeroshot.evaluate_text`)."""
     return loss * zeroshot["tokens"] / zeroshot["bytes"] / math.log(2)
 
 

@@ -1,7 +1,7 @@
 """The zero-shot comparison: every checkpoint's bits per byte on its language's held-out
 text, before any training (family ``zeroshot``) or after LAPT (``lapt_zeroshot``).
 
-From the records' per-document losses (:mod:`embtransfer.evaluation.intrinsic`) each
+From the records' per-document losses (:mod:`embtransfer.evaluation.zeroshot`) each
 setting (language, source, target PLM) goes to the spine
 (:func:`embtransfer.report.comparisons.compare_setting`): bits per byte with its
 delta-method standard error, paired ratio tests against the best, Random and SALT. A

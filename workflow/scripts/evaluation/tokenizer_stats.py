@@ -15,10 +15,10 @@ from pathlib import Path
 
 from embtransfer.core.atomic import write_json
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.intrinsic import read_documents
 from embtransfer.evaluation.runner import task_manager, task_spec
 from embtransfer.evaluation.task_catalog import TaskSpec
 from embtransfer.evaluation.tokenizer_stats import load_task_texts, tokenizer_stats
+from embtransfer.evaluation.zeroshot import read_documents
 
 sm = snakemake  # noqa: F821
 datasets_dir = Path(sm.input.datasets).parent if sm.input.get("datasets") else None

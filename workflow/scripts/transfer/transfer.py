@@ -7,7 +7,7 @@ from embtransfer.core.jobserver import delegate
 delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
 
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.intrinsic import write_zeroshot_record
+from embtransfer.evaluation.zeroshot import write_zeroshot_record
 from embtransfer.transfer.job import run_transfer_job
 
 sm = snakemake  # noqa: F821

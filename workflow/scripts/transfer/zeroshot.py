@@ -1,13 +1,13 @@
 """Held-out loss, perplexity and bits per byte of the untouched source LLM on the target
 valid text (a transferred checkpoint gets its own in the transfer job, a LAPT checkpoint in
-scripts/evaluation/intrinsic_lapt.py)."""
+scripts/evaluation/lapt_zeroshot.py)."""
 
 from embtransfer.core.jobserver import delegate
 
 delegate()  # in a local run, the job server runs this script in a fork (core/jobserver.py)
 
 from embtransfer.core.logs import job_logger
-from embtransfer.evaluation.intrinsic import write_zeroshot_record
+from embtransfer.evaluation.zeroshot import write_zeroshot_record
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

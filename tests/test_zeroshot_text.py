@@ -1,4 +1,4 @@
-"""Held-out loss, bits per byte and fertility (embtransfer.evaluation.intrinsic)."""
+"""Held-out loss, bits per byte and fertility (embtransfer.evaluation.zeroshot)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import transformers as tf
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from embtransfer.evaluation.intrinsic import evaluate_text, fertility
+from embtransfer.evaluation.zeroshot import evaluate_text, fertility
 from embtransfer.models.tokenizer_training import train_tokenizer
 
 WORDS = ["người", "nước", "tiếng", "Việt", "đẹp", "trường", "học", "sông", "xanh", "42"]

@@ -1,4 +1,4 @@
-"""Zero-shot intrinsic measures of a causal LM on held-out text.
+"""Zero-shot measures of a causal LM on held-out text (the zero-shot record).
 
 :func:`evaluate_text` gives held-out loss, perplexity and bits per byte;
 :func:`fertility` gives tokens per whitespace word. Definitions (fixed, so that
@@ -295,7 +295,7 @@ def zeroshot_record(
     context: dict[str, Any],
 ) -> dict[str, Any]:
     """The zero-shot JSON of one checkpoint (``results/zeroshot/...``,
-    ``results/intrinsic/lapt/...``): :func:`evaluate_text` with the config's ``zeroshot``
+    ``results/lapt_zeroshot/...``): :func:`evaluate_text` with the config's ``zeroshot``
     options, the fertility of its tokenizer on the same text, and ``context`` (the run's
     wildcards; ``method`` is ``source_model`` for the untouched source LLM)."""
     tokenizer = load_tokenizer(model_dir)  # once, for the scores and the fertility
