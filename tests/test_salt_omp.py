@@ -22,7 +22,7 @@ SETTING = {"lang": "ar_mini", "source": "llama_mini", "target": "gpt2_ar_mini"}
 
 
 def zeroshot(root: Path, stage: str, method: str, nll: np.ndarray, n_bytes: np.ndarray) -> str:
-    template = paths.ZEROSHOT if stage == "transfer" else paths.INTRINSIC_LAPT
+    template = paths.ZEROSHOT if stage == "transfer" else paths.LAPT_ZEROSHOT
     path = root / template.fill(method=method, **SETTING)
     path.parent.mkdir(parents=True, exist_ok=True)
     bpb = float(nll.sum() / np.log(2) / n_bytes.sum())
