@@ -308,7 +308,8 @@ def test_check_record_refuses_broken_records():
     check_record(good)
     for change in ({"scores": {"MRC acc": float("nan")}}, {"scores": {"MRC acc": 150.0}},
                    {"stage": "zeroshot"}, {"kind": "other"}, {"target": None},
-                   {"n_samples": 0}, {"limit": "all"}, {"stderr": {}}):
+                   {"n_samples": 0}, {"limit": "all"}, {"stderr": {}},
+                   {"stderr": {"MRC acc": -1.0}}):
         broken = {**copy.deepcopy(good), **change}
         with pytest.raises(ScoreError):
             check_record(broken)

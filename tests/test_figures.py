@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 
+from embtransfer.report.comparisons import (
+    SUMMARY_COLUMNS,
+    TEST_COLUMNS,
+    compare_setting,
+    decide,
+    frame_of,
+)
 from embtransfer.report.figures import (
     VS_BEST_MARK,
     VS_RANDOM_MARK,
     MethodsFigure,
     Panel,
+    draw_methods,
     draw_panels,
     drawn_panels,
 )
@@ -98,3 +107,51 @@ def test_the_title_and_the_legend_clear_every_panel(settings):
         assert title.y0 > drawn.y1, ax.get_title()
         assert legend.y1 < drawn.y0, ax.get_title()
     assert title.y1 <= fig.bbox.y1 and title.x0 >= 0 and legend.y0 >= 0
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.01])
+def test_the_legend_states_the_alpha_the_marks_were_decided_at(alpha):
+    """A run's ``report.family_alpha`` decides its comparisons (build.compare records it in
+    the decided table's attrs); the legend beside the marks names that level."""
+    rng = np.random.default_rng(0)
+    n_docs = 50
+    scores = {"focus": rng.normal(100, 5, n_docs), "salt": rng.normal(101, 5, n_docs),
+              "random": rng.normal(130, 5, n_docs)}
+    setting = {"family": "zeroshot", "stage": "transfer", "lang": "xx", "source": "src",
+               "target": "gpt2_x", "metric": "bits_per_byte"}
+    lines, made = compare_setting(setting, scores, 0, np.full(n_docs, 100.0))
+    decided = decide(frame_of(made, TEST_COLUMNS), alpha)
+    decided.attrs["alpha"] = alpha
+    fig = draw_methods(frame_of(lines, SUMMARY_COLUMNS), decided, dpi=40)
+    assert [ax.get_title() for ax in fig.axes] == ["xx, src, gpt2_x: zero-shot bits per byte"]
+    legend = fig.texts[-1].get_text().replace("\n", " ")
+    assert legend.startswith("Bars:")
+    assert f"family-wise α = {alpha} " in legend
+
+
+def test_figure2_keeps_a_far_start_off_the_axis_and_the_legend_off_the_curves():
+    """A method that starts far above the others (CLP at 70 where the rest start near 8) is
+    cut at the axis' top and named in the panel, so the others' differences fill the axis;
+    the legend sits beside the panels, over no curve."""
+    from embtransfer.report.figures import draw_figure2
+
+    steps = list(range(1, 41))
+    curves = {("de", "src"): {
+        "clp": (steps, [70.0, 30.0, *[7.0 - 0.02 * s for s in steps[2:]]]),
+        "salt": (steps, [8.0 - 0.05 * s for s in steps]),
+        "focus": (steps, [8.2 - 0.05 * s for s in steps]),
+    }, ("vi", "src"): {"salt": (steps, [9.0 - 0.05 * s for s in steps])}}
+    fig = draw_figure2(curves, {"de": "gpt2_de", "vi": "gpt2_vi"}, ["salt", "focus", "clp"])
+    fig.canvas.draw()
+    de, vi = [ax for ax in fig.axes if ax.get_visible()]
+    low, top = de.get_ylim()
+    assert 8.2 <= top < 30.0 and low <= 8.2 - 0.05 * 40
+    assert de.get_yscale() == "linear"
+    assert any("clp" in t.get_text() and "70" in t.get_text() for t in de.texts)
+    assert not any("salt" in t.get_text() for t in de.texts)
+    assert de.get_legend() is None and vi.get_legend() is None
+    (legend,) = fig.legends
+    assert {t.get_text() for t in legend.get_texts()} == {"salt", "focus", "clp"}
+    box = legend.get_window_extent()
+    for ax in (de, vi):
+        assert not box.overlaps(ax.get_window_extent())

@@ -512,10 +512,11 @@ def test_tables_name_the_protocol_that_scored_the_answers(fixture_copy):
 def test_a_malformed_standard_error_names_the_file(fixture_copy):
     path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
     record = json.loads(path.read_text())
-    record["stderr"] = {"ARC": float("nan")}
-    path.write_text(json.dumps(record))
-    with pytest.raises(MalformedResultError, match="stderr"):
-        read_eval_records([path])
+    for bad in (float("nan"), -1.0):
+        record["stderr"] = dict.fromkeys(record["scores"], bad)
+        path.write_text(json.dumps(record))
+        with pytest.raises(MalformedResultError, match=f"{path}.*stderr"):
+            read_eval_records([path])
 
 
 SOURCE_LABEL = "source model (no transfer)"

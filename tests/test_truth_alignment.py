@@ -588,6 +588,7 @@ def test_eval_records_keep_their_per_question_scores(tmp_path):
         "task": "world_words", "stage": "transfer", "lang": "xx", "source": "src",
         "target": "tgt", "method": "salt", "kind": "knowledge", "eval_language": "target",
         "note": "", "scores": {"Words acc": 50.0}, "stderr": {"Words acc": 25.0},
-        "per_document": {"Words acc": [1.0, 0.0], "other": [1.0]}}))
+        "lm_eval_task": "world_words", "num_fewshot": 0, "limit": None, "n_samples": 2,
+        "lm_eval_version": "0.4.9", "per_document": {"Words acc": [1.0, 0.0], "other": [1.0]}}))
     records, _ = read_eval_records([str(path)])
     assert records[0].per_document == {"Words acc": [1.0, 0.0]}

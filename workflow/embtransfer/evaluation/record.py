@@ -164,7 +164,9 @@ def check_record(record: dict[str, Any]) -> None:
         if not 0.0 <= value <= 100.0:
             raise ScoreError(f"result record: score {name} = {value!r} is not a percentage")
     for name, value in record["stderr"].items():
-        if value is not None and (_number(value) is None or not math.isfinite(value)):
-            raise ScoreError(f"result record: stderr {name} = {value!r}")
+        if value is not None and (_number(value) is None or not math.isfinite(value)
+                                  or value < 0):
+            raise ScoreError(f"result record: stderr {name} = {value!r} is not a finite "
+                             "non-negative number")
     if record["n_samples"] < 1:
         raise ScoreError("result record: no documents were scored")

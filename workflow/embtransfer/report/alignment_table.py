@@ -1,20 +1,14 @@
 """The alignment table: how well each method's new rows mean what their tokens mean.
 
 Reads the per-token scores of :mod:`embtransfer.evaluation.alignment` (one file per stage,
-language, source, target) and hands each setting (stage, language, source, target PLM,
-embedding side, split of the truth) and metric to the spine
-(:func:`embtransfer.report.comparisons.compare_setting`): P@1 and P@10 of retrieving the
-token's translation, compared by McNemar's test over the same tokens, and the raw and
-centred cosines to the oracle row, by a paired bootstrap.
-
-Every setting is scored per ``split`` of the truth (:mod:`embtransfer.world.split`):
-``held_out``, the concepts no method was aligned on, is the headline; ``dictionary``, the
-concepts WECHSEL and OFA fitted their map on, and ``none`` (names, affixes, particles: no
-concept) are reported apart. ``world_oracle`` is the upper bound of these metrics: the
-method catalog gives it the oracle's role, so it is shown and never ranked. Each retrieval
-summary carries its chance level (a ranking that ignores the rows,
-:func:`embtransfer.evaluation.alignment.chance_hits`, averaged over the tokens); what a
-test could detect is the spine's :func:`embtransfer.report.comparisons.power`.
+language, source, target; the metrics, their chance levels and each token's ``split`` of the
+truth are defined there) and hands each setting (stage, language, source, target PLM,
+embedding side, split) and metric to the spine
+(:func:`embtransfer.report.comparisons.compare_setting`, which names each metric's test):
+P@10 and P@1 of retrieving the token's translation, the raw and centred cosines to the
+oracle row. ``held_out``, the concepts no method was aligned on, is the headline; the
+``dictionary`` concepts WECHSEL and OFA fitted their map on and ``none`` (no concept) are
+reported apart. Each retrieval summary carries its chance level, averaged over the tokens.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from embtransfer.report.comparisons import (
     decide,
     frame_of,
     lookup,
-    with_decisions,
 )
 from embtransfer.report.fasttext_bli_table import bli_frame, bli_tests, write_fasttext_bli
 from embtransfer.report.figures import Curves, missing_curves, write_figure2, write_methods_figure
@@ -70,28 +69,20 @@ def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
 
 @dataclass
 class Inputs:
+    """The report's input files by kind, as :func:`embtransfer.report.inputs.report_inputs`
+    lists them (what each kind is, and which rule writes it, is said there)."""
+
     evaluation: list[str]
     lapt: list[str]
     coverage: list[str]
     reference: str
-    #: Zero-shot records of the LAPT runs' checkpoints (:func:`zeroshot_paths`): Table 5's
-    #: bits per byte.
     zeroshot: list[str] = field(default_factory=list)
-    #: Per-token alignment scores (:data:`paths.ALIGNMENT`), the miniature world only.
     alignment: list[str] = field(default_factory=list)
-    #: The target PLMs' probe records (:data:`paths.PLM_PROBE`), the miniature world only.
     plm_probes: list[str] = field(default_factory=list)
-    #: Per language, BLI in the aligned fastText spaces WECHSEL and OFA search
-    #: (:data:`paths.FASTTEXT_BLI`).
     fasttext_bli: list[str] = field(default_factory=list)
-    #: Every transferred checkpoint's and source model's zero-shot record
-    #: (:data:`paths.ZEROSHOT`, :data:`paths.ZEROSHOT_SOURCE`), with per-document losses.
     transfer_zeroshot: list[str] = field(default_factory=list)
-    #: The source's quality floor records (:data:`paths.SOURCE_FLOOR`), real text only.
     source_floor: list[str] = field(default_factory=list)
-    #: The final LAPT checkpoints' zero-shot records (:data:`paths.INTRINSIC_LAPT`).
     lapt_zeroshot: list[str] = field(default_factory=list)
-    #: SALT's regression records (:data:`paths.REGRESSION_META`): its conditioning.
     salt_regression: list[str] = field(default_factory=list)
 
 
@@ -244,8 +235,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
                        outputs["source_floor_csv"], outputs["source_floor_md"])
     write_salt_conditioning(inputs.salt_regression, outputs["salt_conditioning_csv"],
                             outputs["salt_conditioning_md"])
-    write_methods_figure(outputs["methods"], with_decisions(summaries, decided), decided,
-                         dpi=dpi)
+    write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
     findings = findings_markdown(decided, summaries, real=bool(config.get("real_text")))
     _write_text(outputs["findings"], findings)
     curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)

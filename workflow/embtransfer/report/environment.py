@@ -43,11 +43,9 @@ def environment(lock: Path) -> dict[str, Any]:
     import torch  # noqa: PLC0415 (heavy; this module is imported by the report job only)
 
     installed = _installed()
-    pins: dict[str, str] = {}
-    if lock.is_file():
-        for entry in lockfile.parse_lock(lock.read_text()):
-            if entry.marker is None or Marker(entry.marker).evaluate():  # this Python's pin
-                pins[entry.name] = entry.version
+    entries = lockfile.parse_lock(lock.read_text()) if lock.is_file() else []
+    # the pins that apply to this Python and platform (each entry's marker says)
+    pins = {e.name: e.version for e in entries if e.marker is None or Marker(e.marker).evaluate()}
     off_lock = {
         name: {"installed": installed[name], "lock": pin}
         for name, pin in sorted(pins.items())

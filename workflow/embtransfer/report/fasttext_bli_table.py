@@ -60,25 +60,16 @@ def bli_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
             for line in frame.to_dict("records") if line["queries"]]
 
 
-def above_chance(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
-    """Per language: its P@10 is better than chance in the decided comparisons table."""
-    better = decided[(decided["family"] == "fasttext_bli")
-                     & (decided["relation"] == "better")]["lang"]
-    return frame["lang"].isin(set(better))
-
-
 def _percent(value: Any, digits: int = 1) -> str:
-    return "—" if value is None or pd.isna(value) else f"{value:.{digits}f} %"
+    return "—" if pd.isna(value) else f"{value:.{digits}f} %"
 
 
 def bli_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
-    parts = [prose("bli.title"), "", prose("bli.intro", correction=CORRECTION, alpha=alpha)]
+    parts = [prose("bli.title"), prose("bli.intro", correction=CORRECTION, alpha=alpha)]
     if frame.empty:
-        return "\n".join([*parts, "", prose("bli.empty")]) + "\n"
+        return "\n\n".join([*parts, prose("bli.empty")]) + "\n"
     table = pd.DataFrame({
-        "language": frame["lang"],
-        "n": frame["queries"],
-        "candidates": frame["candidates"],
+        "language": frame["lang"], "n": frame["queries"], "candidates": frame["candidates"],
         "P@1": frame["p_at_1"].map(_percent),
         "chance P@1": frame["chance_at_1"].map(lambda v: _percent(v, 3)),
         "P@10": frame["p_at_10"].map(_percent),
@@ -91,12 +82,15 @@ def bli_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
                                          frame["left_out_no_source_word"], strict=True)],
         "fit P@1 (own pairs)": frame["fit_precision_at_1"].map(_percent),
     })  # fmt: skip
-    return "\n".join([*parts, "", markdown(table)]) + "\n"
+    return "\n\n".join([*parts, markdown(table)]) + "\n"
 
 
 def write_fasttext_bli(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | Path,
                        md_path: str | Path) -> pd.DataFrame:
-    frame = frame.assign(above_chance=above_chance(frame, decided))
+    """``frame`` with ``above_chance`` (its P@10 better than chance in the decided
+    comparisons), written as the table's csv and Markdown."""
+    better = decided[(decided["family"] == "fasttext_bli") & (decided["relation"] == "better")]
+    frame = frame.assign(above_chance=frame["lang"].isin(set(better["lang"])))
     write_table(frame, bli_markdown(frame, decided.attrs.get("alpha", FAMILY_ALPHA)), csv_path,
                 md_path)
     return frame

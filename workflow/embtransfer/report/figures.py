@@ -20,11 +20,14 @@ import pandas as pd
 from embtransfer.core.atomic import atomic_path
 from embtransfer.core.grid import Grid
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
+from embtransfer.report.comparisons import with_decisions
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
+from embtransfer.report.setting_tables import table_order
 from embtransfer.report.tables import ORACLE
+from embtransfer.report.texts import prose
 from embtransfer.report.zeroshot import OWN_TOKENIZER
-from embtransfer.transfer.method_catalog import SOURCE_MODEL
+from embtransfer.transfer.method_catalog import COMPETING_ROLES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,8 +40,7 @@ def loss_curves(runs: list[LaptRun], grid: Grid, names: PaperNames,
     """(lang, source) -> method -> (steps, train losses), the language's GPT target PLM.
 
     Panels and methods follow the config order; a panel or method without a run is left
-    out of its panel (and listed by :func:`missing_curves`).
-    """
+    out of its panel (and listed by :func:`missing_curves`)."""
     curves: Curves = {}
     by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     for lang in grid.langs:
@@ -64,49 +66,77 @@ def missing_curves(curves: Curves, grid: Grid, targets: dict[str, str | None]) -
             if method not in panel and grid.wants_lapt(lang, source, targets[lang], method)]
 
 
-def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[str],
-                 dpi: int = 120) -> Figure:
-    """The figure (not saved): one panel per (lang, source), a line per method.
-
-    A method keeps its colour and line style in every panel (its place in ``methods``);
-    ten colours times two styles tell twenty methods apart. The loss axis is
-    logarithmic: a method that starts far off (CLP on small PLMs) does not flatten
-    the others.
-    """
-    colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
-    styles = {m: ("-", "--")[(i // 10) % 2] for i, m in enumerate(methods)}
-    panels = list(curves) or [("", "")]
-    ncols = min(len(panels), 2)
-    nrows = math.ceil(len(panels) / ncols)
+def _figure(width: float, height: float, dpi: int) -> Figure:
+    """A bare figure (inches) on the Agg canvas."""
     # matplotlib is imported here, not at module level: the Snakefile imports this module
     # (through report.build) and a dry run should not pay for matplotlib.
     from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
     from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
 
-    fig = Figure(figsize=(6 * ncols, 4 * nrows), dpi=dpi)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     backend_agg.FigureCanvasAgg(fig)
+    return fig
+
+
+def loss_axis(panel: dict[str, tuple[list[int], list[float]]]) -> tuple[float, float]:
+    """A panel's loss axis: from the lowest loss to the highest start among the methods whose
+    start lies within three times the median start's height above that lowest loss, so that
+    one method starting far off (CLP on small PLMs) is cut at the top instead of squeezing
+    every other curve into a band."""
+    low = min(min(losses) for _, losses in panel.values())
+    starts = sorted(max(losses) for _, losses in panel.values())
+    limit = low + 3 * (starts[(len(starts) - 1) // 2] - low)
+    top = max(s for s in starts if s <= limit)
+    pad = 0.05 * (top - low) or 0.05 * abs(top) or 0.05
+    return low - pad, top + pad
+
+
+def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[str],
+                 dpi: int = 120) -> Figure:
+    """The figure (not saved): one panel per (lang, source), a line per method, one legend
+    beside the panels.
+
+    A method keeps its colour and line style in every panel (its place in ``methods``); ten
+    colours times two styles tell twenty methods apart. The loss axis is linear and cut by
+    :func:`loss_axis`; a curve that rises above it is named in its panel, first and last
+    loss."""
+    colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    styles = {m: ("-", "--")[(i // 10) % 2] for i, m in enumerate(methods)}
+    panels = list(curves) or [("", "")]
+    ncols = min(len(panels), 2)
+    nrows = math.ceil(len(panels) / ncols)
+    fig = _figure(6 * ncols + 1.6, 4 * nrows, dpi)
+    fig.set_layout_engine("constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, key in zip(axes.flat, panels, strict=False):
-        lang, source = key
-        panel = curves.get(key, {})
+    handles: dict[str, Any] = {}
+    for ax, (lang, source) in zip(axes.flat, panels, strict=False):
+        panel = curves.get((lang, source), {})
         for method, (steps, losses) in panel.items():
-            ax.plot(steps, losses, label=method, linewidth=1.2, color=colours.get(method),
-                    linestyle=styles.get(method, "-"))
-        if panel and all(min(losses) > 0 for _, losses in panel.values()):
-            ax.set_yscale("log")
-        ax.set_title(f"{lang}, {source}, target {targets.get(lang) or '?'}" if lang else "")
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("training loss")
+            (handles[method],) = ax.plot(steps, losses, label=method, linewidth=1.2,
+                                         color=colours.get(method),
+                                         linestyle=styles.get(method, "-"))
         if panel:
-            ax.legend(fontsize="small")
+            low, top = loss_axis(panel)
+            ax.set_ylim(low, top)
+            cut = [f"{m} {losses[0]:.1f} → {losses[-1]:.1f}"
+                   for m, (_, losses) in panel.items() if max(losses) > top]
+            if cut:
+                ax.text(0.99, 0.98, "above the axis: " + "; ".join(cut), ha="right",
+                        va="top", fontsize="small", transform=ax.transAxes, color="0.35")
         else:
             ax.text(0.5, 0.5, "missing: no LAPT metrics", ha="center", va="center",
                     transform=ax.transAxes)
+        ax.set_title(f"{lang}, {source}, target {targets.get(lang) or '?'}" if lang else "")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("training loss")
         ax.grid(alpha=0.3)
+    if handles:
+        ordered = [m for m in methods if m in handles]
+        fig.legend([handles[m] for m in ordered], ordered, loc="outside right upper",
+                   fontsize="small")
     fig.suptitle("Figure 2: LAPT training loss")
-    fig.tight_layout()
     return fig
 
 
@@ -115,23 +145,15 @@ def write_figure2(path: str | os.PathLike, runs: list[LaptRun], grid: Grid, name
     """Draw and write Figure 2 as PNG, atomically; returns the plotted curves."""
     curves = loss_curves(runs, grid, names, config)
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
-    fig = draw_figure2(curves, targets, grid.methods, dpi=dpi)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        draw_figure2(curves, targets, grid.methods, dpi=dpi).savefig(tmp, format="png")
     return curves
 
 
-#: matplotlib's tab20 palette, as hex (its pairs of dark and light shades of ten hues).
-_TAB20 = (
-    "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
-    "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
-    "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
-)
 #: The marks of the methods figure: a paired test's difference that clears the report's
 #: correction (:mod:`embtransfer.core.paired`), from the setting's best and from Random.
 VS_BEST_MARK, VS_RANDOM_MARK = "*", "†"
-#: The alignment metric the figure draws: P@10 separates methods whose P@1 is a handful of
-#: tokens.
+#: The alignment metric drawn: P@10 separates methods whose P@1 is a handful of tokens.
 ALIGNMENT_METRIC = "p_at_10"
 #: The smallest P@10 axis (percent): a panel of bars at 0 still has a readable axis.
 MIN_P_AXIS = 2.0
@@ -155,164 +177,81 @@ class Panel:
 
 @dataclass
 class MethodsFigure:
-    """The methods figure's rows, each a pair of panels (alignment, zero-shot)."""
+    """The methods figure's rows, each a pair of panels (alignment, zero-shot), and the
+    family-wise level their marks were decided at (the legend states it)."""
 
     rows: list[tuple[Panel, Panel]] = field(default_factory=list)
+    alpha: float = FAMILY_ALPHA
 
 
-def held_out_alignment(alignment: pd.DataFrame) -> pd.DataFrame:
-    """The alignment lines the methods figure shows: held-out concepts, the transferred
-    checkpoints' input rows (zero-shot is before any training too)."""
-    keep = (
-        (alignment["split"] == "held_out")
-        & (alignment["stage"] == "transfer")
-        & (alignment["side"] == "input")
-    )
-    return alignment[keep]
+def _text(line: pd.Series) -> str:
+    """A bar's text: ``best`` for the setting's best, then the mark of each test it clears
+    (its relation to the best or to Random is ``better`` or ``worse``)."""
+    tests = (("vs_best", VS_BEST_MARK), ("vs_random", VS_RANDOM_MARK))
+    marks = "".join(mark for column, mark in tests if line[column] in ("better", "worse"))
+    # the setting's best is ranked first and has no test against the best (itself)
+    return f"best {marks}".strip() if line["rank"] == 1 and not line["vs_best"] else marks
 
 
-def _marks(line: pd.Series, clears: pd.Series, tests: tuple[tuple[str, str], ...]) -> str:
-    """A bar's text: ``best`` for the setting's best, then the mark of each test it clears."""
-    marks = "".join(mark for column, mark in tests if column in clears and clears[column])
-    if line["method"] == line.get("best"):
-        return f"best {marks}".strip()
-    return marks
-
-
-def _value_axis(values: list[float], errors: list[float], floor: float) -> float:
-    """The axis' upper end: past every error bar, with room for the marks, never below
-    ``floor`` (bars all at 0 keep an axis a reader can read)."""
+def _panel(lines: pd.DataFrame, title: str, label: str, alignment: bool) -> Panel:
+    """The bars of ``lines`` (one setting, or one method across settings), the value axis
+    past every error bar with room for the marks. Alignment (P@10): the oracle left out of
+    the bars and written in the note, the axis at least :data:`MIN_P_AXIS`. Bits per byte: a
+    bar far beyond the others' (CLP's) is cut at the axis' end with its value written
+    there, so the rest stay readable."""
+    drawn = lines[lines["method"] != ORACLE] if alignment else lines
+    values = [float(v) for v in drawn["value"]]
+    errors = [float(e) for e in drawn["se"].fillna(0)]
+    texts = [_text(line) for _, line in drawn.iterrows()]
     ends = [v + e for v, e in zip(values, errors, strict=True)]
-    return max([floor, *(1.25 * e for e in ends)])
-
-
-def _alignment_panel(lines: pd.DataFrame, clears: pd.DataFrame, title: str,
-                     label: str = "method") -> Panel:
-    """P@10 bars of ``lines`` (one setting, or one method across settings), the oracle left
-    out of the bars and written in the note."""
-    metric = ALIGNMENT_METRIC
-    tests = (("vs_best_p", VS_BEST_MARK), ("vs_random_p", VS_RANDOM_MARK))
-    drawn = lines[lines["method"] != ORACLE]
-    oracle = lines[lines["method"] == ORACLE]
-    values = [float(v) for v in drawn[metric]]
-    errors = [float(e) for e in drawn[f"{metric}_se"].fillna(0)]
-    note = "".join(
-        f"{ORACLE}: {line[metric]:.1f} (not drawn)\n" for _, line in oracle.iterrows()
-    ).rstrip("\n")
-    return Panel(
-        title=title,
-        labels=[str(v) for v in drawn[label]],
-        methods=list(drawn["method"]),
-        values=values,
-        errors=errors,
-        texts=[_marks(line, clears.loc[i], tests) for i, line in drawn.iterrows()],
-        xlim=(0.0, _value_axis(values, errors, MIN_P_AXIS)),
-        note=note,
-        empty="" if len(drawn) else "no results",
-    )
-
-
-def _zeroshot_panel(lines: pd.DataFrame, clears: pd.DataFrame, title: str,
-                    label: str = "method") -> Panel:
-    """Bits-per-byte bars of ``lines``; a bar far beyond the others' (CLP's) is cut at the
-    axis' end with its value written there, so the rest stay readable."""
-    tests = (("vs_best_p", VS_BEST_MARK), ("vs_random_p", VS_RANDOM_MARK))
-    values = [float(v) for v in lines["bits_per_byte"]]
-    errors = [float(e) for e in lines["bits_per_byte_se"].fillna(0)]
-    texts = [_marks(line, clears.loc[i], tests) for i, line in lines.iterrows()]
-    top = _value_axis(values, errors, 0.0)
-    limit = 2.5 * float(pd.Series(values).median()) if values else 0.0
-    if limit > 0 and max(v + e for v, e in zip(values, errors, strict=True)) > limit:
+    top = max([MIN_P_AXIS if alignment else 0.0, *(1.25 * end for end in ends)])
+    limit = 0.0 if alignment or not values else 2.5 * float(pd.Series(values).median())
+    if limit > 0 and max(ends) > limit:
         top = limit * 1.4
-        texts = [f"{v:.2f} → {t}".strip() if v + e > limit else t
-                 for v, e, t in zip(values, errors, texts, strict=True)]
-    return Panel(
-        title=title,
-        labels=[str(v) for v in lines[label]],
-        methods=list(lines["method"]),
-        values=values,
-        errors=errors,
-        texts=texts,
-        xlim=(0.0, top or 1.0),
-        empty="" if len(lines) else "no results",
-    )
+        texts = [f"{v:.2f} → {t}".strip() if end > limit else t
+                 for v, end, t in zip(values, ends, texts, strict=True)]
+    oracle = lines.loc[lines["method"] == ORACLE, "value"] if alignment else []
+    return Panel(title, [str(v) for v in drawn[label]], list(drawn["method"]), values, errors,
+                 texts, xlim=(0.0, top or 1.0),
+                 note="\n".join(f"{ORACLE}: {v:.1f} (not drawn)" for v in oracle),
+                 empty="" if len(drawn) else "no results")
 
 
-def _in(frame: pd.DataFrame, lang: str, source: str, targets: list[str]) -> pd.DataFrame:
-    return frame[(frame["lang"] == lang) & (frame["source"] == source)
-                 & frame["target"].isin(targets)]
-
-
-def figure_lines(summaries: pd.DataFrame, decided: pd.DataFrame, family: str, metric: str
-                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(lines, marks) of one family and metric: per method and setting its value (column
-    ``metric``), ``{metric}_se``, ``best`` (the setting's first), ``role``; the marks are the
-    decided comparisons' ``clears`` against the best and Random (columns ``vs_best_p``,
-    ``vs_random_p``), never a test of the figure's own."""
-    part = summaries[(summaries["family"] == family) & (summaries["metric"] == metric)]
-    setting = ["stage", "lang", "source", "target", "side", "split"]
-    lines = part.rename(columns={"value": metric, "se": f"{metric}_se"}).copy()
-    first = part[part["rank"] == 1].sort_values("method").drop_duplicates(setting)
-    first = first.set_index(setting)["method"]
-    lines["best"] = [first.get(tuple(k), "") for k in part[setting].itertuples(index=False)]
-    marks = pd.DataFrame(False, index=lines.index, columns=["vs_best_p", "vs_random_p"])
-    tests = decided[(decided["family"] == family) & (decided["metric"] == metric)]
-    clears = tests.set_index([*setting, "method", "versus"])["clears"]
-    for i, line in lines.iterrows():
-        for versus in ("best", "random"):
-            marks.loc[i, f"vs_{versus}_p"] = bool(clears.get(
-                (*(line[k] for k in setting), line["method"], versus), False))
-    return lines.reset_index(drop=True), marks.reset_index(drop=True)
-
-
-def table_order(group: pd.DataFrame) -> pd.DataFrame:
-    """The lines of one setting as the tables show them: the oracle first, then by rank."""
-    return group.assign(_o=(group["method"] != ORACLE).astype(int)).sort_values(
-        ["_o", "rank", "method"]).drop(columns="_o")
+def _row(aligned: pd.DataFrame, zeroshot: pd.DataFrame, title: str, label: str = "method"
+         ) -> tuple[Panel, Panel]:
+    return (_panel(aligned, f"{title}: held-out P@10 (%)", label, alignment=True),
+            _panel(zeroshot, f"{title}: zero-shot bits per byte", label, alignment=False))
 
 
 def methods_panels(summaries: pd.DataFrame, decided: pd.DataFrame) -> MethodsFigure:
     """What the methods figure draws: per (language, source), a row of two panels for every
-    target PLM with two or more competing methods (held-out P@10 in alignment.md's order,
-    bits per byte in zeroshot.md's), and one row for the methods run alone with some target
-    PLM (SALT with BERT and T5): a bar per target PLM it ran with, the competing setting's
-    first. Marks are the tables' own decisions (:func:`alignment_clears`,
-    :func:`zeroshot_clears`, over each whole table)."""
-    alignment, aligned_clears = figure_lines(summaries, decided, "alignment", ALIGNMENT_METRIC)
-    aligned = held_out_alignment(alignment)
-    zeroshot, zeroshot_marks = figure_lines(summaries, decided, "zeroshot", "bits_per_byte")
-    zeroshot = zeroshot[zeroshot["target"] != OWN_TOKENIZER]
-    keys = ["lang", "source", "target"]
-    settings = sorted({tuple(k) for k in aligned[keys].to_numpy()}
-                      | {tuple(k) for k in zeroshot[keys].to_numpy()})
-    figure = MethodsFigure()
-    for lang, source in sorted({(s[0], s[1]) for s in settings}):
-        targets = [s[2] for s in settings if s[:2] == (lang, source)]
-        competing = {
-            t: set(_in(zeroshot, lang, source, [t])["method"])
-            | set(_in(aligned, lang, source, [t])["method"]) for t in targets
-        }
-        competing = {t: ms - {ORACLE, SOURCE_MODEL} for t, ms in competing.items()}
+    target PLM with two or more competing methods (held-out P@10 of the transferred
+    checkpoints' input rows in alignment.md's order, bits per byte in zeroshot.md's), and
+    one row for the methods run alone with some target PLM (SALT with BERT and T5): a bar
+    per target PLM it ran with, the competing setting's first. Values and marks are the
+    spine's (:func:`with_decisions`), never a test of the figure's own."""
+    lines = with_decisions(summaries, decided)
+    aligned = lines[(lines["family"] == "alignment") & (lines["metric"] == ALIGNMENT_METRIC)
+                    & (lines["split"] == "held_out") & (lines["stage"] == "transfer")
+                    & (lines["side"] == "input")]
+    zeroshot = lines[(lines["family"] == "zeroshot") & (lines["metric"] == "bits_per_byte")
+                     & (lines["target"] != OWN_TOKENIZER)]
+    figure = MethodsFigure(alpha=decided.attrs.get("alpha", FAMILY_ALPHA))
+    for (lang, source), shown in pd.concat([aligned, zeroshot]).groupby(["lang", "source"]):
+        parts = [shown[shown["family"] == family] for family in ("alignment", "zeroshot")]
+        targets = sorted(set(shown["target"]))
+        ranked = shown[shown["role"].isin(COMPETING_ROLES)]
+        competing = {t: set(ranked[ranked["target"] == t]["method"]) for t in targets}
         shared = [t for t in targets if len(competing[t]) >= 2]
         for target in shared:
-            title = f"{lang}, {source}, {target}"
-            lines = table_order(_in(aligned, lang, source, [target]))
-            figure.rows.append((
-                _alignment_panel(lines, aligned_clears, f"{title}: held-out P@10 (%)"),
-                _zeroshot_panel(table_order(_in(zeroshot, lang, source, [target])),
-                                zeroshot_marks, f"{title}: zero-shot bits per byte"),
-            ))
+            figure.rows.append(_row(*(table_order(part[part["target"] == target])
+                                      for part in parts), f"{lang}, {source}, {target}"))
         alone = sorted({m for t in targets if len(competing[t]) == 1 for m in competing[t]})
-        if not alone:
-            continue
-        order = shared + [t for t in targets if t not in shared]
-        title = f"{lang}, {source}: {', '.join(alone)} across target PLMs"
-        figure.rows.append((
-            _alignment_panel(_across(_in(aligned, lang, source, order), alone, order),
-                             aligned_clears, f"{title}: held-out P@10 (%)", label="bar"),
-            _zeroshot_panel(_across(_in(zeroshot, lang, source, order), alone, order),
-                            zeroshot_marks, f"{title}: zero-shot bits per byte", label="bar"),
-        ))
+        if alone:
+            order = shared + [t for t in targets if t not in shared]
+            figure.rows.append(_row(*(_across(part, alone, order) for part in parts),
+                                    f"{lang}, {source}: {', '.join(alone)} across target PLMs",
+                                    label="bar"))
     return figure
 
 
@@ -344,16 +283,6 @@ def _draw_panel(ax: Any, panel: Panel, colours: dict[str, str]) -> None:
     ax.grid(axis="x", alpha=0.3)
 
 
-LEGEND = (
-    f"Bars: ± one standard error, in the tables' order. {VS_BEST_MARK}: differs from the "
-    f"setting's best method, {VS_RANDOM_MARK}: differs from Random (paired tests over the same "
-    f"tokens or documents, {CORRECTION} at family-wise α = {FAMILY_ALPHA} over each table's "
-    f"tests); best: the setting's best method. {ORACLE}: the world's oracle (translation rows "
-    "where the world knows a token's meaning, Mean's row elsewhere): the upper bound of the "
-    "alignment metrics, written beside the P@10 bars and not drawn to scale; in bits per "
-    "byte it is not a bound (grey bar), and neither it nor the source model is ranked. "
-    "A setting without lines in a table has no panel of that table."
-)
 #: The suptitle's band at the figure's top, in inches: the panels' own titles start below it.
 TITLE_BAND = 0.35
 
@@ -377,29 +306,27 @@ def draw_panels(figure: MethodsFigure, dpi: int = 120) -> Figure:
     panels per row that has any, the figure's title in a band above them and the legend
     below; with no panel, a figure that says so."""
     rows = drawn_panels(figure)
-    from matplotlib.backends import backend_agg  # noqa: PLC0415 (Snakefile start-up)
-    from matplotlib.figure import Figure  # noqa: PLC0415 (Snakefile start-up)
-
     if not rows:
-        fig = Figure(figsize=(8, 1.2), dpi=dpi)
-        backend_agg.FigureCanvasAgg(fig)
+        fig = _figure(8, 1.2, dpi)
         fig.text(0.5, 0.5, "Methods per setting: no held-out alignment or zero-shot results",
                  ha="center", va="center")
         return fig
     methods = sorted({m for row in rows for panel in row if panel for m in panel.methods})
-    # eighteen colours, none grey: grey is the oracle's
-    palette = [c for i, c in enumerate(_TAB20) if i not in (14, 15)]
+    from matplotlib import colormaps  # noqa: PLC0415 (Snakefile start-up)
+    # tab20 (pairs of dark and light shades of ten hues) less its greys: grey is the oracle's
+    palette = [c for i, c in enumerate(colormaps["tab20"].colors) if i not in (14, 15)]
     colours = {m: "0.6" if m == ORACLE else palette[i % len(palette)]
                for i, m in enumerate(methods)}
     heights = [1.2 + 0.22 * max(len(panel.labels) for panel in row if panel) for row in rows]
     ncols = len(rows[0])
     width = 12.0 if ncols == 2 else 7.0
-    legend = textwrap.wrap(LEGEND, round(150 * width / 12))
+    legend = prose("methods_legend", best_mark=VS_BEST_MARK, random_mark=VS_RANDOM_MARK,
+                   correction=CORRECTION, alpha=figure.alpha, oracle=ORACLE)
+    lines = textwrap.wrap(legend, round(150 * width / 12))
     # the legend's lines below the panels: about 0.17 inch each at the small font
-    legend_height = 0.17 * len(legend) + 0.2
+    legend_height = 0.17 * len(lines) + 0.2
     height = sum(heights) + 0.5 + TITLE_BAND + legend_height
-    fig = Figure(figsize=(width, height), dpi=dpi)
-    backend_agg.FigureCanvasAgg(fig)
+    fig = _figure(width, height, dpi)
     grid = fig.add_gridspec(len(rows), ncols, height_ratios=heights)
     for i, row in enumerate(rows):
         for j, panel in enumerate(row):
@@ -410,16 +337,13 @@ def draw_panels(figure: MethodsFigure, dpi: int = 120) -> Figure:
     fig.suptitle("Methods per setting: held-out alignment (P@10) and zero-shot bits per byte",
                  y=1 - 0.05 / height, va="top")
     # the legend's baseline 0.08 inch up: its last line's descenders inside the figure
-    fig.text(0.01, 0.08 / height, "\n".join(legend), fontsize="small")
-    fig.tight_layout(rect=(0, legend_height / height, 1,
-                           1 - TITLE_BAND / height))
+    fig.text(0.01, 0.08 / height, "\n".join(lines), fontsize="small")
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - TITLE_BAND / height))
     return fig
 
 
 def write_methods_figure(path: str | os.PathLike, summaries: pd.DataFrame,
                          decided: pd.DataFrame, dpi: int = 120) -> None:
-    """Draw and write the methods figure of the spine's summaries and decided comparisons
-    as PNG, atomically."""
-    fig = draw_methods(summaries, decided, dpi=dpi)
+    """Draw (:func:`draw_methods`) and write the methods figure as PNG, atomically."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        draw_methods(summaries, decided, dpi=dpi).savefig(tmp, format="png")

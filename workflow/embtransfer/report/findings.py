@@ -8,11 +8,9 @@ methods common to both. Then one table per setting (:mod:`.setting_tables`). The
 the template ``findings.md.j2`` over those parts.
 
 The reference runs' comparisons tables are committed (``docs/reference_run/``,
-``docs/reference_real_run/``); ``python -m embtransfer.report.findings --reference DIR``
-copies a run's there and rewrites the README's headline and the docs page
-(``docs/findings.md``, the generated part of ``docs/real_text.md``) from them, and a test
-checks the committed pages equal what the tables give. ``--compare A B`` merges two runs'
-comparisons tables test by test.
+``docs/reference_real_run/``); ``python -m embtransfer.report.findings`` (:func:`main`)
+refreshes them and rewrites the README's headlines and the docs pages from them, which a
+test checks, or compares two runs test by test.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import jinja2
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.atomic import atomic_path
 from embtransfer.report.comparisons import (
     CORRECTION,
     FAMILY_ALPHA,
@@ -62,45 +59,49 @@ OMP_METHODS = ("omp", "omp_salt_k")
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of setting the headline names a leader of: a family, the columns that select
-    its headline settings, and its words."""
+    """A kind of setting (a headline's leader, a section's tables): its words, its family
+    and the columns that select its settings."""
 
     label: str
     family: str
     select: tuple[tuple[str, str], ...] = ()
 
 
+#: The paper tables: the headline gives their leaders (each by its first metric) in one line.
+TABLES = tuple(Kind(f"Table {n}", f"table{n}") for n in (1, 2, 3, 4))
 KINDS = (
     Kind("Held-out P@10 of the new input rows (before LAPT)", "alignment",
          (("stage", "transfer"), ("side", "input"), ("split", "held_out"),
           ("metric", "p_at_10"))),
     Kind("Zero-shot bits per byte", "zeroshot"),
     Kind("Bits per byte after LAPT", "lapt_zeroshot"),
-    *(Kind(f"Table {n}", f"table{n}") for n in (1, 2, 3, 4)),
+    *TABLES,
+)
+SECTIONS = (
+    Kind("Zero-shot bits per byte", "zeroshot"),
+    Kind("Held-out alignment of the new rows (before LAPT)", "alignment",
+         (("split", "held_out"), ("stage", "transfer"))),
+    Kind("After LAPT: bits per byte", "lapt_zeroshot"),
+    *TABLES,
 )
 SETTING = [k for k in KEYS if k != "family"]
 
 
 def read_run(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(comparisons, summaries) of a report folder or a reference."""
-    directory = Path(directory)
     text = {k: str for k in [*KEYS, "method", "versus", "other", "test", "relation", "role",
                              "flags"]}
-    read = {"keep_default_na": False, "na_values": [""], "dtype": text}
-    decided = pd.read_csv(directory / paths.REPORT_FILES["comparisons_csv"], **read)
-    summaries = pd.read_csv(directory / paths.REPORT_FILES["summaries_csv"], **read)
-    for frame in (decided, summaries):
-        columns = [c for c in text if c in frame]
-        frame[columns] = frame[columns].fillna("")
-    return decided, summaries
+    decided, summaries = (
+        pd.read_csv(Path(directory) / paths.REPORT_FILES[name], keep_default_na=False,
+                    na_values=[""], dtype=text) for name in ("comparisons_csv", "summaries_csv"))
+    return (decided.fillna({c: "" for c in text if c in decided}),
+            summaries.fillna({c: "" for c in text if c in summaries}))
 
 
 def _select(frame: pd.DataFrame, kind: Kind) -> pd.DataFrame:
     part = frame[frame["family"] == kind.family]
     for column, value in kind.select:
         part = part[part[column] == value]
-    if len(part) and not kind.select:  # a paper table: its first metric
-        part = part[part["metric"] == part["metric"].iloc[0]]
     return part
 
 
@@ -110,6 +111,8 @@ def _counted(summaries: pd.DataFrame, kind: Kind) -> tuple[pd.DataFrame, list[st
     gives the most (setting, method) pairs over the settings holding it. A setting with
     fewer methods is shown below, not counted."""
     part = _select(summaries, kind)
+    if len(part) and not kind.select:  # a family without a selection: its first metric
+        part = part[part["metric"] == part["metric"].iloc[0]]
     part = part[part["role"].isin(COMPETING_ROLES) & part["rank"].notna()]
     if part.empty:
         return part, []
@@ -119,10 +122,6 @@ def _counted(summaries: pd.DataFrame, kind: Kind) -> tuple[pd.DataFrame, list[st
     keep = held[held.apply(lambda h: h >= best)].index
     part = part.set_index(SETTING).loc[keep].reset_index()
     return part[part["method"].isin(best)], sorted(best)
-
-
-def _names(methods: list[str]) -> str:
-    return ", ".join(methods)
 
 
 def _plural(count: int, word: str) -> str:
@@ -147,8 +146,8 @@ def leader_line(summaries: pd.DataFrame, kind: Kind, bold: bool = True) -> str:
     said = [f"{m} best in {alone[m]}" + (f" and tied in {tied[m]}" if tied[m] else "")
             if alone[m] else f"{m} tied for best in {tied[m]}"
             for m in order.index if alone[m] or tied[m]]
-    label = kind.label if kind.select or not kind.family.startswith("table") \
-        else f"{kind.label}, {_metric_word(part)}"
+    label = f"{kind.label}, {metric_spec(part['metric'].iloc[0]).label}" if kind in TABLES \
+        else kind.label
     head = (f"**{label}**" if bold else label) + (
         f" ({_plural(n, 'setting')} × {len(methods)} methods): ")
     if (tied == n).all():
@@ -157,31 +156,16 @@ def leader_line(summaries: pd.DataFrame, kind: Kind, bold: bool = True) -> str:
                                          else "") + "."
 
 
-def benchmarks_line(summaries: pd.DataFrame) -> str:
-    """The paper tables' leaders in one line (each table's first metric)."""
-    said = [leader_line(summaries, kind, bold=False) for kind in KINDS if
-            kind.family.startswith("table")]
-    said = [clause.rstrip(".") for clause in said if clause]
-    return ("**Benchmarks**: " + "; ".join(said) + ".") if said else ""
-
-
-def _metric_word(part: pd.DataFrame) -> str:
-    return metric_spec(part["metric"].iloc[0]).label
-
-
 def salt_omp_line(decided: pd.DataFrame) -> str:
     """SALT against OMP in one line: OMP's relation to SALT, from SALT's side."""
     versus = decided[(decided["versus"] == "salt") & decided["method"].isin(OMP_METHODS)]
     if versus.empty:
         return ""
-    flipped = versus["relation"].map({"worse": "better", "better": "worse",
-                                      "not apart": "not apart"})
-    counts = flipped.value_counts()
-    kinds = sorted(set(versus["family"]))
+    omp = versus["relation"].value_counts()  # OMP better is SALT worse
     return (f"**SALT against OMP** ({_plural(len(versus), 'paired test')} over "
-            f"{', '.join(kinds)}): SALT "
-            f"better in {counts.get('better', 0)}, worse in {counts.get('worse', 0)}, not "
-            f"apart in {counts.get('not apart', 0)}.")
+            f"{', '.join(sorted(set(versus['family'])))}): SALT "
+            f"better in {omp.get('worse', 0)}, worse in {omp.get('better', 0)}, not "
+            f"apart in {omp.get('not apart', 0)}.")
 
 
 def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
@@ -199,28 +183,20 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
     flagged = flagged.drop_duplicates([*SETTING[:4], "method"])
     if len(flagged):
         lines.append(f"**Rows blown up or zero** ({_plural(len(flagged), 'checkpoint')}: "
-                     + _names([f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples()])
+                     + ", ".join(f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples())
                      + "): the row check flags them; their scores say what those rows did.")
-    carries = carries_meaning(decided)
-    if len(carries):
-        without = ~carries
-        if without.any():
-            plms = [f"{lang} {target}" for lang, _, target in without[without].index]
-            lines.append(f"**PLMs without measurable meaning** ({len(plms)} of "
-                         f"{len(without)}: {_names(plms)}): SALT's rows from them say nothing "
-                         "about SALT.")
-    weak = power(decided, _alpha(decided))
+    without = ~carries_meaning(decided)
+    if without.any():
+        plms = ", ".join(f"{lang} {target}" for lang, _, target in without[without].index)
+        lines.append(f"**PLMs without measurable meaning** ({int(without.sum())} of "
+                     f"{len(without)}: {plms}): SALT's rows from them say nothing about SALT.")
+    weak = power(decided, decided.attrs.get("alpha", FAMILY_ALPHA))
     weak = weak[weak["powerless"] & (weak["split"] == "held_out")]
     if len(weak):
         lines.append(f"**Tests without power** ({len(weak)} of the held-out settings' "
                      f"metrics): they need ≥ {int(weak['detectable'].min())} discordant "
-                     "tokens, so "
-                     "\"not apart\" there says nothing.")
+                     "tokens, so \"not apart\" there says nothing.")
     return lines
-
-
-def _alpha(decided: pd.DataFrame) -> float:
-    return float(decided.attrs.get("alpha", FAMILY_ALPHA))
 
 
 def beside_line(summaries: pd.DataFrame, world: pd.DataFrame) -> str:
@@ -228,8 +204,7 @@ def beside_line(summaries: pd.DataFrame, world: pd.DataFrame) -> str:
     competing methods the two runs' counted settings have in common (mean rank)."""
     said = []
     for kind in KINDS[:2]:
-        real, mine = _counted(summaries, kind)
-        mini, theirs = _counted(world, kind)
+        (real, mine), (mini, theirs) = _counted(summaries, kind), _counted(world, kind)
         common = sorted(set(mine) & set(theirs))
         if len(common) < 2:
             continue
@@ -245,37 +220,25 @@ def beside_line(summaries: pd.DataFrame, world: pd.DataFrame) -> str:
 
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame,
              world: pd.DataFrame | None = None) -> list[str]:
-    """The findings' opening lines (at most ten)."""
-    lines = [leader_line(summaries, kind) for kind in KINDS
-             if not kind.family.startswith("table")] + [benchmarks_line(summaries)]
+    """The findings' opening lines (at most ten: 3 leaders, the paper tables' in one line,
+    SALT against OMP, 4 kinds of anomaly, the world beside)."""
+    lines = [leader_line(summaries, kind) for kind in KINDS if kind not in TABLES]
+    benchmarks = [c for kind in TABLES if (c := leader_line(summaries, kind, bold=False))]
+    if benchmarks:
+        lines.append("**Benchmarks**: " + "; ".join(c.rstrip(".") for c in benchmarks) + ".")
     lines += [salt_omp_line(decided), *anomaly_lines(decided, summaries)]
     if world is not None:
         lines.append(beside_line(summaries, world))
-    # at most ten: 4 leader lines, SALT against OMP, 4 kinds of anomaly, the world beside
     lines = [line for line in lines if line]
     return lines or ["No paired test in this run: nothing to rank (see the tables below)."]
-
-
-SECTIONS = (
-    ("Zero-shot bits per byte", {"family": "zeroshot"}),
-    ("Held-out alignment of the new rows (before LAPT)",
-     {"family": "alignment", "split": "held_out", "stage": "transfer"}),
-    ("After LAPT: bits per byte", {"family": "lapt_zeroshot"}),
-    *((f"Table {n}", {"family": f"table{n}"}) for n in (1, 2, 3, 4)),
-)
 
 
 def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, Any]]:
     """The per-setting tables, grouped by kind."""
     tests = lookup(decided)
-    out = []
-    for title, select in SECTIONS:
-        part = summaries
-        for column, value in select.items():
-            part = part[part[column] == value]
-        if len(part):
-            out.append({"title": title,
-                        "body": "\n".join(setting_sections(part, tests, level=4)).strip()})
+    out = [{"title": kind.label,
+            "body": "\n".join(setting_sections(part, tests, level=4)).strip()}
+           for kind in SECTIONS if len(part := _select(summaries, kind))]
     probes = decided[decided["family"] == "plm_probes"]
     if len(probes):
         table = probes.pivot_table(index=["lang", "source", "target"], columns="metric",
@@ -306,16 +269,9 @@ def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                                lstrip_blocks=True, keep_trailing_newline=True)
     return template.render(
         real=real, run=run, headline=headline(decided, summaries, beside),
-        tests=len(once), clear=int(once["clears"].sum()),
-        correction=CORRECTION,
-        alpha=_alpha(decided), legend=LEGEND, sections=sections(decided, summaries))
-
-
-def write_findings(directory: str | Path, path: str | Path, real: bool = False) -> str:
-    text = findings_markdown(*read_run(directory), real=real)
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return text
+        tests=len(once), clear=int(once["clears"].sum()), correction=CORRECTION,
+        alpha=float(decided.attrs.get("alpha", FAMILY_ALPHA)), legend=LEGEND,
+        sections=sections(decided, summaries))
 
 
 # -- the reference runs, the README and the docs pages ----------------------------------------
@@ -350,50 +306,35 @@ def current_block(text: str, real: bool) -> str:
 
 
 def write_pages(real: bool, readme: Path = README, root: Path = Path(".")) -> None:
-    """Rewrite the README's headline and the docs page of a reference from its tables."""
+    """Rewrite the README's headline and the docs page of a reference from its tables; the
+    world's rewrites the real-text ones too where that reference is (set beside it)."""
     reference = root / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
     text = reference_text(reference, real, root / REFERENCE_DIR)
     page = root / PAGES[real]
-    if real:
-        page.write_text(replace_block(page.read_text(), text, real=True))
-    else:
-        page.write_text(text)
+    page.write_text(replace_block(page.read_text(), text, real) if real else text)
     readme.write_text(replace_block(readme.read_text(), headline_block(text, PAGES[real]), real))
+    if not real and (root / REAL_REFERENCE_DIR / RUN_JSON).is_file():
+        write_pages(True, readme, root)
 
 
 def refresh_reference(report_dir: Path, real: bool = False, readme: Path = README,
                       root: Path = Path(".")) -> None:
     """Copy a run's comparisons and summaries into its reference with ``run.json`` (the
     checkout's commit, ``-dirty`` when the tree differs, and the tables' date) and rewrite
-    the pages; a new world reference rewrites the real-text pages too (set beside it)."""
+    the pages (:func:`write_pages`)."""
     commit = subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty=-dirty"],
                             capture_output=True, text=True, check=True, cwd=root).stdout.strip()
     reference = root / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
     if reference.exists():
         shutil.rmtree(reference)
     reference.mkdir(parents=True)
-    written = []
-    for name in ("comparisons_csv", "summaries_csv"):
-        source = report_dir / paths.REPORT_FILES[name]
+    sources = [report_dir / paths.REPORT_FILES[n] for n in ("comparisons_csv", "summaries_csv")]
+    for source in sources:
         shutil.copyfile(source, reference / source.name)
-        written.append(source.stat().st_mtime)
-    date = dt.datetime.fromtimestamp(max(written), dt.UTC).date().isoformat()
-    (reference / RUN_JSON).write_text(json.dumps({"commit": commit, "date": date}, indent=2)
-                                      + "\n")
+    date = dt.datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), dt.UTC).date()
+    (reference / RUN_JSON).write_text(
+        json.dumps({"commit": commit, "date": date.isoformat()}, indent=2) + "\n")
     write_pages(real, readme, root)
-    if not real and (root / REAL_REFERENCE_DIR / RUN_JSON).is_file():
-        write_pages(True, readme, root)
-
-
-def comparison_text(merged: pd.DataFrame) -> str:
-    """Two runs' agreement, test by test: the count, then every test they disagree on."""
-    differ = merged[~merged["agrees"]]
-    lines = [f"{int(merged['agrees'].sum())} of {len(merged)} tests shared by the two runs "
-             "agree."]
-    lines += [f"- {r.family} {r.stage} {r.lang}/{r.source}/{r.target} {r.side} {r.split} "
-              f"{r.metric}: {r.method} against {r.other}: {r.relation_a} in A, "
-              f"{r.relation_b} in B" for r in differ.itertuples()]
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,11 +358,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pages:
         write_pages(False)
-        if (REAL_REFERENCE_DIR / RUN_JSON).is_file():
-            write_pages(True)
         return 0
     merged = compare_runs(read_run(args.compare[0])[0], read_run(args.compare[1])[0])
-    print(comparison_text(merged), end="")
+    print(f"{int(merged['agrees'].sum())} of {len(merged)} tests shared by the two runs agree.")
+    for r in merged[~merged["agrees"]].itertuples():
+        print(f"- {r.family} {r.stage} {r.lang}/{r.source}/{r.target} {r.side} {r.split} "
+              f"{r.metric}: {r.method} against {r.other}: {r.relation_a} in A, "
+              f"{r.relation_b} in B")
     return 0 if merged["agrees"].all() else 1
 
 

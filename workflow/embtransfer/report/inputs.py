@@ -102,19 +102,13 @@ def _entry(name: str) -> dict[str, Any]:
     kind = "Markdown" if name.endswith("_md") else "CSV"
     if name.startswith("table"):
         number = int(name[len("table") : name.index("_")])
-        return {
-            "caption": f"../report/table{number}.rst",
-            "category": "Paper tables",
-            "subcategory": TABLE_SUBCATEGORIES[number],
-            "labels": {"table": str(number), "format": kind},
-        }
+        return {"caption": f"../report/table{number}.rst", "category": "Paper tables",
+                "subcategory": TABLE_SUBCATEGORIES[number],
+                "labels": {"table": str(number), "format": kind}}
     for prefix, caption, category, labels in _ENTRIES:
         if name.startswith(prefix):
             return {"caption": f"../report/{caption}.rst", "category": category,
                     "labels": {"format": kind, **labels} if "table" in labels else labels}
-    return {
-        "caption": "../report/report_md.rst",
-        "category": "Paper tables",
-        "subcategory": "All tables (report.md)",
-        "labels": {"table": "all", "format": "Markdown"},
-    }
+    return {"caption": "../report/report_md.rst", "category": "Paper tables",
+            "subcategory": "All tables (report.md)",
+            "labels": {"table": "all", "format": "Markdown"}}

@@ -29,42 +29,20 @@ from embtransfer.report.texts import prose
 SETTING = ["lang", "source", "target"]
 #: The two sides of each probe's paired comparison: the record's ``mean`` and ``random``.
 SIDES = {"span": ("neighbors_share", "random_share"), "class": ("same_cosine", "other_cosine")}
-COLUMNS = [
-    *SETTING,
-    *(f"{probe}_{stat}" for probe in PROBES
-      for stat in ("items", *SIDES[probe], "diff", "se", "z")),
-    "row_norm",
-    "pairwise_cosine",
-    "carries",
-]
-
-
-def _line(ident: dict[str, str], record: dict[str, Any]) -> dict[str, Any]:
-    line: dict[str, Any] = {key: ident[key] for key in SETTING}
-    for probe in [p for p in PROBES if record.get(p) is not None]:
-        ours, baseline = SIDES[probe]
-        stats = record[probe]
-        line |= {f"{probe}_items": stats["items"], f"{probe}_{ours}": stats["mean"],
-                 f"{probe}_{baseline}": stats["random"]}
-        line |= {f"{probe}_{stat}": stats[stat] for stat in ("diff", "se", "z")}
-    return line | record["geometry"]
+COLUMNS = [*SETTING, *(f"{probe}_{stat}" for probe in PROBES
+                       for stat in ("items", *SIDES[probe], "diff", "se", "z")),
+           "row_norm", "pairwise_cosine", "carries"]
 
 
 def probe_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Each probe of each PLM as a test against its random baseline (the normal two-sided
     p-value of its z), family ``plm_probes``: the spine decides them
     (:func:`embtransfer.report.comparisons.decide`). A z that is missing is no test."""
-    tests = []
-    for line in frame.to_dict("records"):
-        for probe in measured_probes(frame):
-            z = line[f"{probe}_z"]
-            if z is None or pd.isna(z):
-                continue
-            setting = {key: line[key] for key in SETTING} | {"family": "plm_probes",
-                                                               "metric": f"{probe}_probe"}
-            tests.append(given_test(setting, line["target"], float(z), 1.0, normal_p(z),
-                                    "normal"))
-    return tests
+    return [given_test({key: line[key] for key in SETTING}
+                       | {"family": "plm_probes", "metric": f"{probe}_probe"},
+                       line["target"], float(z), 1.0, normal_p(z), "normal")
+            for line in frame.to_dict("records") for probe in measured_probes(frame)
+            if not pd.isna(z := line[f"{probe}_z"])]
 
 
 def carries_meaning(decided: pd.DataFrame) -> pd.Series:
@@ -76,30 +54,26 @@ def carries_meaning(decided: pd.DataFrame) -> pd.Series:
         lambda r: bool((r == "better").sum() == measured))
 
 
-def carries(frame: pd.DataFrame, decided: pd.DataFrame) -> pd.Series:
-    """:func:`carries_meaning` per line of ``frame`` (a PLM without tests does not carry)."""
-    keys = pd.MultiIndex.from_frame(frame[SETTING].astype(str))
-    verdict = carries_meaning(decided).reindex(keys).fillna(False)
-    return pd.Series(verdict.to_numpy(bool), index=frame.index)
-
-
 def probe_frame(files: list[str]) -> pd.DataFrame:
     """One line per record in ``files`` (:data:`paths.PLM_PROBE`), sorted by setting. A
     probe no record measured (the class probe, which needs the miniature world's concept
     classes, in a real-text run) has no columns; ``carries`` is added from the decided
-    comparisons (:func:`carries`)."""
+    comparisons (:func:`write_probes`)."""
     lines = []
     for path in files:
         ident = paths.PLM_PROBE.parse(path)
         if ident is None:
             raise ValueError(f"{path} is not a PLM probe record ({paths.PLM_PROBE})")
-        lines.append(_line(ident, read_json(path)))
-    columns = COLUMNS
-    if lines:
-        probes = [p for p in PROBES if any(f"{p}_z" in line for line in lines)]
-        columns = [c for c in COLUMNS if c.split("_")[0] not in PROBES or
-                   c.split("_")[0] in probes]
-    frame = pd.DataFrame(lines, columns=columns[:-1])
+        record = read_json(path)
+        line: dict[str, Any] = {key: ident[key] for key in SETTING}
+        for probe in [p for p in PROBES if record.get(p) is not None]:
+            names = {"items": "items", "mean": SIDES[probe][0], "random": SIDES[probe][1],
+                     "diff": "diff", "se": "se", "z": "z"}
+            line |= {f"{probe}_{name}": record[probe][key] for key, name in names.items()}
+        lines.append(line | record["geometry"])
+    dropped = [p for p in PROBES if lines and not any(f"{p}_z" in line for line in lines)]
+    frame = pd.DataFrame(lines, columns=[c for c in COLUMNS[:-1]
+                                         if c.split("_")[0] not in dropped])
     return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
 
 
@@ -109,43 +83,38 @@ def measured_probes(frame: pd.DataFrame) -> list[str]:
 
 
 def _cell(line: Any, probe: str) -> str:
-    z = getattr(line, f"{probe}_z")
-    if z is None or pd.isna(z):
+    if pd.isna(z := getattr(line, f"{probe}_z")):
         return "—"
-    ours, baseline = (getattr(line, f"{probe}_{side}") for side in SIDES[probe])
-    return (
-        f"{ours:.3f} vs {baseline:.3f}: "
-        f"{getattr(line, f'{probe}_diff'):+.3f} ± {getattr(line, f'{probe}_se'):.3f} "
-        f"(z {z:.1f}, n {getattr(line, f'{probe}_items')})"
-    )
+    ours, baseline, diff, se, items = (getattr(line, f"{probe}_{stat}")
+                                       for stat in (*SIDES[probe], "diff", "se", "items"))
+    return f"{ours:.3f} vs {baseline:.3f}: {diff:+.3f} ± {se:.3f} (z {z:.1f}, n {items})"
 
 
 def probes_markdown(frame: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> str:
     probes = measured_probes(frame)
-    columns = {
-        "language": frame["lang"],
-        "source": frame["source"],
-        "target PLM": frame["target"],
-    }
-    for probe in probes:
-        columns[prose(f"probes.{probe}_column")] = [_cell(line, probe)
-                                                   for line in frame.itertuples()]
+    columns = {"language": frame["lang"], "source": frame["source"], "target PLM": frame["target"]}
+    columns |= {prose(f"probes.{probe}_column"): [_cell(line, probe) for line in frame.itertuples()]
+                for probe in probes}
     columns |= {
         "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
         "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
         "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no"),
     }
-    rule = {"correction": CORRECTION, "alpha": alpha}
     intro = [prose("probes.intro"), *(prose(f"probes.{probe}") for probe in probes),
-             prose("probes.cells", **rule)] + ([] if "class" in probes
-                                               else [prose("probes.no_class")])
-    parts = [prose("probes.title"), "", " ".join(intro), "", markdown(pd.DataFrame(columns))]
-    return "\n".join(parts) + "\n"
+             prose("probes.cells", correction=CORRECTION, alpha=alpha)]
+    if "class" not in probes:
+        intro.append(prose("probes.no_class"))
+    table = markdown(pd.DataFrame(columns))
+    return "\n\n".join([prose("probes.title"), " ".join(intro), table]) + "\n"
 
 
 def write_probes(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | Path,
                  md_path: str | Path) -> pd.DataFrame:
-    frame = frame.assign(carries=carries(frame, decided))
+    """``frame`` with ``carries``: :func:`carries_meaning` per line (a PLM without tests
+    does not carry), written as the table's csv and Markdown."""
+    keys = pd.MultiIndex.from_frame(frame[SETTING].astype(str))
+    verdict = carries_meaning(decided).reindex(keys).fillna(False)
+    frame = frame.assign(carries=verdict.to_numpy(bool))
     write_table(frame, probes_markdown(frame, decided.attrs.get("alpha", FAMILY_ALPHA)),
                 csv_path, md_path)
     return frame

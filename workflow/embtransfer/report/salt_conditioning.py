@@ -24,67 +24,52 @@ from embtransfer.report.texts import prose
 
 SETTING = ["lang", "source", "target"]
 QUANTILES = ["median", "p90", "p99", "max"]
-COLUMNS = [
-    *SETTING,
-    "h_t",
-    "projected",
-    *(f"k_over_h_{q}" for q in QUANTILES),
-    "n_rank_deficient",
-    "rank_deficient_share",
-    *(f"amplification_{q}" for q in QUANTILES),
-]
-
-
-def _line(path: str, record: dict[str, Any]) -> dict[str, Any]:
-    ident = paths.REGRESSION_META.parse(path)
-    if ident is None:
-        raise ValueError(f"{path} is not a SALT regression record ({paths.REGRESSION_META})")
-    try:
-        stats = record["stats"]
-        cond = stats["conditioning"]
-        line: dict[str, Any] = {key: ident[key] for key in SETTING}
-        line |= {"h_t": cond["h_t"], "projected": stats["counts"]["projected"]}
-        line |= {f"k_over_h_{q}": cond["k_over_h"][q] for q in QUANTILES}
-        line |= {key: cond[key] for key in ("n_rank_deficient", "rank_deficient_share")}
-        line |= {f"amplification_{q}": cond["amplification"][q] for q in QUANTILES}
-    except (KeyError, TypeError) as err:
-        raise MalformedResultError(
-            f"SALT regression record {path} lacks its conditioning ({err!r}); it predates "
-            "the conditioning statistics: delete it and rerun the salt_regression rule"
-        ) from None
-    return line
+COLUMNS = [*SETTING, "h_t", "projected", *(f"k_over_h_{q}" for q in QUANTILES),
+           "n_rank_deficient", "rank_deficient_share",
+           *(f"amplification_{q}" for q in QUANTILES)]
 
 
 def conditioning_frame(files: list[str]) -> pd.DataFrame:
     """One line per regression record in ``files``, sorted by setting."""
-    lines = [_line(path, read_json(path)) for path in files]
+    lines = []
+    for path in files:
+        ident = paths.REGRESSION_META.parse(path)
+        if ident is None:
+            raise ValueError(f"{path} is not a SALT regression record ({paths.REGRESSION_META})")
+        try:
+            stats = read_json(path)["stats"]
+            cond = stats["conditioning"]
+            lines.append({key: ident[key] for key in SETTING} | {
+                "h_t": cond["h_t"], "projected": stats["counts"]["projected"],
+                **{f"k_over_h_{q}": cond["k_over_h"][q] for q in QUANTILES},
+                **{key: cond[key] for key in ("n_rank_deficient", "rank_deficient_share")},
+                **{f"amplification_{q}": cond["amplification"][q] for q in QUANTILES}})
+        except (KeyError, TypeError) as err:
+            raise MalformedResultError(
+                f"SALT regression record {path} lacks its conditioning ({err!r}); it predates "
+                "the conditioning statistics: delete it and rerun the salt_regression rule"
+            ) from None
     frame = pd.DataFrame(lines, columns=COLUMNS)
     return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
 
 
-def _number(value: Any, digits: int) -> str:
-    return "—" if value is None or pd.isna(value) else f"{value:.{digits}f}"
+def _number(value: Any, digits: int = 2, scale: float = 1.0, unit: str = "") -> str:
+    return "—" if pd.isna(value) else f"{scale * value:.{digits}f}{unit}"
 
 
 def conditioning_markdown(frame: pd.DataFrame) -> str:
-    parts = [prose("conditioning.title"), "", prose("conditioning.intro"), ""]
+    parts = [prose("conditioning.title"), prose("conditioning.intro")]
     if frame.empty:
-        return "\n".join([*parts, prose("conditioning.empty")]) + "\n"
+        return "\n\n".join([*parts, prose("conditioning.empty")]) + "\n"
     columns = {
-        "language": frame["lang"],
-        "source": frame["source"],
-        "target PLM": frame["target"],
-        "h": frame["h_t"],
-        "projected": frame["projected"],
-        **{f"k/h {q}": frame[f"k_over_h_{q}"].map(lambda v: _number(v, 2))
-           for q in QUANTILES},
-        "rank-deficient": frame["rank_deficient_share"].map(
-            lambda v: "—" if v is None or pd.isna(v) else f"{100 * v:.1f} %"),
-        **{f"amplification {q}": frame[f"amplification_{q}"].map(lambda v: _number(v, 2))
+        "language": frame["lang"], "source": frame["source"], "target PLM": frame["target"],
+        "h": frame["h_t"], "projected": frame["projected"],
+        **{f"k/h {q}": frame[f"k_over_h_{q}"].map(_number) for q in QUANTILES},
+        "rank-deficient": frame["rank_deficient_share"].map(lambda v: _number(v, 1, 100, " %")),
+        **{f"amplification {q}": frame[f"amplification_{q}"].map(_number)
            for q in ("median", "p99", "max")},
     }
-    parts.append(markdown(pd.DataFrame(columns)))
-    return "\n".join(parts) + "\n"
+    return "\n\n".join([*parts, markdown(pd.DataFrame(columns))]) + "\n"
 
 
 def write_salt_conditioning(files: list[str], csv_path: str | Path,

@@ -9,7 +9,6 @@ adds each metric's differences from the best, Random and SALT with their p-value
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -27,62 +26,56 @@ LEGEND = (f"`{MARKS['best']}` best of the setting; `{MARKS['vs_best']}` apart fr
 SETTING = [k for k in KEYS if k not in ("family", "metric")]
 
 
-def _marks(line: Any, tests: dict[tuple, Any]) -> str:
-    key = tuple(line[k] for k in KEYS) + (line["method"],)
-    marks = MARKS["best"] if line["rank"] == 1 else ""
-    vs_best, vs_random = tests.get((*key, "best")), tests.get((*key, "random"))
-    if vs_best is not None and vs_best["relation"] == "worse":
-        marks += MARKS["vs_best"]
-    if vs_random is not None and vs_random["relation"] != "not apart":
-        marks += MARKS["better_random" if vs_random["relation"] == "better" else "worse_random"]
-    return marks
-
-
 def _number(value: float, digits: int) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else f"{value:.{digits}f}"
+    return "" if pd.isna(value) else f"{value:.{digits}f}"
 
 
-def _versus(line: Any, tests: dict[tuple, Any], versus: str, digits: int) -> str:
-    test = tests.get(tuple(line[k] for k in KEYS) + (line["method"], versus))
-    if test is None:
-        return ""
-    return (f"{test['diff']:+.{digits}f} ± {test['se']:.{digits}f} ({format_p(test['p'])})"
+def _cells(line: Any, tests: dict[tuple, Any], versus: tuple[str, ...]) -> dict[str, str]:
+    """A summary line's cell (value ± se, its rank, its marks) and, per name in ``versus``,
+    its difference from that method ± se (p), ``*`` where the test clears."""
+    spec = metric_spec(line["metric"])
+    found = {v: tests.get((*(line[k] for k in KEYS), line["method"], v))
+             for v in ("best", "random", *versus)}
+    relation = {v: "" if test is None else test["relation"] for v, test in found.items()}
+    marks = MARKS["best"] if line["rank"] == 1 else ""
+    marks += MARKS["vs_best"] if relation["best"] == "worse" else ""
+    marks += {"better": MARKS["better_random"],
+              "worse": MARKS["worse_random"]}.get(relation["random"], "")
+    rank = "" if pd.isna(line["rank"]) else f" ({int(line['rank'])})"
+    cells = {spec.label: f"{_number(line['value'], spec.digits)} ± "
+                         f"{_number(line['se'], spec.digits)}{rank} {marks}".rstrip()}
+    for other in versus:
+        test, d = found[other], spec.digits
+        cells[f"{spec.label} vs {other}"] = "" if test is None else (
+            f"{test['diff']:+.{d}f} ± {test['se']:.{d}f} ({format_p(test['p'])})"
             + (" *" if test["clears"] else ""))
+    return cells
 
 
-def _order(group: pd.DataFrame) -> pd.DataFrame:
-    """Shown lines first (the oracle, the source model), then by rank on the first metric."""
-    first = group[group["metric"] == group["metric"].iloc[0]]
-    order = first.assign(_shown=first["rank"].notna()).sort_values(
-        ["_shown", "rank", "method"], kind="stable")["method"].tolist()
-    return order
+def table_order(group: pd.DataFrame) -> pd.DataFrame:
+    """The lines of ``group``'s first metric in the tables' order: shown lines first (the
+    oracle, the source model), then by rank."""
+    first = group[group["metric"] == group["metric"].iloc[0]] if len(group) else group
+    return first.assign(_shown=first["rank"].notna()).sort_values(
+        ["_shown", "rank", "method"], kind="stable").drop(columns="_shown")
 
 
 def setting_table(group: pd.DataFrame, tests: dict[tuple, Any], details: bool = False,
                   versus: tuple[str, ...] = ("best", "random", "salt")) -> str:
     """The Markdown table of one setting's summary lines (one or more metrics)."""
-    metrics = list(dict.fromkeys(group["metric"]))
     rows = []
-    for method in _order(group):
+    for method in table_order(group)["method"]:
         row = {"method": method}
-        for metric in metrics:
-            spec = metric_spec(metric)
-            line = group[(group["metric"] == metric) & (group["method"] == method)]
+        mine = group[group["method"] == method]
+        for metric in dict.fromkeys(group["metric"]):
+            line = mine[mine["metric"] == metric]
             if line.empty:
-                row[spec.label] = ""
-                continue
-            line = line.iloc[0]
-            rank = "" if pd.isna(line["rank"]) else f" ({int(line['rank'])})"
-            row[spec.label] = (f"{_number(line['value'], spec.digits)} ± "
-                               f"{_number(line['se'], spec.digits)}{rank} {_marks(line, tests)}"
-                               ).rstrip()
-            if details:
-                for other in versus:
-                    row[f"{spec.label} vs {other}"] = _versus(line, tests, other, spec.digits)
-        flags = group.loc[group["method"] == method, "flags"].dropna()
-        if flags.astype(bool).any():
-            row["flags"] = "; ".join(sorted(set(flags[flags.astype(bool)])))
+                row[metric_spec(metric).label] = ""
+            else:
+                row |= _cells(line.iloc[0], tests, versus if details else ())
+        flags = sorted({flag for flag in mine["flags"].dropna() if flag})
+        if flags:
+            row["flags"] = "; ".join(flags)
         rows.append(row)
     frame = pd.DataFrame(rows).fillna("")
     if details:  # a comparison no method has is no column

@@ -32,31 +32,30 @@ FLOOR_COLUMNS = [
     "unigram_bits_per_byte", "kn_bigram_bits_per_byte", "below_unigram", "below_kn_bigram",
     "clears_floor",
 ]  # fmt: skip
-NAN = math.nan
 
 
 def _se(nll_nats: list[float], n_bytes: list[int]) -> float:
     nll = np.asarray(nll_nats, np.float64) / math.log(2)
-    return ratio_se(nll, np.asarray(n_bytes, np.float64)) if nll.size >= 2 else NAN
+    return ratio_se(nll, np.asarray(n_bytes, np.float64)) if nll.size >= 2 else math.nan
 
 
 def floor_frame(floor_files: list[str], languages: dict[str, str],
                 zeroshot_files: list[str]) -> pd.DataFrame:
     """One ``held-out`` line per floor record (``languages``: source -> its language), then
-    one ``control`` line per source-model zero-shot record of ``zeroshot_files`` of a
-    source with a floor record (other records are skipped)."""
+    one ``control`` line (no floor columns) per source-model zero-shot record of
+    ``zeroshot_files`` of a source with a floor record (other records are skipped)."""
     lines: list[dict[str, Any]] = []
     for path in floor_files:
         source = paths.SOURCE_FLOOR.parse(path)["source"]
         record = read_json(path)
         lines.append({
             "source": source, "lang": languages[source], "text": "held-out",
-            "documents": record["documents"], "bytes": record["bytes"],
             "bits_per_byte": record["model_bits_per_byte"],
             "bits_per_byte_se": _se(record["document_nll_nats"]["model"],
                                     record["document_bytes"]),
-            **{k: record[k] for k in ("unigram_bits_per_byte", "kn_bigram_bits_per_byte",
-                                      "below_unigram", "below_kn_bigram", "clears_floor")},
+            **{k: record[k] for k in ("documents", "bytes", "unigram_bits_per_byte",
+                                      "kn_bigram_bits_per_byte", "below_unigram",
+                                      "below_kn_bigram", "clears_floor")},
         })
     floored = {line["source"] for line in lines}
     controls = [r for r in read_records([p for p in zeroshot_files
@@ -65,29 +64,30 @@ def floor_frame(floor_files: list[str], languages: dict[str, str],
     for record in sorted(controls, key=lambda r: (r["source"], r["lang"])):
         lines.append({
             "source": record["source"], "lang": record["lang"], "text": "control",
-            "documents": len(record.get("document_bytes", [])) or NAN,
-            "bytes": record.get("bytes", NAN), "bits_per_byte": record["bits_per_byte"],
+            "documents": len(record.get("document_bytes", [])) or math.nan,
+            "bytes": record.get("bytes", math.nan), "bits_per_byte": record["bits_per_byte"],
             "bits_per_byte_se": _se(record.get("document_nll_nats", []),
                                     record.get("document_bytes", [])),
-            "unigram_bits_per_byte": NAN, "kn_bigram_bits_per_byte": NAN,
-            "below_unigram": NAN, "below_kn_bigram": NAN, "clears_floor": NAN,
         })
     return pd.DataFrame(lines, columns=FLOOR_COLUMNS)
+
+
+def _bits(lines: pd.DataFrame) -> list[str]:
+    return [f"{v:.4f}" + ("" if math.isnan(se) else f" ± {se:.4f}")
+            for v, se in zip(lines["bits_per_byte"], lines["bits_per_byte_se"], strict=True)]
 
 
 def floor_markdown(frame: pd.DataFrame) -> str:
     # lm_floor imports torch: the report's inputs (and so the Snakefile) import this module
     from embtransfer.evaluation.lm_floor import FLOOR_MARGIN  # noqa: PLC0415 (Snakefile start-up)
 
-    parts = [prose("source_floor.title"), "",
+    parts = [prose("source_floor.title"),
              prose("source_floor.intro", margin=f"{100 * FLOOR_MARGIN:.0f}")]
     floor, control = frame[frame["text"] == "held-out"], frame[frame["text"] == "control"]
     if floor.empty:
-        return "\n".join([*parts, "", prose("source_floor.empty")]) + "\n"
-    parts += ["", prose("source_floor.held_out"), "", markdown(pd.DataFrame({
-        "source": floor["source"], "language": floor["lang"],
-        "bits per byte": [f"{v:.4f} ± {se:.4f}" for v, se in
-                          zip(floor["bits_per_byte"], floor["bits_per_byte_se"], strict=True)],
+        return "\n\n".join([*parts, prose("source_floor.empty")]) + "\n"
+    parts += [prose("source_floor.held_out"), markdown(pd.DataFrame({
+        "source": floor["source"], "language": floor["lang"], "bits per byte": _bits(floor),
         "add-one unigram": floor["unigram_bits_per_byte"],
         "Kneser–Ney bigram": floor["kn_bigram_bits_per_byte"],
         "below unigram": floor["below_unigram"].map(lambda v: f"{100 * v:.1f} %"),
@@ -95,15 +95,10 @@ def floor_markdown(frame: pd.DataFrame) -> str:
         "clears": floor["clears_floor"].map(lambda v: "yes" if v else "no"),
     }))]
     if len(control):
-        parts += ["", prose("source_floor.control"), "",
-                  markdown(pd.DataFrame({
-                      "source": control["source"], "language": control["lang"],
-                      "bits per byte": [
-                          f"{v:.4f}" + ("" if math.isnan(se) else f" ± {se:.4f}")
-                          for v, se in zip(control["bits_per_byte"],
-                                           control["bits_per_byte_se"], strict=True)],
-                  }))]
-    return "\n".join(parts) + "\n"
+        parts += [prose("source_floor.control"), markdown(pd.DataFrame({
+            "source": control["source"], "language": control["lang"],
+            "bits per byte": _bits(control)}))]
+    return "\n\n".join(parts) + "\n"
 
 
 def write_source_floor(floor_files: list[str], languages: dict[str, str],

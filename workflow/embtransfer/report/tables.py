@@ -55,8 +55,6 @@ SOURCE_MODEL_LABEL = "source model (no transfer)"
 #: The miniature world's oracle (a transfer method that reads the truth: the translation's
 #: rows where the world knows a token's meaning, Mean's row elsewhere): shown, not ranked.
 ORACLE = "world_oracle"
-#: The baseline every method is also compared with: rows drawn at random.
-RANDOM = "random"
 
 
 def markdown(frame: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
@@ -260,8 +258,8 @@ class EvalTableSpec:
     number: int
     title: str
     kind: str
-    variant: str | None = None  # "eval_language" (Table 2), "note" (Table 3) or None
-    variant_column: str = ""
+    variant: str  # the record's field that tells rows apart: "eval_language" or "note"
+    variant_column: str
     by_target: bool = False  # Table 4: every target PLM, the focus method only
 
 
@@ -276,14 +274,6 @@ TABLE_SPECS = {
 }
 
 
-def _variant(record: EvalRecord, spec: EvalTableSpec) -> str:
-    if spec.variant == "eval_language":
-        return record.eval_language
-    if spec.variant == "note":
-        return record.note
-    return ""
-
-
 def _reference_note(spec: EvalTableSpec, variant: str) -> str:
     """The reference CSV's note of a row: Table 2 names the evaluation language always,
     Tables 1 and 4 only when it is not the target language, Table 3 the context/question
@@ -295,49 +285,32 @@ def _reference_note(spec: EvalTableSpec, variant: str) -> str:
     return f"eval_language={variant}"
 
 
-def eval_path(grid: Grid, stage: str, lang: str, source: str, target: str | None,
-              method: str | None, task: str) -> str:
-    if stage == "source":
-        return paths.EVAL_SOURCE.at(grid.results_dir).fill(lang=lang, source=source, task=task)
-    return paths.EVAL.at(grid.results_dir).fill(stage=stage, lang=lang, source=source,
-                                                target=target, method=method, task=task)
-
-
 @dataclass
 class _EvalIndex:
-    """An evaluation table's records indexed by run.
-
-    ``expected``: (lang, variant) -> metric -> the tasks giving it, over every run;
-    ``found``: run key (stage, lang, source, target, method, variant) -> metric ->
-    (value, path, stderr); ``files`` and ``documents``: run key -> its results files and
-    its per-document scores.
-    """
+    """An evaluation table's records: ``expected``, (lang, variant) -> metric -> the tasks
+    giving it over every run; ``found``, run key (stage, lang, source, target, method,
+    variant) -> metric -> the record giving it."""
 
     expected: dict[tuple[str, str], dict[str, set[str]]] = field(default_factory=dict)
-    found: dict[tuple, dict[str, tuple[float, str, float | None]]] = field(default_factory=dict)
-    files: dict[tuple, list[str]] = field(default_factory=dict)
-    documents: dict[tuple, dict[str, list[float]]] = field(default_factory=dict)
+    found: dict[tuple, dict[str, EvalRecord]] = field(default_factory=dict)
 
 
 def _index_eval_records(spec: EvalTableSpec, records: list[EvalRecord]) -> _EvalIndex:
     """Index ``records`` by run; two files giving one metric of one run are an error."""
     index = _EvalIndex()
     for r in records:
+        variant = getattr(r, spec.variant)
+        cell = index.found.setdefault((r.stage, r.lang, r.source, r.target, r.method, variant),
+                                      {})
         for metric in r.scores:
-            index.expected.setdefault((r.lang, _variant(r, spec)), {}).setdefault(
-                metric, set()).add(r.task)
-    for r in records:
-        key = (r.stage, r.lang, r.source, r.target, r.method, _variant(r, spec))
-        index.files.setdefault(key, []).append(r.path)
-        index.documents.setdefault(key, {}).update(r.per_document)
-        cell = index.found.setdefault(key, {})
-        for metric, value in r.scores.items():
+            index.expected.setdefault((r.lang, variant), {}).setdefault(metric, set()).add(
+                r.task)
             if metric in cell:
                 raise MalformedResultError(
-                    f"results files {cell[metric][1]} and {r.path} both give {metric!r} for "
-                    f"the same run"
+                    f"results files {cell[metric].path} and {r.path} both give {metric!r} "
+                    f"for the same run"
                 )
-            cell[metric] = (value, r.path, r.stderr.get(metric))
+            cell[metric] = r
     return index
 
 
@@ -389,14 +362,13 @@ def _eval_row(spec: EvalTableSpec, grid: Grid, names: PaperNames, index: _EvalIn
     row = Row(keys=_eval_row_keys(spec, names, key), note=_reference_note(spec, variant))
     if stage == "lapt":
         row.paper = names.setting(source, lang, target, method)
-    lacking = []
     for metric in wanted:
-        row.values[metric] = cell[metric][0] if metric in cell else None
-        row.stderr[metric] = cell[metric][2] if metric in cell else None
-        if key in index.documents and metric in index.documents[key]:
-            row.per_document[metric] = index.documents[key][metric]
-        if metric not in cell:
-            lacking.append(metric)
+        record = cell.get(metric)
+        row.values[metric] = record.scores[metric] if record else None
+        row.stderr[metric] = record.stderr.get(metric) if record else None
+        if record and metric in record.per_document:
+            row.per_document[metric] = record.per_document[metric]
+    lacking = [metric for metric in wanted if metric not in cell]
     if spec.kind == "knowledge" and wanted:
         present = [row.values[m] for m in wanted]
         row.values["Avg"] = (
@@ -408,7 +380,7 @@ def _eval_row(spec: EvalTableSpec, grid: Grid, names: PaperNames, index: _EvalIn
         if not wanted:
             row.values[MISSING] = None
     elif lacking:
-        row.missing.append(_describe_missing(grid, key, lacking, per, index.files.get(key, [])))
+        row.missing.append(_describe_missing(grid, key, lacking, per, cell))
     return row
 
 
@@ -544,28 +516,30 @@ def _eval_row_keys(spec: EvalTableSpec, names: PaperNames, key: tuple) -> dict[s
     if spec.by_target:
         keys["arch"] = names.arch(target) or "?"
     keys["method"] = method or SOURCE_MODEL_LABEL
-    if spec.variant:
-        keys[spec.variant_column] = variant or NOT_APPLICABLE
+    keys[spec.variant_column] = variant or NOT_APPLICABLE
     return keys
 
 
 def _describe_missing(grid: Grid, key: tuple, lacking: list[str], per: dict[str, set[str]],
-                      files: list[str]) -> str:
+                      cell: dict[str, EvalRecord]) -> str:
+    """What a row lacks: per metric, the files that should give it, or the files read that
+    do not."""
     stage, lang, source, target, method, _ = key
+    read = {r.task for r in cell.values()}
     parts = []
     for metric in lacking:
         tasks = sorted(per.get(metric, ()))
-        expected = [eval_path(grid, stage, lang, source, target, method, t) for t in tasks]
-        present = [p for p in expected if any(_same_path(p, f) for f in files)]
-        if present:
-            parts.append(f"{metric} (not in {', '.join(present)})")
+        if stage == "source":
+            where = [paths.EVAL_SOURCE.at(grid.results_dir).fill(lang=lang, source=source,
+                                                                  task=t) for t in tasks]
         else:
-            parts.append(f"{metric} (no result file: {', '.join(expected)})")
+            where = [paths.EVAL.at(grid.results_dir).fill(
+                stage=stage, lang=lang, source=source, target=target, method=method, task=t)
+                for t in tasks]
+        present = [w for w, t in zip(where, tasks, strict=True) if t in read]
+        parts.append(f"{metric} (not in {', '.join(present)})" if present
+                     else f"{metric} (no result file: {', '.join(where)})")
     return "; ".join(parts)
-
-
-def _same_path(a: str, b: str) -> bool:
-    return a == b or b.endswith("/" + a) or a.endswith("/" + b)
 
 
 # -- Tables 5 and 8: LAPT metrics --------------------------------------------------------------
@@ -582,14 +556,10 @@ def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
     return loss * zeroshot["tokens"] / zeroshot["bytes"] / math.log(2)
 
 
-def zeroshot_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
-    return paths.ZEROSHOT.at(grid.results_dir).fill(lang=lang, source=source, target=target,
-                                                    method=method)
-
-
-def lapt_path(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
-    return paths.LAPT_METRICS.at(grid.results_dir).fill(lang=lang, source=source,
+def _lapt_missing(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
+    path = paths.LAPT_METRICS.at(grid.results_dir).fill(lang=lang, source=source,
                                                         target=target, method=method)
+    return f"no LAPT metrics file ({path})"
 
 
 def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
@@ -617,9 +587,8 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
             row = Row(keys={"lang": lang, "source": source, "target": target,
                             "arch": names.arch(target) or "?", "method": method},
                       paper=names.setting(source, lang, target, method))
-            path = lapt_path(grid, lang, source, target, method)
             if run is None:
-                row.missing.append(f"no LAPT metrics file ({path})")
+                row.missing.append(_lapt_missing(grid, lang, source, target, method))
             counts = zeroshot.get((lang, source, target, method))
             lacking = []
             for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
@@ -635,7 +604,7 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
             if counts is None and any(run and f in run.evals for f in seen):
                 row.missing.append(
                     "bits per byte (no zero-shot record for the tokens per byte: "
-                    f"{zeroshot_path(grid, lang, source, target, method)})")
+                    f"{paths.ZEROSHOT.at(grid.results_dir).fill(**row.keys)})")
             rows.append(row)
     return Table(5, "eval loss during LAPT by target-PLM architecture",
                  prose("tables.description_5_every" if every_method else "tables.description_5"),
@@ -664,8 +633,7 @@ def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
         loss = (run.final or {}).get("final_train_loss") if run else None
         row.values[metric] = float(loss) if loss is not None else None
         if run is None:
-            row.missing.append(
-                f"no LAPT metrics file ({lapt_path(grid, lang, source, target, method)})")
+            row.missing.append(_lapt_missing(grid, lang, source, target, method))
         elif loss is None:
             row.missing.append(f"no final line with final_train_loss in {run.path}")
         rows.append(row)

@@ -3,11 +3,9 @@ text, before any training (family ``zeroshot``) or after LAPT (``lapt_zeroshot``
 
 From the records' per-document losses (:mod:`embtransfer.evaluation.zeroshot`) each
 setting (language, source, target PLM) goes to the spine
-(:func:`embtransfer.report.comparisons.compare_setting`): bits per byte with its
-delta-method standard error, paired ratio tests against the best, Random and SALT. A
-transferred checkpoint's record carries the check of its new rows
-(:mod:`embtransfer.transfer.row_check`): a flagged checkpoint's summary line says how many
-rows it flags.
+(:func:`embtransfer.report.comparisons.compare_setting`: bits per byte, its paired ratio
+tests). A flagged checkpoint's summary line says how many new rows the check of its record
+(:mod:`embtransfer.transfer.row_check`) flags.
 """
 
 from __future__ import annotations
@@ -41,13 +39,6 @@ def document_bits(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return nll, n_bytes
 
 
-def rows_flagged(record: dict[str, Any]) -> int:
-    """How many new rows the row check flags in the record's checkpoint (0 without a check:
-    the source model, a LAPT checkpoint)."""
-    check = record.get("row_check")
-    return int(check["flagged_rows"]) if isinstance(check, dict) else 0
-
-
 def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(summary lines, test lines) of every setting of ``files``' records."""
@@ -66,8 +57,11 @@ def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
                 raise MalformedResultError(
                     f"zero-shot {setting}: {method} was scored on other documents than "
                     f"{next(iter(losses))} ({records[method].get('_path')})")
-        flags = {m: f"{rows_flagged(r)} rows flagged" for m, r in records.items()
-                 if rows_flagged(r)}
+        # only a transferred checkpoint has a row check (not the source model, not LAPT's)
+        checks = {m: r["row_check"] for m, r in records.items()
+                  if isinstance(r.get("row_check"), dict)}
+        flags = {m: f"{int(c['flagged_rows'])} rows flagged" for m, c in checks.items()
+                 if int(c["flagged_rows"])}
         key = dict(zip(("lang", "source", "target"), setting, strict=True)) | {
             "family": FAMILIES[stage], "stage": stage, "metric": "bits_per_byte"}
         lines, made = compare_setting(key, {m: nll for m, (nll, _) in losses.items()}, seed,
