@@ -18,9 +18,12 @@ link to the checkout's ``resources/real`` (``make real-data`` builds it). Prints
 
 ``--run real_small`` times ``config/real_small.yaml`` instead, with the command `make
 real-run` runs (:data:`RUNS`): the methods compared on real text from a source pretrained
-here; its goals: <= 30 minutes, <= 8 GB, the source below its quality floor, every
-checkpoint written and reloaded (degenerate neighbour rows are shown: on its small corpora
-they are a property of the fastText vectors, not a goal).
+here; its goals: <= 60 minutes, <= 8 GB, the source below its quality floor, every
+checkpoint written and reloaded, SALT in its regime (median k/h <= 0.5, 99th percentile
+<= 0.8 in every setting), every recycled PLM carrying measurable meaning (the report's probe
+verdict), no SALT checkpoint worse than Random or flagged by the row check, LAPT scored in
+every language (degenerate neighbour rows are shown: on its small corpora they are a
+property of the fastText vectors, not a goal).
 
     nice python benchmarks/bench_real.py [--run real_text|real_small] [--work DIR [--summary]]
         [--cores 2] [--jobs]
@@ -68,7 +71,8 @@ RUNS = {
     "real_small": {"config": "config/real_small.yaml",
                    "args": ["--resources", "mem_mb=8000", "--prioritize",
                             "resources/models/llama_en"],
-                   "goals": {"wall_s": 30 * 60, "peak_gb": 8.0}},
+                   "goals": {"wall_s": 60 * 60, "peak_gb": 8.0, "salt_regime": (0.5, 0.8),
+                             "sound_plms": True, "lapt_everywhere": True}},
 }
 JOB_FIELD = re.compile(r"^\s+(log|jobid): (.+?)\s*$")
 RULE_LINE = re.compile(r"^\s*(?:local)?rule (\w+):\s*$")
@@ -246,6 +250,47 @@ def checkpoint_figures(work: Path, config: dict[str, Any]) -> tuple[int, list[st
     return len(runs), bad
 
 
+def regime_figures(work: Path) -> list[tuple[str, float, float]]:
+    """(setting, median k/h, 99th percentile k/h) of SALT's least squares in every setting
+    (the regression records' conditioning)."""
+    out = []
+    for meta in sorted((work / "results" / "regression").glob("*/*/*/projected.json")):
+        k_over_h = json.loads(meta.read_text())["stats"]["conditioning"]["k_over_h"]
+        setting = "/".join(meta.relative_to(work / "results" / "regression").parts[:3])
+        out.append((setting, float(k_over_h["median"]), float(k_over_h["p99"])))
+    return out
+
+
+def soundness_figures(work: Path) -> tuple[list[str], list[str]]:
+    """(the PLMs whose rows carry no measurable meaning, SALT's checkpoints that read worse
+    than Random or whose rows the row check flags), from the run's report."""
+    import pandas as pd
+
+    report = work / "results" / "report"
+    probes = pd.read_csv(report / "plm_probes.csv")
+    meaningless = [f"{r.lang}/{r.target}" for r in probes.itertuples() if not r.carries]
+    tests = pd.read_csv(report / "comparisons.csv", keep_default_na=False)
+    worse = tests[(tests["method"] == "salt") & (tests["versus"] == "random")
+                  & (tests["relation"] == "worse")]
+    lines = pd.read_csv(report / "summaries.csv", keep_default_na=False)
+    flagged = lines[(lines["method"] == "salt") & lines["flags"].str.contains("rows flagged")]
+    unsound = sorted({f"{r.lang}/{r.target} ({r.family}: worse than Random)"
+                      for r in worse.itertuples()}
+                     | {f"{r.lang}/{r.target} ({r.family}: rows flagged)"
+                        for r in flagged.itertuples()})
+    return meaningless, unsound
+
+
+def lapt_languages(work: Path, config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the languages with a final LAPT checkpoint scored on held-out text, the run's
+    languages)."""
+    from embtransfer.core import paths
+
+    scored = {paths.LAPT_ZEROSHOT.parse(p.relative_to(work).as_posix())["lang"]
+              for p in (work / "results" / "lapt_zeroshot").glob("*/*/*/*.json")}
+    return sorted(scored), sorted(config["targets"])
+
+
 def floor_figures(work: Path) -> list[tuple[str, dict[str, Any]]]:
     """(source, rule source_floor's record) of every source pretrained here on real text."""
     return [(path.stem, json.loads(path.read_text()))
@@ -279,6 +324,22 @@ def print_goals(work: Path, wall: float, peak: int, name: str) -> bool:
               + ", ".join(f"{t} {n} ({c} capped)" for t, n, c in salt)] = (
             bool(salt) and all(c == 0 for _, _, c in salt)
             and max(n for _, n, _ in salt) >= limits["salt_tokens"])
+    if "salt_regime" in limits:
+        median, p99 = limits["salt_regime"]
+        regime = regime_figures(work)
+        goals[f"SALT's k/h at most {median:g} (median) and {p99:g} (p99) in every setting: "
+              + ", ".join(f"{s} {m:.2f}/{q:.2f}" for s, m, q in regime)] = bool(regime) and all(
+            m <= median and q <= p99 for _, m, q in regime)
+    if limits.get("sound_plms"):
+        meaningless, unsound = soundness_figures(work)
+        goals["every recycled PLM carries measurable meaning"
+              + (f" (not: {', '.join(meaningless)})" if meaningless else "")] = not meaningless
+        goals["no SALT checkpoint worse than Random or flagged"
+              + (f" (but: {'; '.join(unsound)})" if unsound else "")] = not unsound
+    if limits.get("lapt_everywhere"):
+        scored, languages = lapt_languages(work, config)
+        goals[f"LAPT scored in {', '.join(scored) or 'no language'} of "
+              f"{', '.join(languages)}"] = scored == languages
     for source, record in floor_figures(work):
         goals[f"{source} below its floor: {record['model_bits_per_byte']:.3f} bits per byte, "
               f"add-one unigram {record['unigram_bits_per_byte']:.3f}, Kneser-Ney bigram "

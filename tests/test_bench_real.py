@@ -334,3 +334,58 @@ def test_the_real_small_timing_runs_what_make_real_run_runs():
     recipe = re.sub(r"\$\((\w+)\)", lambda m: variables.get(m.group(1), m.group(0)), recipe)
     spec = _bench().RUNS["real_small"]
     assert f"--configfile {spec['config']} --cores 2 {' '.join(spec['args'])}" in recipe
+
+
+def _real_small_run(work: Path, k_over_h: dict[str, tuple[float, float]], carries: list[bool],
+                    salt_random: str, salt_flags: str, lapt_langs: list[str]) -> None:
+    """A finished real_small run's records as far as its regime goals read them."""
+    import json
+
+    import pandas as pd
+
+    for setting, (median, p99) in k_over_h.items():
+        meta = work / "results" / "regression" / setting / "projected.json"
+        meta.parent.mkdir(parents=True)
+        meta.write_text(json.dumps({"stats": {"conditioning": {"k_over_h": {
+            "median": median, "p90": p99, "p99": p99, "max": p99}}}}))
+    report = work / "results" / "report"
+    report.mkdir(parents=True)
+    pd.DataFrame({"lang": ["de", "vi"], "source": "llama_en", "target": ["gpt2_de", "t5_vi"],
+                  "carries": carries}).to_csv(report / "plm_probes.csv", index=False)
+    pd.DataFrame({"family": ["zeroshot", "zeroshot"], "lang": "vi", "target": "gpt2_vi",
+                  "method": ["salt", "focus"], "versus": "random",
+                  "relation": [salt_random, "worse"]}).to_csv(report / "comparisons.csv",
+                                                               index=False)
+    pd.DataFrame({"family": "zeroshot", "lang": "vi", "target": "gpt2_vi",
+                  "method": ["salt", "focus"], "flags": [salt_flags, "rows flagged: 3"]}).to_csv(
+        report / "summaries.csv", index=False)
+    for lang in lapt_langs:
+        record = work / "results" / "lapt_zeroshot" / lang / "llama_en" / f"gpt2_{lang}" / (
+            "salt.json")
+        record.parent.mkdir(parents=True)
+        record.write_text("{}")
+
+
+def test_real_small_goals_hold_salt_to_its_regime_and_its_plms_to_meaning(tmp_path):
+    """The real-text run's goals read SALT's k/h per setting, the probes' verdict, SALT's
+    relation to Random and the row check, and which languages LAPT scored; another method's
+    failing row is not SALT's."""
+    bench = _bench()
+    config = {"targets": {"de": ["gpt2_de"], "ar": ["gpt2_ar"], "vi": ["gpt2_vi"]}}
+    good = tmp_path / "good"
+    _real_small_run(good, {"de/llama_en/gpt2_de": (0.2, 0.6), "vi/llama_en/t5_vi": (0.5, 0.8)},
+                    [True, True], "better", "", ["de", "ar", "vi"])
+    assert bench.regime_figures(good) == [("de/llama_en/gpt2_de", 0.2, 0.6),
+                                          ("vi/llama_en/t5_vi", 0.5, 0.8)]
+    assert bench.soundness_figures(good) == ([], [])
+    assert bench.lapt_languages(good, config) == (["ar", "de", "vi"], ["ar", "de", "vi"])
+    bad = tmp_path / "bad"
+    _real_small_run(bad, {"vi/llama_en/gpt2_vi": (1.08, 3.42)}, [True, False], "worse",
+                    "rows flagged: 12", ["de"])
+    assert bench.regime_figures(bad) == [("vi/llama_en/gpt2_vi", 1.08, 3.42)]
+    meaningless, unsound = bench.soundness_figures(bad)
+    assert meaningless == ["vi/t5_vi"]
+    assert unsound == ["vi/gpt2_vi (zeroshot: rows flagged)",
+                       "vi/gpt2_vi (zeroshot: worse than Random)"]
+    assert bench.lapt_languages(bad, config) == (["de"], ["ar", "de", "vi"])
+    assert bench.RUNS["real_small"]["goals"]["wall_s"] == 60 * 60
