@@ -55,12 +55,14 @@ def test_every_method_with_gpt2_salt_with_every_family_aligning_only_with_a_dict
         assert config["languages"][lang]["dictionary"]["held_out"] is True
 
 
-def test_lapt_trains_every_gpt2_checkpoint_of_a_language_with_evaluations(config) -> None:
+def test_lapt_trains_every_gpt2_checkpoint_of_every_language_with_evaluations(config) -> None:
+    """Every GPT-2 checkpoint continues pre-training in its own language, each for the same
+    number of steps, with the held-out loss at three fractions after the warm-up."""
     runs, lapt = lapt_runs(config), config["lapt"]
-    gpt2_de = [r for r in transfer_runs(config) if r.target == "gpt2_de"]
-    assert runs == gpt2_de and len(runs) == len(
-        {m for m, s in METHODS.items() if not s.get("world_only")}
-    )
+    family = {m: spec["family"] for m, spec in config["models"].items()}
+    gpt2 = [r for r in transfer_runs(config) if family[r.target] == "gpt2"]
+    assert runs == gpt2 and {r.lang for r in runs} == {"de", "ar", "vi"}
+    assert lapt["max_steps"] >= 40  # one number of steps for every method
     after_warmup = [f for f in lapt["eval_fractions"] if f > lapt["warmup_ratio"]]
     assert len(after_warmup) >= 3
     assert lapt["max_steps"] * min(after_warmup) >= 1
@@ -114,15 +116,16 @@ def test_each_pair_of_a_held_out_dictionary_gets_its_truth(config) -> None:
 
 
 def test_alignment_scores_every_checkpoint_of_a_held_out_dictionary_pair(config) -> None:
-    """The transfer checkpoints of each de and ar pair and the LAPT ones of gpt2_de are
-    scored against the dictionary's held-out half; vi (no dictionary) is not scored."""
+    """The transfer checkpoints of each de and ar pair and the LAPT ones of gpt2_de and
+    gpt2_ar are scored against the dictionary's held-out half; vi (no dictionary) is not
+    scored."""
     from embtransfer.evaluation.inputs import alignment_inputs, all_alignment
 
     files = all_alignment(config)
     transfer = {f for f in files if f.startswith("results/alignment/transfer/")}
     assert len(transfer) == 6 and not any("/vi/" in f for f in files)
-    assert [f for f in files if "/lapt/" in f] == [
-        "results/alignment/lapt/de/llama_en/gpt2_de.parquet"
+    assert sorted(f for f in files if "/lapt/" in f) == [
+        f"results/alignment/lapt/{lang}/llama_en/gpt2_{lang}.parquet" for lang in ("ar", "de")
     ]
     wildcards = {"stage": "transfer", "lang": "ar", "source": "llama_en", "target": "bert_ar"}
     inputs = alignment_inputs(config, wildcards)
