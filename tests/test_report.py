@@ -152,11 +152,12 @@ def test_written_outputs_are_the_tables_and_a_real_png(in_fixtures, tmp_path):
         30.5, 4.62, "ok", 30.8, True)
     lacking = csv[(csv.source == "llama_mini") & (csv.method == "focus") & (csv.lang == "de")]
     assert set(lacking.status) == {"missing"} and lacking.value.isna().all()
-    # Figure 2: a PNG of the configured size (2 x 2 panels of 6 x 4 inches at 50 dpi).
+    # Figure 2: a PNG of the configured size (2 x 2 panels of 6 x 4 inches and a legend
+    # column of 1.6 inches beside them, at 50 dpi).
     png = Path(outputs["figure2"]).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
     width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (2 * 6 * 50, 2 * 4 * 50)
+    assert (width, height) == ((2 * 6 + 1.6) * 50, 2 * 4 * 50)
     assert len(png) > 5000
     assert set(curves) == {("de", "llama_mini"), ("de", "gemma"), ("ar_mini", "llama_mini"),
                            ("ar_mini", "gemma")}
