@@ -17,9 +17,9 @@ from embtransfer.core import paths
 from embtransfer.core.atomic import write_json
 from embtransfer.data.dictionary_split import split_dictionary, word_key
 from embtransfer.report.comparisons import TEST_COLUMNS, decide, frame_of
-from embtransfer.report.fasttext_bli_table import (
-    COLUMNS,
-    RECORD,
+from embtransfer.report.diagnostics import (
+    BLI_COLUMNS,
+    BLI_RECORD,
     bli_frame,
     bli_tests,
     write_fasttext_bli,
@@ -323,7 +323,7 @@ def test_the_report_table_rows_equal_the_per_language_records(tmp_path):
     decided = decide(frame_of(tests, TEST_COLUMNS))
     write_fasttext_bli(frame, decided, tmp_path / "bli.csv", tmp_path / "bli.md")
     written = pd.read_csv(tmp_path / "bli.csv")
-    assert list(written.columns) == COLUMNS and len(written) == 3
+    assert list(written.columns) == BLI_COLUMNS and len(written) == 3
     better = set(decided.loc[decided["relation"] == "better", "lang"])
     assert better == {"de"}
     for line in written.to_dict("records"):
@@ -346,11 +346,11 @@ def test_above_chance_is_the_decided_tables_call(tmp_path):
         return {"lang": lang, "source_language": "en", "queries": 100, "candidates": 5000,
                 "p_at_10": 5.0, "chance_at_10": 0.2, "p_value_10": p}
 
-    alone = pd.DataFrame([record("de", 6e-4)], columns=RECORD)
+    alone = pd.DataFrame([record("de", 6e-4)], columns=BLI_RECORD)
     assert write_fasttext_bli(alone, decide(frame_of(bli_tests(alone), TEST_COLUMNS)),
                               tmp_path / "a.csv", tmp_path / "a.md")["above_chance"].tolist() \
         == [True]
-    both = pd.DataFrame([record("de", 6e-4), record("ar", 0.9)], columns=RECORD)
+    both = pd.DataFrame([record("de", 6e-4), record("ar", 0.9)], columns=BLI_RECORD)
     decided = decide(frame_of(bli_tests(both), TEST_COLUMNS))
     assert write_fasttext_bli(both, decided, tmp_path / "b.csv", tmp_path / "b.md")[
         "above_chance"].tolist() == [False, False]

@@ -37,7 +37,6 @@ from embtransfer.report.findings import (
     REAL_REFERENCE_DIR,
     REFERENCE_DIR,
     RUN_JSON,
-    current_block,
     findings_markdown,
     headline,
     headline_block,
@@ -107,6 +106,12 @@ def run(*parts: tuple[list, list], tests: tuple[dict, ...] = (), alpha: float = 
                               TEST_COLUMNS), alpha)
     decided.attrs["alpha"] = alpha
     return decided, frame_of([s for made, _ in parts for s in made], SUMMARY_COLUMNS)
+
+
+def current_block(text: str, real: bool) -> str:
+    """The block between a page's markers (:data:`MARKERS`), as ``write_pages`` wrote it."""
+    start_mark, end_mark = MARKERS[real]
+    return text[text.index(start_mark) + len(start_mark) + 1: text.index(end_mark)]
 
 
 def opening(text: str) -> list[str]:

@@ -28,7 +28,12 @@ from embtransfer.evaluation.plm_probes import (
 from embtransfer.models.pretrain import build_model
 from embtransfer.neighbors.search import Neighbors
 from embtransfer.report.comparisons import SUMMARY_COLUMNS, TEST_COLUMNS, decide, frame_of
-from embtransfer.report.probe_table import COLUMNS, probe_frame, probe_tests, write_probes
+from embtransfer.report.diagnostics import (
+    PROBE_COLUMNS,
+    probe_frame,
+    probe_tests,
+    write_probes,
+)
 
 RCOND = 1e-6
 #: Rows without meaning stay within this many standard errors of their baseline.
@@ -353,7 +358,7 @@ def test_the_probe_table_reads_each_record_by_its_path_and_marks_the_plms_that_c
     assert tests.loc[("bert_x", "class_probe"), "p"] == pytest.approx(normal_p(3.5))
     assert tests.loc[("t5_x", "class_probe"), "relation"] == "not apart"
     assert (decided["versus"] == "chance").all() and (decided["method"] == decided["target"]).all()
-    assert list(pd.read_csv(tmp_path / "p.csv").columns) == COLUMNS
+    assert list(pd.read_csv(tmp_path / "p.csv").columns) == PROBE_COLUMNS
     assert frame["span_neighbors_share"].tolist() == [0.5] * 3
     assert frame["span_random_share"].tolist() == [0.1] * 3
     text = (tmp_path / "p.md").read_text()

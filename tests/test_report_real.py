@@ -23,7 +23,7 @@ def _documents(n: int, scale: float, seed: int) -> tuple[list[float], list[int]]
 
 
 def test_the_floor_table_reads_the_floor_record_and_the_control_lines(tmp_path) -> None:
-    from embtransfer.report.source_floor import floor_frame, write_source_floor
+    from embtransfer.report.diagnostics import floor_frame, write_source_floor
 
     nll, n_bytes = _documents(20, 1.3, 0)
     floor = tmp_path / "results" / "intrinsic" / "source_floor" / "src.json"

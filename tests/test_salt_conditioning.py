@@ -10,12 +10,11 @@ import pytest
 from test_regression import make_neighbors
 
 from embtransfer.core import paths
-from embtransfer.report.records import MalformedResultError
-from embtransfer.report.salt_conditioning import (
+from embtransfer.report.diagnostics import (
     conditioning_frame,
-    conditioning_markdown,
     write_salt_conditioning,
 )
+from embtransfer.report.records import MalformedResultError
 from embtransfer.transfer.regression import (
     DEFAULT_RCOND,
     salt_coefficients,
@@ -158,7 +157,8 @@ def test_the_report_table_has_one_row_per_record_equal_to_it(tmp_path):
     first = frame.iloc[0]
     assert f"| de | src | plm_de | {H} | {first['projected']} |" in markdown
     assert f"{first['amplification_max']:.2f}" in markdown
-    assert "(no setting runs SALT)" in conditioning_markdown(conditioning_frame([]))
+    empty = write_salt_conditioning([], tmp_path / "e.csv", tmp_path / "e.md")
+    assert empty.empty and "(no setting runs SALT)" in (tmp_path / "e.md").read_text()
 
 
 def test_a_record_without_conditioning_is_refused_naming_it(tmp_path):

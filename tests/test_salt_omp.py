@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 
 from embtransfer.core import paths
-from embtransfer.report.alignment_table import alignment_lines
 from embtransfer.report.comparisons import TEST_COLUMNS, decide, frame_of, holm
 from embtransfer.report.findings import OMP_METHODS, salt_omp_line
 from embtransfer.report.records import MalformedResultError
-from embtransfer.report.zeroshot import zeroshot_lines
+from embtransfer.report.setting_tables import alignment_lines, zeroshot_lines
 
 SETTING = {"lang": "ar_mini", "source": "llama_mini", "target": "gpt2_ar_mini"}
 

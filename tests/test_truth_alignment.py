@@ -30,7 +30,6 @@ from embtransfer.evaluation.alignment import (
 )
 from embtransfer.evaluation.world_tasks import fact_docs, native_words, word_answer
 from embtransfer.models.loading import Embeddings
-from embtransfer.report.alignment_table import alignment_lines, read_alignment
 from embtransfer.report.comparisons import (
     SUMMARY_COLUMNS,
     TEST_COLUMNS,
@@ -39,6 +38,7 @@ from embtransfer.report.comparisons import (
     frame_of,
     power,
 )
+from embtransfer.report.setting_tables import alignment_lines, read_alignment
 from embtransfer.transfer.method_catalog import DEFAULT_METHODS, METHODS
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 from embtransfer.world.languages import build_world, value_pool

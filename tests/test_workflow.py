@@ -297,7 +297,7 @@ def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):
                             == model.get_input_embeddings().weight.data_ptr())
                     assert tied == report["source_tied"]
     # every checkpoint's zero-shot record, each ranked among its setting's methods
-    from embtransfer.report.zeroshot import zeroshot_lines
+    from embtransfer.report.setting_tables import zeroshot_lines
 
     records = [str(p) for p in (results / "zeroshot").rglob("*.json")]
     summaries, tests = zeroshot_lines(records, seed=0)

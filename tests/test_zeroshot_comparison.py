@@ -1,5 +1,5 @@
 """The report's zero-shot comparison: bits per byte with standard errors over the documents
-and paired tests, from the records' per-document losses (embtransfer.report.zeroshot), the
+and paired tests, from the records' per-document losses (embtransfer.report.setting_tables), the
 zero-shot tables drawn from them, and the methods figure that draws both the zero-shot and the
 alignment lines."""
 
@@ -14,7 +14,6 @@ import pytest
 
 from embtransfer.core import paths
 from embtransfer.core.paired import BOOTSTRAP_SAMPLES, paired_ratio, ratio_se
-from embtransfer.report.alignment_table import alignment_lines
 from embtransfer.report.comparisons import (
     SUMMARY_COLUMNS,
     TEST_COLUMNS,
@@ -23,8 +22,14 @@ from embtransfer.report.comparisons import (
     lookup,
 )
 from embtransfer.report.records import MalformedResultError
-from embtransfer.report.setting_tables import MARKS, setting_sections, setting_table
-from embtransfer.report.zeroshot import OWN_TOKENIZER, zeroshot_lines
+from embtransfer.report.setting_tables import (
+    MARKS,
+    OWN_TOKENIZER,
+    alignment_lines,
+    setting_sections,
+    setting_table,
+    zeroshot_lines,
+)
 
 
 def _jackknife_se(y: np.ndarray, x: np.ndarray) -> float:

@@ -32,7 +32,7 @@ Each probe reports the mean paired difference, its standard error (standard devi
 differences over sqrt(n); tokens share partners, so it errs low) and ``z`` = difference /
 standard error
 (:func:`embtransfer.core.paired.difference`). Whether a PLM carries meaning is the report's
-to decide, by its one rule (:func:`embtransfer.report.probe_table.probe_tests`, decided with
+to decide, by its one rule (:func:`embtransfer.report.diagnostics.probe_tests`, decided with
 every other test in :func:`embtransfer.report.comparisons.decide`). The
 rows' geometry is reported beside them: mean row norm and mean pairwise cosine.
 """

@@ -26,7 +26,7 @@ numbers are comparable across tokenizers and runs):
   scored tokens, whatever sequence each fell in), ``document_tokens`` and
   ``document_bytes``; their sums are ``nll_nats``, ``tokens`` and ``bytes`` (the NLL's
   up to float rounding), so any aggregate over documents can be recomputed from them
-  (the report's standard errors and paired tests: ``embtransfer.report.zeroshot``).
+  (the report's standard errors and paired tests: ``embtransfer.report.setting_tables``).
 """
 
 from __future__ import annotations

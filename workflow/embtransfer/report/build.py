@@ -1,7 +1,6 @@
-"""Build the whole report: the paper's tables (Markdown + CSV), Figure 2, the comparisons
-table every mark and finding reads with the summaries beside it, the per-setting tables
-drawn from them, the probe, fastText, source-floor and conditioning tables, the
-methods figure, findings.md and report.md."""
+"""Build the whole report, every output of :func:`output_names`, as the report rule writes
+it: the paper's tables and figures, the comparisons with the tables and figure drawn from
+them, the diagnostic tables, findings.md and report.md."""
 
 from __future__ import annotations
 
@@ -15,36 +14,12 @@ import pandas as pd
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path, write_table
 from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages
-from embtransfer.report.alignment_table import alignment_lines
-from embtransfer.report.comparisons import (
-    CORRECTION,
-    FAMILY_ALPHA,
-    SUMMARY_COLUMNS,
-    TEST_COLUMNS,
-    decide,
-    frame_of,
-    lookup,
-)
-from embtransfer.report.fasttext_bli_table import bli_frame, bli_tests, write_fasttext_bli
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
+from embtransfer.report import diagnostics, records, setting_tables
+from embtransfer.report.comparisons import SUMMARY_COLUMNS, TEST_COLUMNS, decide, frame_of, lookup
 from embtransfer.report.figures import Curves, missing_curves, write_figure2, write_methods_figure
 from embtransfer.report.findings import findings_markdown, headline_of
 from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.probe_table import probe_frame, probe_tests, write_probes
-from embtransfer.report.records import (
-    MalformedResultError,
-    coverage_identity,
-    eval_path_identity,
-    lapt_path_identity,
-    read_coverage,
-    read_eval_records,
-    read_lapt_runs,
-    read_reference,
-    read_zeroshot,
-    zeroshot_identity,
-)
-from embtransfer.report.salt_conditioning import write_salt_conditioning
-from embtransfer.report.setting_tables import LEGEND, setting_sections
-from embtransfer.report.source_floor import write_source_floor
 from embtransfer.report.tables import (
     TABLE_SPECS,
     Table,
@@ -57,7 +32,6 @@ from embtransfer.report.tables import (
     table_tests,
 )
 from embtransfer.report.texts import prose
-from embtransfer.report.zeroshot import zeroshot_lines
 
 TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 
@@ -89,12 +63,8 @@ class Inputs:
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
     """The zero-shot record (:data:`paths.ZEROSHOT`) of every LAPT metrics file
     (:data:`paths.LAPT_METRICS`), in the same results folder."""
-    records = []
-    for path in lapt_metrics:
-        ident = lapt_path_identity(path)
-        root = paths.LAPT_METRICS.root_of(path)
-        records.append(paths.ZEROSHOT.at(root).fill(**ident))
-    return records
+    return [paths.ZEROSHOT.at(paths.LAPT_METRICS.root_of(p)).fill(**records.lapt_path_identity(p))
+            for p in lapt_metrics]
 
 
 def config_subset(config: dict[str, Any]) -> dict[str, Any]:
@@ -125,9 +95,9 @@ def planned_eval_runs(paths: list[str]) -> set[tuple]:
     """(stage, lang, source, target, method) of every evaluation path the rule lists."""
     runs = set()
     for path in paths:
-        ident = eval_path_identity(path)
+        ident = records.eval_path_identity(path)
         if not ident:
-            raise MalformedResultError(
+            raise records.MalformedResultError(
                 f"evaluation input {path} is not .../eval/{{stage}}/{{lang}}/{{source}}/"
                 "{target}/{method}/{task}.json or .../eval/source/{lang}/{source}/{task}.json"
             )
@@ -141,21 +111,18 @@ def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "res
     grid = replace(
         Grid.from_config(config, results_dir),
         planned_eval=frozenset(planned_eval_runs(inputs.evaluation)),
-        planned_lapt=frozenset(
-            tuple(lapt_path_identity(p)[k] for k in ("lang", "source", "target", "method"))
-            for p in inputs.lapt
-        ),
+        # (lang, source, target, method) of every LAPT run the rule lists
+        planned_lapt=frozenset(tuple(records.lapt_path_identity(p).values()) for p in inputs.lapt),
     )
     names = PaperNames.from_config(config)
-    reference = read_reference(inputs.reference)
-    records, _ = read_eval_records(inputs.evaluation)
-    runs, _ = read_lapt_runs(inputs.lapt)
-    coverage: dict[tuple[str, str], dict[str, Any] | None] = {}
-    for path in inputs.coverage:
-        coverage[coverage_identity(path)] = read_coverage(path) if Path(path).is_file() else None
-    tables = {n: eval_table(TABLE_SPECS[n], records, grid, names, reference, config)
+    reference = records.read_reference(inputs.reference)
+    evals, _ = records.read_eval_records(inputs.evaluation)
+    runs, _ = records.read_lapt_runs(inputs.lapt)
+    coverage = {records.coverage_identity(p): records.read_coverage(p) if Path(p).is_file()
+                else None for p in inputs.coverage}
+    tables = {n: eval_table(TABLE_SPECS[n], evals, grid, names, reference, config)
               for n in (1, 2, 3, 4)}
-    zeroshot = {zeroshot_identity(p): read_zeroshot(p)
+    zeroshot = {records.zeroshot_identity(p): records.read_zeroshot(p)
                 for p in inputs.zeroshot if Path(p).is_file()}
     tables[5] = table5(runs, grid, names, reference, zeroshot,
                        every_method=bool(config.get("real_text")))
@@ -182,12 +149,14 @@ def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, Table]
     """(comparisons, summaries, probes, BLI): every paired test of the run, decided at the
     config's family-wise level (``report.family_alpha``), and the paper tables marked."""
     seed = config.get("seed", 0)
-    parts = [zeroshot_lines(inputs.transfer_zeroshot, seed),
-             zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt"),
-             alignment_lines(inputs.alignment, seed),
+    parts = [setting_tables.zeroshot_lines(inputs.transfer_zeroshot, seed),
+             setting_tables.zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt"),
+             setting_tables.alignment_lines(inputs.alignment, seed),
              *(table_tests(n, tables[n].rows, tables[n].metrics, seed) for n in (1, 2, 3, 4))]
-    probes, bli = probe_frame(inputs.plm_probes), bli_frame(inputs.fasttext_bli)
-    tests = [t for _, made in parts for t in made] + probe_tests(probes) + bli_tests(bli)
+    probes = diagnostics.probe_frame(inputs.plm_probes)
+    bli = diagnostics.bli_frame(inputs.fasttext_bli)
+    tests = [t for _, made in parts for t in made]
+    tests += diagnostics.probe_tests(probes) + diagnostics.bli_tests(bli)
     alpha = (config.get("report") or {}).get("family_alpha", FAMILY_ALPHA)
     decided = decide(frame_of(tests, TEST_COLUMNS), alpha)
     decided.attrs["alpha"] = alpha
@@ -203,8 +172,7 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
     counts = decided.groupby("family").agg(tests=("p", "count"), clear=("clears", "sum"))
     lines = ["# Every paired comparison of the run", "",
              prose("comparisons_intro", correction=CORRECTION, alpha=decided.attrs.get("alpha")),
-             "",
-             markdown(counts.reset_index()), "", markdown(decided)]
+             "", markdown(counts.reset_index()), "", markdown(decided)]
     write_table(decided, "\n".join(lines) + "\n", outputs["comparisons_csv"],
                 outputs["comparisons_md"])
     with atomic_path(outputs["summaries_csv"]) as tmp:
@@ -212,9 +180,10 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
     tests = lookup(decided)
     for name, family, title in SETTING_FILES:
         part = summaries[summaries["family"] == family]
-        body = setting_sections(part, tests, details=True) if len(part) else [
+        body = setting_tables.setting_sections(part, tests, details=True) if len(part) else [
             "", "(no such results in this run)"]
-        _write_text(outputs[name], "\n".join([f"# {title}", "", LEGEND, *body]) + "\n")
+        text = [f"# {title}", "", setting_tables.LEGEND, *body]
+        _write_text(outputs[name], "\n".join(text) + "\n")
 
 
 def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
@@ -224,17 +193,17 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     tables, grid, names, runs = build_tables(config, inputs, results_dir)
     decided, summaries, probes, bli = compare(config, inputs, tables)
     for n, table in tables.items():
-        _write_text(outputs[f"table{n}_md"], table.markdown())
-        with atomic_path(outputs[f"table{n}_csv"]) as tmp:
-            table.long().to_csv(tmp, index=False)
+        write_table(table.long(), table.markdown(), outputs[f"table{n}_csv"],
+                    outputs[f"table{n}_md"])
     _write_comparisons(decided, summaries, outputs)
-    probes = write_probes(probes, decided, outputs["plm_probes_csv"], outputs["plm_probes_md"])
-    write_fasttext_bli(bli, decided, outputs["fasttext_bli_csv"], outputs["fasttext_bli_md"])
+    diagnostics.write_probes(probes, decided, outputs["plm_probes_csv"], outputs["plm_probes_md"])
+    diagnostics.write_fasttext_bli(bli, decided, outputs["fasttext_bli_csv"],
+                                   outputs["fasttext_bli_md"])
     languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
-    write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
-                       outputs["source_floor_csv"], outputs["source_floor_md"])
-    write_salt_conditioning(inputs.salt_regression, outputs["salt_conditioning_csv"],
-                            outputs["salt_conditioning_md"])
+    diagnostics.write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
+                                   outputs["source_floor_csv"], outputs["source_floor_md"])
+    diagnostics.write_salt_conditioning(inputs.salt_regression, outputs["salt_conditioning_csv"],
+                                        outputs["salt_conditioning_md"])
     write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
     findings = findings_markdown(decided, summaries, real=bool(config.get("real_text")))
     _write_text(outputs["findings"], findings)
@@ -244,13 +213,7 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     parts = ["# SALT paper tables, regenerated", "", prose("report_intro")]
     for table in tables.values():
         parts += ["", table.markdown(level=2).rstrip("\n")]
-    parts += ["", "## Figure 2: LAPT training loss", "",
-              "Training loss per optimizer step of every method, one panel per (language, "
-              "source model), with the language's GPT target PLM.", "",
-              f"![Figure 2]({link['figure2']})", "", "## What the run shows", "",
-              headline_of(findings), "",
-              f"Every setting's table: [findings.md]({link['findings']}); every test: "
-              f"[comparisons.md]({link['comparisons_md']}). ![Methods]({link['methods']})"]
+    parts += ["", prose("report_shows", headline=headline_of(findings), **link)]
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     lacking = missing_curves(curves, grid, targets)
     if lacking:

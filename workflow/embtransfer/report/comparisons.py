@@ -1,21 +1,13 @@
 """The report's spine: every paired comparison of the run in one long table.
 
 Each table module hands over per-item scores (per token, document or question) of the
-methods of one setting and metric (:func:`compare_setting`), or tests it made against a
-fixed baseline (a probe's z against chance: :func:`given_test`). This module
-
-* summarises each method (value, standard error, rank among the competing methods);
-* compares every competing method with its setting's best, with Random and with SALT over
-  the same items, by the test the metric's spec names (:data:`METRICS`);
-* decides them with one rule, :func:`decide`: the Holm-Bonferroni correction at the
-  family-wise level over each family (one table's tests), the only call of :func:`holm`.
-
-Every mark of every table, the SALT-against-OMP lines, the probe verdicts and the findings
-read the decided table (``comparisons.csv``) and the summaries (``summaries.csv``). Two
-runs are compared by merging their comparisons tables (:func:`compare_runs`).
-
-Method roles come from the method catalog (:func:`embtransfer.transfer.method_catalog.role`):
-the oracle and the source model are shown but never compete.
+methods of one setting and metric (:func:`compare_setting`), or a test it made against a
+fixed baseline (:func:`given_test`). Here each method is summarised (value, standard error,
+rank among the competing methods: the method catalog's :func:`role` shows the oracle and the
+source model but never ranks them); each competing method is compared with its setting's
+best, Random and SALT by the metric's test (:data:`METRICS`); and every test is decided by
+one rule (:func:`decide`, the only call of :func:`holm`). Every mark, verdict and finding
+of the report reads the decided table (``comparisons.csv``) and the summaries.
 """
 
 from __future__ import annotations
@@ -28,17 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from embtransfer.core.paired import (
-    CORRECTION,
-    FAMILY_ALPHA,
-    Comparison,
-    binomial_two_sided,
-    derived_seed,
-    mcnemar,
-    paired_bootstrap,
-    paired_ratio,
-    ratio_se,
-)
+from embtransfer.core import paired
 from embtransfer.transfer.method_catalog import COMPETING_ROLES, RANDOM, SALT, role
 
 #: What identifies a setting and metric; a family is one table's tests.
@@ -48,8 +30,6 @@ SUMMARY_COLUMNS = [*KEYS, "method", "role", "n", "value", "se", "rank", "chance"
 #: Whom a probe or a retrieval space is compared with (a method: its setting's best,
 #: Random and SALT, :func:`compare_setting`).
 CHANCE = "chance"
-
-__all__ = ["CORRECTION", "FAMILY_ALPHA"]
 
 
 @dataclass(frozen=True)
@@ -92,19 +72,19 @@ def setting_key(setting: dict[str, Any]) -> dict[str, Any]:
 
 
 def _test(metric: Metric, a: np.ndarray, b: np.ndarray, seed: int,
-          denominator: np.ndarray | None) -> Comparison:
+          denominator: np.ndarray | None) -> paired.Comparison:
     if metric.test == "ratio":
-        return paired_ratio(a, b, denominator, seed)
+        return paired.paired_ratio(a, b, denominator, seed)
     binary = np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()
     if metric.test == "mcnemar" or (metric.test == "auto" and binary):
-        return mcnemar(a, b)
-    return paired_bootstrap(a, b, seed)
+        return paired.mcnemar(a, b)
+    return paired.paired_bootstrap(a, b, seed)
 
 
 def _value(metric: Metric, scores: np.ndarray, denominator: np.ndarray | None
            ) -> tuple[float, float]:
     if metric.test == "ratio":
-        return float(scores.sum() / denominator.sum()), ratio_se(scores, denominator)
+        return float(scores.sum() / denominator.sum()), paired.ratio_se(scores, denominator)
     se = float(scores.std(ddof=1) / math.sqrt(scores.size)) if scores.size > 1 else math.nan
     return metric.scale * float(scores.mean()), metric.scale * se
 
@@ -122,10 +102,11 @@ def compare_setting(setting: dict[str, Any], scores: dict[str, np.ndarray], seed
     as best is the first of the tied by name."""
     key = setting_key(setting)
     metric = metric_spec(key["metric"])
-    sizes = {method: np.asarray(s).size for method, s in scores.items()}
+    arrays = {m: np.asarray(s, np.float64) for m, s in scores.items()}
+    sizes = {m: a.size for m, a in arrays.items()}
     if len(set(sizes.values())) > 1:
         raise ValueError(f"{key}: the methods were scored on different items ({sizes})")
-    stats = {m: _value(metric, np.asarray(s, np.float64), denominator) for m, s in scores.items()}
+    stats = {m: _value(metric, a, denominator) for m, a in arrays.items()}
     sign = 1 if metric.higher_is_better else -1
     competing = sorted((m for m in scores if role(m) in COMPETING_ROLES),
                        key=lambda m: (-sign * stats[m][0], m))
@@ -141,14 +122,12 @@ def compare_setting(setting: dict[str, Any], scores: dict[str, np.ndarray], seed
         for versus, other in (("best", best), ("random", RANDOM), ("salt", SALT)):
             if other == method or other not in scores:
                 continue
-            a = np.asarray(scores[method], np.float64)
-            b = np.asarray(scores[other], np.float64)
-            test = _test(metric, a, b, derived_seed(tuple(key.values()), method, other, seed),
-                         denominator)
+            seeded = paired.derived_seed(tuple(key.values()), method, other, seed)
+            test = _test(metric, arrays[method], arrays[other], seeded, denominator)
             scale = 1.0 if metric.test == "ratio" else metric.scale
             tests.append(key | {"method": method, "versus": versus, "other": other,
-                                "n": a.size, "diff": scale * test.diff, "se": scale * test.se,
-                                "p": test.p, "test": test.test})
+                                "n": sizes[method], "diff": scale * test.diff,
+                                "se": scale * test.se, "p": test.p, "test": test.test})
     return summaries, tests
 
 
@@ -160,7 +139,7 @@ def given_test(setting: dict[str, Any], method: str, diff: float, se: float, p: 
                                    "n": math.nan, "diff": diff, "se": se, "p": p, "test": test}
 
 
-def holm(pvalues: object, alpha: float = FAMILY_ALPHA) -> np.ndarray:
+def holm(pvalues: object, alpha: float = paired.FAMILY_ALPHA) -> np.ndarray:
     """Which tests of one family clear the Holm-Bonferroni correction at family-wise
     level ``alpha``: sorted ascending, the i-th p-value (from 0) must be below
     alpha / (m - i), and the first that is not stops every later one. NaN is no test (not
@@ -188,7 +167,7 @@ def pair_ids(tests: pd.DataFrame) -> pd.Series:
         strict=True)], index=tests.index, dtype=object)
 
 
-def decide(tests: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+def decide(tests: pd.DataFrame, alpha: float = paired.FAMILY_ALPHA) -> pd.DataFrame:
     """The comparisons table: ``tests`` with ``clears`` (Holm over each family) and the
     ``relation`` of the method to the other (``better``, ``worse``, ``not apart``). A pair
     the table holds twice (SALT against the best, and the best against SALT; a method
@@ -215,12 +194,12 @@ def detectable_discordant(threshold: float) -> int:
     if not 0 < threshold <= 1:
         raise ValueError(f"a p-value threshold lies in (0, 1], got {threshold}")
     d = 1
-    while binomial_two_sided(d, d) >= threshold:
+    while paired.binomial_two_sided(d, d) >= threshold:
         d += 1
     return d
 
 
-def power(decided: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+def power(decided: pd.DataFrame, alpha: float = paired.FAMILY_ALPHA) -> pd.DataFrame:
     """Per setting and McNemar metric: ``detectable`` (the :func:`detectable_discordant` count
     at its family's strictest Holm step, alpha over the family's tests), the largest net
     difference in items of any of its tests, and ``powerless``: no test reaches it (a

@@ -1,11 +1,6 @@
-"""The report's figures: Figure 2, LAPT training-loss curves, one panel per (language,
-source), a line per method; and the methods figure, per (language, source, target PLM)
-setting held-out alignment P@10 and zero-shot bits per byte with standard errors and the
-paired tests' marks (:func:`methods_panels` prepares what it draws).
-
-Drawn on a bare :class:`matplotlib.figure.Figure` with the Agg canvas: no pyplot, no
-global backend state, no display needed.
-"""
+"""The report's figures, Figure 2 (LAPT training loss) and the methods figure, drawn on a
+bare :class:`matplotlib.figure.Figure` with the Agg canvas: no pyplot, no global backend
+state, no display needed."""
 
 from __future__ import annotations
 
@@ -23,10 +18,9 @@ from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import with_decisions
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import LaptRun
-from embtransfer.report.setting_tables import table_order
+from embtransfer.report.setting_tables import OWN_TOKENIZER, table_order
 from embtransfer.report.tables import ORACLE
 from embtransfer.report.texts import prose
-from embtransfer.report.zeroshot import OWN_TOKENIZER
 from embtransfer.transfer.method_catalog import COMPETING_ROLES
 
 if TYPE_CHECKING:
@@ -37,10 +31,8 @@ Curves = dict[tuple[str, str], dict[str, tuple[list[int], list[float]]]]
 
 def loss_curves(runs: list[LaptRun], grid: Grid, names: PaperNames,
                 config: dict[str, Any]) -> Curves:
-    """(lang, source) -> method -> (steps, train losses), the language's GPT target PLM.
-
-    Panels and methods follow the config order; a panel or method without a run is left
-    out of its panel (and listed by :func:`missing_curves`)."""
+    """(lang, source) -> method -> (steps, train losses), the language's GPT target PLM, in
+    the config's order; a method without a run is left out (:func:`missing_curves`)."""
     curves: Curves = {}
     by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     for lang in grid.langs:
@@ -48,13 +40,10 @@ def loss_curves(runs: list[LaptRun], grid: Grid, names: PaperNames,
         for source in grid.sources:
             if not any(grid.wants_lapt(lang, source, target, m) for m in grid.methods):
                 continue
-            panel = {}
-            for method in grid.methods:
-                run = by_key.get((lang, source, target, method))
-                if run is not None and run.train:
-                    points = sorted(run.train)
-                    panel[method] = ([s for s, _ in points], [v for _, v in points])
-            curves[(lang, source)] = panel
+            found = {m: by_key.get((lang, source, target, m)) for m in grid.methods}
+            # (steps, losses) in step order
+            curves[(lang, source)] = {m: tuple(map(list, zip(*sorted(run.train), strict=True)))
+                                      for m, run in found.items() if run and run.train}
     return curves
 
 
@@ -93,13 +82,10 @@ def loss_axis(panel: dict[str, tuple[list[int], list[float]]]) -> tuple[float, f
 
 def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[str],
                  dpi: int = 120) -> Figure:
-    """The figure (not saved): one panel per (lang, source), a line per method, one legend
-    beside the panels.
-
-    A method keeps its colour and line style in every panel (its place in ``methods``); ten
-    colours times two styles tell twenty methods apart. The loss axis is linear and cut by
-    :func:`loss_axis`; a curve that rises above it is named in its panel, first and last
-    loss."""
+    """Figure 2 (not saved): a panel per (lang, source), a line per method, one legend beside
+    them. A method keeps its colour and style in every panel (ten colours times two styles
+    tell twenty methods apart); a curve above the axis (:func:`loss_axis`) is named in its
+    panel with its first and last loss."""
     colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
     styles = {m: ("-", "--")[(i // 10) % 2] for i, m in enumerate(methods)}
     panels = list(curves) or [("", "")]
@@ -161,8 +147,8 @@ MIN_P_AXIS = 2.0
 
 @dataclass
 class Panel:
-    """One panel of the methods figure, ready to draw: a horizontal bar per label, top
-    first, ± ``errors``, ``texts`` at each error bar's end, the value axis ``xlim``."""
+    """One panel of the methods figure: a horizontal bar per label, top first, ± ``errors``,
+    ``texts`` at each error bar's end."""
 
     title: str
     labels: list[str]
@@ -178,7 +164,7 @@ class Panel:
 @dataclass
 class MethodsFigure:
     """The methods figure's rows, each a pair of panels (alignment, zero-shot), and the
-    family-wise level their marks were decided at (the legend states it)."""
+    family-wise level of their marks."""
 
     rows: list[tuple[Panel, Panel]] = field(default_factory=list)
     alpha: float = FAMILY_ALPHA
@@ -302,9 +288,8 @@ def draw_methods(summaries: pd.DataFrame, decided: pd.DataFrame, dpi: int = 120)
 
 
 def draw_panels(figure: MethodsFigure, dpi: int = 120) -> Figure:
-    """The methods figure of ``figure``'s panels with data (:func:`drawn_panels`), a row of
-    panels per row that has any, the figure's title in a band above them and the legend
-    below; with no panel, a figure that says so."""
+    """The methods figure of :func:`drawn_panels`, its title in a band above them and the
+    legend below; with no panel, a figure that says so."""
     rows = drawn_panels(figure)
     if not rows:
         fig = _figure(8, 1.2, dpi)

@@ -1,16 +1,10 @@
 """findings.md: what the run found, written from the comparisons table alone.
 
-It opens with at most ten lines (:func:`headline`): per kind of setting (a metric at a
-stage), the best method or the group tied for best, counted only over the competing methods
-every counted setting holds; SALT against OMP in one line; the anomalies by kind with their
-counts; for a real-text run, its leaders beside the miniature world's, ranked within the
-methods common to both. Then one table per setting (:mod:`.setting_tables`). The text is
-the template ``findings.md.j2`` over those parts.
-
-The reference runs' comparisons tables are committed (``docs/reference_run/``,
-``docs/reference_real_run/``); ``python -m embtransfer.report.findings`` (:func:`main`)
-refreshes them and rewrites the README's headlines and the docs pages from them, which a
-test checks, or compares two runs test by test.
+It opens with at most ten lines (:func:`headline`), then one table per setting
+(:mod:`.setting_tables`), through the template ``findings.md.j2``. The reference runs'
+comparisons tables are committed (``docs/reference_run/``, ``docs/reference_real_run/``);
+``python -m embtransfer.report.findings`` (:func:`main`) refreshes them and rewrites the
+README's headlines and the docs pages from them, or compares two runs test by test.
 """
 
 from __future__ import annotations
@@ -29,9 +23,8 @@ import jinja2
 import pandas as pd
 
 from embtransfer.core import paths
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import (
-    CORRECTION,
-    FAMILY_ALPHA,
     KEYS,
     compare_runs,
     lookup,
@@ -40,9 +33,10 @@ from embtransfer.report.comparisons import (
     power,
     with_decisions,
 )
-from embtransfer.report.probe_table import carries_meaning
+from embtransfer.report.diagnostics import carries_meaning
 from embtransfer.report.setting_tables import LEGEND, setting_sections
 from embtransfer.report.tables import markdown
+from embtransfer.report.texts import prose
 from embtransfer.transfer.method_catalog import COMPETING_ROLES
 
 TEMPLATE = Path(__file__).with_name("findings.md.j2")
@@ -162,10 +156,9 @@ def salt_omp_line(decided: pd.DataFrame) -> str:
     if versus.empty:
         return ""
     omp = versus["relation"].value_counts()  # OMP better is SALT worse
-    return (f"**SALT against OMP** ({_plural(len(versus), 'paired test')} over "
-            f"{', '.join(sorted(set(versus['family'])))}): SALT "
-            f"better in {omp.get('worse', 0)}, worse in {omp.get('better', 0)}, not "
-            f"apart in {omp.get('not apart', 0)}.")
+    return prose("findings.salt_omp", tests=_plural(len(versus), "paired test"),
+                 families=", ".join(sorted(set(versus["family"]))), better=omp.get("worse", 0),
+                 worse=omp.get("better", 0), apart=omp.get("not apart", 0))
 
 
 def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
@@ -176,26 +169,26 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
     if len(worse):
         where = worse.groupby(["lang", "target", "method"])["family"].apply(
             lambda f: ", ".join(sorted(set(f))))
-        lines.append(f"**Worse than Random** ({_plural(len(where), 'checkpoint')}: " + "; ".join(
-            f"{lang} {target} {method} in {families}" for (lang, target, method), families
-            in where.items()) + "): no working method reads worse than random rows; `!` below.")
+        said = "; ".join(f"{lang} {target} {method} in {families}"
+                         for (lang, target, method), families in where.items())
+        lines.append(prose("findings.worse", checkpoints=_plural(len(where), "checkpoint"),
+                           said=said))
     flagged = summaries[summaries["flags"].astype(str).str.contains("rows flagged")]
     flagged = flagged.drop_duplicates([*SETTING[:4], "method"])
     if len(flagged):
-        lines.append(f"**Rows blown up or zero** ({_plural(len(flagged), 'checkpoint')}: "
-                     + ", ".join(f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples())
-                     + "): the row check flags them; their scores say what those rows did.")
+        said = ", ".join(f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples())
+        lines.append(prose("findings.flagged", checkpoints=_plural(len(flagged), "checkpoint"),
+                           said=said))
     without = ~carries_meaning(decided)
     if without.any():
         plms = ", ".join(f"{lang} {target}" for lang, _, target in without[without].index)
-        lines.append(f"**PLMs without measurable meaning** ({int(without.sum())} of "
-                     f"{len(without)}: {plms}): SALT's rows from them say nothing about SALT.")
+        lines.append(prose("findings.meaningless", n=int(without.sum()), of=len(without),
+                           plms=plms))
     weak = power(decided, decided.attrs.get("alpha", FAMILY_ALPHA))
     weak = weak[weak["powerless"] & (weak["split"] == "held_out")]
     if len(weak):
-        lines.append(f"**Tests without power** ({len(weak)} of the held-out settings' "
-                     f"metrics): they need ≥ {int(weak['detectable'].min())} discordant "
-                     "tokens, so \"not apart\" there says nothing.")
+        lines.append(prose("findings.powerless", n=len(weak),
+                           detectable=int(weak["detectable"].min())))
     return lines
 
 
@@ -300,11 +293,6 @@ def replace_block(text: str, block: str, real: bool) -> str:
     return text[:start] + "\n" + block + text[end:]
 
 
-def current_block(text: str, real: bool) -> str:
-    start_mark, end_mark = MARKERS[real]
-    return text[text.index(start_mark) + len(start_mark) + 1: text.index(end_mark)]
-
-
 def write_pages(real: bool, readme: Path = README, root: Path = Path(".")) -> None:
     """Rewrite the README's headline and the docs page of a reference from its tables; the
     world's rewrites the real-text ones too where that reference is (set beside it)."""
@@ -340,18 +328,11 @@ def refresh_reference(report_dir: Path, real: bool = False, readme: Path = READM
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--reference", type=Path, metavar="REPORT_DIR",
-                       help="commit this report folder as docs/reference_run/ and rewrite "
-                            "the README's headline and docs/findings.md")
-    group.add_argument("--real-reference", type=Path, metavar="REPORT_DIR",
-                       help="the same for a real-text run: docs/reference_real_run/, the "
-                            "README's real-text headline and docs/real_text.md")
-    group.add_argument("--pages", action="store_true",
-                       help="rewrite the README's headlines and the docs pages from the "
-                            "committed references")
-    group.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"),
-                       help="print which tests of report folder A report folder B decides "
-                            "alike")
+    for flag, kind in (("--reference", {"type": Path, "metavar": "REPORT_DIR"}),
+                       ("--real-reference", {"type": Path, "metavar": "REPORT_DIR"}),
+                       ("--pages", {"action": "store_true"}),
+                       ("--compare", {"type": Path, "nargs": 2, "metavar": ("A", "B")})):
+        group.add_argument(flag, help=prose(f"findings_cli.{flag[2:]}"), **kind)
     args = parser.parse_args(argv)
     if args.reference or args.real_reference:
         refresh_reference(args.reference or args.real_reference, real=bool(args.real_reference))

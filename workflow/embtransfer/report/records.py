@@ -1,13 +1,10 @@
 """Read the result files the report is built from, each named by a template of
-:mod:`embtransfer.core.paths` (under any results folder) that also gives its run's identity:
-evaluation JSONs, held to the evaluation stage's contract (:mod:`embtransfer.evaluation.record`)
-except that an identity key a file lacks is taken from its path; LAPT metrics; coverage
-(:func:`embtransfer.vocab.overlap.coverage`); zero-shot records
-(:func:`embtransfer.evaluation.zeroshot.evaluate_text`), whose tokens and bytes convert Table 5's
-per-token LAPT eval loss to bits per byte; and the paper's numbers (``salt_paper_tables.csv``).
-
-A file that exists but cannot be read as what it should be raises :class:`MalformedResultError`
-naming the file; a missing file is not an error here: the tables say "missing" and list it.
+:mod:`embtransfer.core.paths` that also gives its run's identity: evaluation JSONs (held to
+:mod:`embtransfer.evaluation.record`'s contract, an identity key a file lacks taken from its
+path), LAPT metrics, coverage, zero-shot records (whose tokens and bytes turn Table 5's LAPT
+eval loss into bits per byte) and the paper's numbers (``salt_paper_tables.csv``). A file
+that exists but cannot be read as what it should be raises :class:`MalformedResultError`
+naming it; a missing file is no error here: the tables say "missing" and list it.
 """
 
 from __future__ import annotations
@@ -101,26 +98,27 @@ def _numbers(record: dict[str, Any], keys: tuple[str, ...], where: str,
     return [float(record[key]) for key in keys]
 
 
-def _identity(template: paths.Template, path: str | os.PathLike, what: str) -> dict[str, str]:
+def identity(template: paths.Template, path: str | os.PathLike, what: str) -> dict[str, str]:
+    """The wildcards of ``path``, ``what`` (with its article) named by ``template``."""
     ident = template.parse(path)
     if ident is None:
-        raise MalformedResultError(f"{what} {path}: the path is not {template}")
+        raise MalformedResultError(f"{path} is not {what}: the path is not {template}")
     return ident
 
 
 def lapt_path_identity(path: str | os.PathLike) -> dict[str, str]:
     """(lang, source, target, method) of a LAPT metrics file (:data:`paths.LAPT_METRICS`)."""
-    return _identity(paths.LAPT_METRICS, path, "LAPT metrics file")
+    return identity(paths.LAPT_METRICS, path, "a LAPT metrics file")
 
 
 def zeroshot_identity(path: str | os.PathLike) -> tuple[str, ...]:
     """(lang, source, target, method) of a zero-shot record (:data:`paths.ZEROSHOT`)."""
-    return tuple(_identity(paths.ZEROSHOT, path, "zero-shot record").values())
+    return tuple(identity(paths.ZEROSHOT, path, "a zero-shot record").values())
 
 
 def coverage_identity(path: str | os.PathLike) -> tuple[str, ...]:
     """(source, target) of a coverage record (:data:`paths.COVERAGE`)."""
-    return tuple(_identity(paths.COVERAGE, path, "coverage file").values())
+    return tuple(identity(paths.COVERAGE, path, "a coverage file").values())
 
 
 def eval_path_identity(path: str | os.PathLike) -> dict[str, str | None]:

@@ -1,28 +1,152 @@
-"""One Markdown table per setting, methods by metrics, from the spine's summaries and
-decided comparisons (:mod:`embtransfer.report.comparisons`): the zero-shot, LAPT and
-alignment tables and the findings' per-setting tables are all drawn here, so every mark is
-the comparisons table's.
-
-A cell is the value ± one standard error, then its marks (:data:`MARKS`); ``details``
-adds each metric's differences from the best, Random and SALT with their p-values.
+"""The per-setting comparisons: what the zero-shot and alignment settings hand the spine
+item by item, and one Markdown table per setting drawn from its summaries and decided
+comparisons (zeroshot.md, lapt_zeroshot.md, alignment.md and the findings' tables), so
+every mark is the comparisons table's. Zero-shot: each checkpoint's bits per byte on its
+language's held-out text, before any training or after LAPT, per document
+(:mod:`embtransfer.evaluation.zeroshot`). Alignment: how well each method's new rows mean
+what their tokens mean, per token (:mod:`embtransfer.evaluation.alignment` defines the
+metrics, their chance levels and each token's ``split`` of the truth; ``held_out``, the
+concepts no method was aligned on, is the headline).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from embtransfer.report.comparisons import KEYS, metric_spec
+from embtransfer.core import paths
+from embtransfer.core.paired import derived_seed
+from embtransfer.evaluation.alignment import COSINES
+from embtransfer.report.comparisons import KEYS, compare_setting, metric_spec
+from embtransfer.report.records import ZEROSHOT_KEYS, MalformedResultError, identity, read_records
 from embtransfer.report.tables import format_p, markdown
+from embtransfer.report.texts import prose
+from embtransfer.world.split import SPLITS
 
-#: The marks of a cell: best of its setting; apart from (worse than) the best; better than
-#: Random; worse than Random (no working method should be).
+# -- zero-shot bits per byte -----------------------------------------------------------------------
+
+
+#: The source model's setting has no target PLM: it reads the text with its own tokenizer.
+OWN_TOKENIZER = "(source tokenizer)"
+#: The per-document lists every zero-shot record carries (in document order).
+DOCUMENT_KEYS = ("document_nll_nats", "document_bytes")
+#: The families of the two stages.
+FAMILIES = {"transfer": "zeroshot", "lapt": "lapt_zeroshot"}
+
+
+def document_bits(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(per-document NLL in bits, per-document UTF-8 bytes) of one zero-shot record."""
+    nll = np.asarray(record["document_nll_nats"], np.float64) / math.log(2)
+    n_bytes = np.asarray(record["document_bytes"], np.float64)
+    if nll.shape != n_bytes.shape or nll.ndim != 1 or nll.size < 2:
+        raise MalformedResultError(
+            f"results file {record.get('_path')}: document_nll_nats and document_bytes must "
+            f"be two lists of one length (two documents or more), got {nll.shape} and "
+            f"{n_bytes.shape}"
+        )
+    return nll, n_bytes
+
+
+def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(summary lines, test lines) of every setting of ``files``' records."""
+    settings: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for record in read_records(files, required=(*ZEROSHOT_KEYS, *DOCUMENT_KEYS)):
+        setting = (record["lang"], record["source"], record.get("target") or OWN_TOKENIZER)
+        settings.setdefault(setting, {})[record["method"]] = record
+    summaries: list[dict[str, Any]] = []
+    tests: list[dict[str, Any]] = []
+    for setting in sorted(settings):
+        records = settings[setting]
+        losses = {method: document_bits(record) for method, record in records.items()}
+        n_bytes = next(iter(losses.values()))[1]
+        for method, (_, own) in losses.items():
+            if not np.array_equal(own, n_bytes):
+                raise MalformedResultError(
+                    f"zero-shot {setting}: {method} was scored on other documents than "
+                    f"{next(iter(losses))} ({records[method].get('_path')})")
+        # only a transferred checkpoint has a row check (not the source model, not LAPT's)
+        checks = {m: r["row_check"] for m, r in records.items()
+                  if isinstance(r.get("row_check"), dict)}
+        flags = {m: f"{int(c['flagged_rows'])} rows flagged" for m, c in checks.items()
+                 if int(c["flagged_rows"])}
+        key = dict(zip(("lang", "source", "target"), setting, strict=True)) | {
+            "family": FAMILIES[stage], "stage": stage, "metric": "bits_per_byte"}
+        lines, made = compare_setting(key, {m: nll for m, (nll, _) in losses.items()}, seed,
+                                      n_bytes, flags)
+        summaries += lines
+        tests += made
+    return summaries, tests
+
+
+# -- alignment with the truth ----------------------------------------------------------------------
+
+
+#: An alignment setting (its metric aside).
+ALIGNMENT_SETTING = ["stage", "lang", "source", "target", "side", "split"]
+#: The metrics a method is compared on, each beside its per-token column: P@10 first.
+TESTED = {"p_at_10": "hit_10", "p_at_1": "hit_1", "cos_centred": "cos_centred",
+          "cos_oracle": "cos_oracle"}
+
+
+def read_alignment(files: list[str]) -> pd.DataFrame:
+    """Every per-token score of ``files`` (:data:`paths.ALIGNMENT`), with the setting's
+    identity read from each path."""
+    parts = []
+    for path in files:
+        ident = identity(paths.ALIGNMENT, path, "an alignment file")
+        frame = pd.read_parquet(path)
+        for key in ("stage", "lang", "source", "target"):
+            frame.insert(0, key, ident[key])
+        parts.append(frame)
+    if not parts:
+        return pd.DataFrame(columns=[*ALIGNMENT_SETTING, "method", "target_id", "hit_1", "hit_10",
+                                     *COSINES])
+    return pd.concat(parts, ignore_index=True)
+
+
+def alignment_lines(files: list[str], seed: int = 0
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(summary lines, test lines) of every setting and metric of ``files``' scores."""
+    scores = read_alignment(files)
+    summaries: list[dict[str, Any]] = []
+    tests: list[dict[str, Any]] = []
+    # the held-out split first: the headline (embtransfer.world.split.SPLITS' order)
+    settings = sorted(scores.groupby(ALIGNMENT_SETTING, sort=True),
+                      key=lambda item: SPLITS.index(item[0][-1]) if item[0][-1] in SPLITS else 9)
+    for setting, group in settings:
+        by_method = {m: g.sort_values("target_id", kind="stable")
+                     for m, g in group.groupby("method", sort=False)}
+        ids = [tuple(g["target_id"]) for g in by_method.values()]
+        if any(i != ids[0] for i in ids):
+            raise ValueError(f"alignment {setting}: the methods were scored on different tokens")
+        if len(ids[0]) < 2:
+            continue
+        first = next(iter(by_method.values()))
+        for metric, column in TESTED.items():
+            depth = metric.removeprefix("p_at_")
+            chance = (100 * float(first[f"chance_{depth}"].mean())
+                      if f"chance_{depth}" in first else float("nan"))
+            key = dict(zip(ALIGNMENT_SETTING, setting, strict=True)) | {"family": "alignment",
+                                                              "metric": metric}
+            lines, made = compare_setting(
+                key, {m: g[column].to_numpy() for m, g in by_method.items()},
+                derived_seed(setting, seed), chance=chance)
+            summaries += lines
+            tests += made
+    return summaries, tests
+
+
+# -- the tables ------------------------------------------------------------------------------------
+
+
+#: The marks of a cell (:data:`LEGEND` says what each means; no working method should be
+#: worse than Random).
 MARKS = {"best": "▲", "vs_best": "▽", "better_random": "ʳ", "worse_random": "!"}
-LEGEND = (f"`{MARKS['best']}` best of the setting; `{MARKS['vs_best']}` apart from the best "
-          f"(worse); `{MARKS['better_random']}` better than Random; `{MARKS['worse_random']}` "
-          "worse than Random; unmarked: not apart, or not tested (the oracle and the source "
-          "model are shown, never ranked).")
+LEGEND = prose("legend", **MARKS)
 SETTING = [k for k in KEYS if k not in ("family", "metric")]
 
 

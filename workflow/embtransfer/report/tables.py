@@ -1,32 +1,17 @@
 """The SALT paper's tables, regenerated from result files, the paper's numbers beside ours.
 
-Every table is built the same way: the rows the configuration asks for (the
-paper's grid: every method with the GPT target PLM, the focus method with every
-target PLM, ..., narrowed to the runs the workflow evaluates or trains, which the
-report rule's input paths say), filled from the result records; a cell without a result says
-``missing`` and the note under the table lists what is missing (the file that
-was expected, or the score a file lacks); ``—`` marks a metric that no result of
-that language has (not applicable). Columns come from the results' own metric
-names, so the same code builds the paper's ARC/HellaSwag/TruthfulQA table and
-the miniature world's fact-question table.
-
-Next to each of our metric columns that the paper reports, a ``(paper)``
-column holds the paper's number for rows whose setting is the paper's (see
-:mod:`embtransfer.report.paper`) and ``not comparable`` for the others. When no
-row of a table is comparable the paper's columns are left out and the note says
-so.
-
-Scores of Tables 1-4 carry lm-eval's standard error (``45.20 ± 3.10``). Tables 1-3
-open each (language, source model) block with the control: the untouched source model
-(evaluation stage ``source``). Table 5 gives bits per byte beside the per-token loss,
-since its target PLMs' tokenizers differ.
-
-Markdown is wide (as in the paper); the CSV is long: one line per (row, metric)
-with our value, its standard error, the paper's value and the cell's status.
+A table's rows are the ones the configuration asks for (the paper's grid, narrowed to the
+runs the report rule's input paths name), filled from the result records; its columns are
+the results' own metric names, so the same code builds the paper's benchmark tables and the
+miniature world's fact-question table. What a cell shows (``missing``, ``—``, ``±``, the
+``(paper)`` columns of :mod:`embtransfer.report.paper`, the marks) the notes under each
+table say (``texts.yaml``). Markdown is wide, as in the paper; the CSV is long: one line per
+(row, metric) with our value, its standard error, the paper's value and the cell's status.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,13 +32,10 @@ MISSING = "missing"
 NOT_COMPARABLE = "not comparable"
 NOT_APPLICABLE = "—"
 #: The paper's column order; other metric names follow, sorted.
-PAPER_METRIC_ORDER = (
-    "ARC", "HellaSwag", "TruthfulQA", "Belebele acc", "MLQA EM", "MLQA F1", "XQuAD EM",
-    "XQuAD F1", "Avg",
-)
+PAPER_METRIC_ORDER = ("ARC", "HellaSwag", "TruthfulQA", "Belebele acc", "MLQA EM", "MLQA F1",
+                      "XQuAD EM", "XQuAD F1", "Avg")
 SOURCE_MODEL_LABEL = "source model (no transfer)"
-#: The miniature world's oracle (a transfer method that reads the truth: the translation's
-#: rows where the world knows a token's meaning, Mean's row elsewhere): shown, not ranked.
+#: The miniature world's oracle (:mod:`embtransfer.transfer.method_catalog`): shown, not ranked.
 ORACLE = "world_oracle"
 
 
@@ -79,18 +61,6 @@ def format_p(p: float) -> str:
     return f"p {p:.2g}" if p >= 1e-4 else f"p {p:.0e}".replace("e-0", "e-")
 
 
-def grid_order(grid: Grid, column: str, value: Any) -> tuple[int, str]:
-    """Sort key of a row value: config order first, then alphabetical."""
-    known: list[Any] = {
-        "lang": grid.langs,
-        "source": grid.sources,
-        "target": [t for plms in grid.targets.values() for t in plms],
-        "method": [SOURCE_MODEL_LABEL, *grid.methods],
-        "stage": list(STAGES),
-    }.get(column, [])
-    return (known.index(value), "") if value in known else (len(known), str(value))
-
-
 @dataclass
 class Row:
     """One table row: its key columns, our values, the paper's setting (None: not the paper's)."""
@@ -101,11 +71,9 @@ class Row:
     paper: tuple[str, str, str, str] | None = None  # (source_model, arch, method, lang)
     note: str = ""  # the reference CSV's note for this row
     missing: list[str] = field(default_factory=list)
-    #: Per metric, the paired comparison with the best competing method of the row's block
-    #: (:func:`apply_marks`): "best", or the two-sided p-value of the difference from it.
+    #: Per metric (:func:`apply_marks`): "best" for its block's best competing method, else
+    #: the p-value of the paired test against it; ``clears``: the metrics where that clears.
     vs_best: dict[str, str | float] = field(default_factory=dict)
-    #: The metrics whose difference from the best clears the table's correction
-    #: (:func:`apply_marks`).
     clears: set[str] = field(default_factory=set)
     per_document: dict[str, list[float]] = field(default_factory=dict)
 
@@ -124,12 +92,9 @@ class Table:
     alpha: float = FAMILY_ALPHA
 
     def paper_value(self, row: Row, metric: str) -> float | None:
-        if row.paper is None:
+        if row.paper is None:  # (source_model, arch, method, lang): the reference's order
             return None
-        source_model, arch, method, lang = row.paper
-        return self.reference.get(
-            (str(self.number), source_model, arch, method, lang, metric, row.note)
-        )
+        return self.reference.get((str(self.number), *row.paper, metric, row.note))
 
     def paper_metrics(self) -> list[str]:
         """Our metrics for which at least one row has the paper's number."""
@@ -146,28 +111,19 @@ class Table:
                 cells[metric] = self._ours(row, metric)
                 if metric in paper:
                     ref = self.paper_value(row, metric)
-                    cells[f"{metric} (paper)"] = (
-                        NOT_COMPARABLE if ref is None else self.fmt(metric, ref)
-                    )
-            records.append(cells)
-        columns = list(self.rows[0].keys) if self.rows else []
-        for metric in self.metrics:
-            columns.append(metric)
-            if metric in paper:
-                columns.append(f"{metric} (paper)")
-        return pd.DataFrame(records, columns=columns)
+                    cells[f"{metric} (paper)"] = (NOT_COMPARABLE if ref is None
+                                                  else self.fmt(metric, ref))
+            records.append(cells)  # every row has the same cells, in the same order
+        return pd.DataFrame(records, columns=list(records[0]) if records else self.metrics)
 
     def _ours(self, row: Row, metric: str) -> str:
         if metric not in row.values:
             return NOT_APPLICABLE
-        value = row.values[metric]
+        value, err = row.values[metric], row.stderr.get(metric)
         if value is None:
             return MISSING
-        err = row.stderr.get(metric)
-        text = self.fmt(metric, value)
-        mark = row.vs_best.get(metric)
-        text = text if err is None else f"{text} ± {self.fmt(metric, err)}"
-        if mark == "best":
+        text = self.fmt(metric, value) + ("" if err is None else f" ± {self.fmt(metric, err)}")
+        if row.vs_best.get(metric) == "best":
             return f"{text} (best)"
         return text + (" *" if metric in row.clears else "")
 
@@ -180,7 +136,7 @@ class Table:
                     continue
                 value = row.values[metric]
                 ref = self.paper_value(row, metric)
-                err = row.stderr.get(metric)
+                err, best = row.stderr.get(metric), row.vs_best.get(metric)
                 lines.append({
                     "table": self.number, **row.keys, "metric": metric,
                     "value": value if value is not None else math.nan,
@@ -188,9 +144,8 @@ class Table:
                     "status": "ok" if value is not None else MISSING,
                     "paper_value": ref if ref is not None else math.nan,
                     "comparable": ref is not None,
-                    "best": row.vs_best.get(metric) == "best",
-                    "vs_best_p": (row.vs_best[metric] if isinstance(row.vs_best.get(metric),
-                                                                   float) else math.nan),
+                    "best": best == "best",
+                    "vs_best_p": best if isinstance(best, float) else math.nan,
                 })
         keys = list(self.rows[0].keys) if self.rows else []
         columns = ["table", *keys, "metric", "value", "stderr", "status", "paper_value",
@@ -209,16 +164,13 @@ class Table:
         if any(row.vs_best for row in self.rows):
             notes.append(prose("tables.best", correction=CORRECTION, alpha=self.alpha,
                               oracle=ORACLE))
-        missing = [f"- {row_label(row)}: {what}" for row in self.rows for what in row.missing]
+        missing = [f"- {' '.join(f'{k}={v}' for k, v in row.keys.items())}: {what}"
+                   for row in self.rows for what in row.missing]
         if missing:
             notes.append(f"Rows with `{MISSING}` cells ({len(missing)}):\n" + "\n".join(missing))
         for note in notes:
             parts += ["", note]
         return "\n".join(parts) + "\n"
-
-
-def row_label(row: Row) -> str:
-    return " ".join(f"{k}={v}" for k, v in row.keys.items())
 
 
 def format_score(metric: str, value: float) -> str:
@@ -239,13 +191,18 @@ def order_metrics(names: set[str]) -> list[str]:
 
 
 def sort_rows(rows: list[Row], grid: Grid) -> list[Row]:
-    priority = ["lang", "source", "stage", "target", "method"]
+    """``rows`` by language, source, stage, target and method, then their other keys; each
+    value in the config's order, then alphabetical."""
+    known: dict[str, list[Any]] = {
+        "lang": grid.langs, "source": grid.sources, "stage": list(STAGES),
+        "target": [t for plms in grid.targets.values() for t in plms],
+        "method": [SOURCE_MODEL_LABEL, *grid.methods]}
 
     def key(row: Row) -> tuple:
-        ordered = [c for c in priority if c in row.keys] + [
-            c for c in row.keys if c not in priority
-        ]
-        return tuple(grid_order(grid, c, row.keys[c]) for c in ordered)
+        ordered = sorted(row.keys, key=lambda c: list(known).index(c) if c in known else 9)
+        values = [(known.get(c, []), row.keys[c]) for c in ordered]
+        return tuple((order.index(v), "") if v in order else (len(order), str(v))
+                     for order, v in values)
 
     return sorted(rows, key=key)
 
@@ -274,55 +231,38 @@ TABLE_SPECS = {
 }
 
 
-def _reference_note(spec: EvalTableSpec, variant: str) -> str:
-    """The reference CSV's note of a row: Table 2 names the evaluation language always,
-    Tables 1 and 4 only when it is not the target language, Table 3 the context/question
-    languages."""
-    if spec.variant == "note":
-        return variant
-    if spec.kind == "knowledge" and variant == "target":
-        return ""
-    return f"eval_language={variant}"
+#: An evaluation table's records: (lang, variant) -> metric -> the tasks giving it over every
+#: run, and run key (stage, lang, source, target, method, variant) -> metric -> its record.
+EvalIndex = tuple[dict[tuple[str, str], dict[str, set[str]]], dict[tuple, dict[str, EvalRecord]]]
 
 
-@dataclass
-class _EvalIndex:
-    """An evaluation table's records: ``expected``, (lang, variant) -> metric -> the tasks
-    giving it over every run; ``found``, run key (stage, lang, source, target, method,
-    variant) -> metric -> the record giving it."""
-
-    expected: dict[tuple[str, str], dict[str, set[str]]] = field(default_factory=dict)
-    found: dict[tuple, dict[str, EvalRecord]] = field(default_factory=dict)
-
-
-def _index_eval_records(spec: EvalTableSpec, records: list[EvalRecord]) -> _EvalIndex:
+def _index_eval_records(spec: EvalTableSpec, records: list[EvalRecord]) -> EvalIndex:
     """Index ``records`` by run; two files giving one metric of one run are an error."""
-    index = _EvalIndex()
+    expected: dict[tuple[str, str], dict[str, set[str]]] = {}
+    found: dict[tuple, dict[str, EvalRecord]] = {}
     for r in records:
         variant = getattr(r, spec.variant)
-        cell = index.found.setdefault((r.stage, r.lang, r.source, r.target, r.method, variant),
-                                      {})
+        cell = found.setdefault((r.stage, r.lang, r.source, r.target, r.method, variant), {})
         for metric in r.scores:
-            index.expected.setdefault((r.lang, variant), {}).setdefault(metric, set()).add(
-                r.task)
+            expected.setdefault((r.lang, variant), {}).setdefault(metric, set()).add(r.task)
             if metric in cell:
                 raise MalformedResultError(
                     f"results files {cell[metric].path} and {r.path} both give {metric!r} "
                     f"for the same run"
                 )
             cell[metric] = r
-    return index
+    return expected, found
 
 
-def _lang_variants(spec: EvalTableSpec, index: _EvalIndex, lang: str) -> list[str]:
+def _lang_variants(spec: EvalTableSpec, index: EvalIndex, lang: str) -> list[str]:
     """The variants of ``lang``'s rows: the target language's first; one when none has results."""
-    return sorted({v for (lg, v) in index.expected if lg == lang},
+    return sorted({v for (lg, v) in index[0] if lg == lang},
                   key=lambda v: (v != "target", v)) or [
         "target" if spec.variant == "eval_language" else ""]
 
 
 def _eval_row_order(spec: EvalTableSpec, grid: Grid, names: PaperNames, config: dict[str, Any],
-                    index: _EvalIndex) -> list[tuple]:
+                    index: EvalIndex) -> list[tuple]:
     """The run keys of the table's rows, in order: the control, the grid's, then others'."""
     keys: list[tuple] = []
     if not spec.by_target and grid.source_control:
@@ -332,72 +272,60 @@ def _eval_row_order(spec: EvalTableSpec, grid: Grid, names: PaperNames, config: 
                  for lang in grid.langs for source in grid.sources
                  if grid.wants_eval("source", lang, source, None, None)
                  for v in _lang_variants(spec, index, lang)]
-    for stage in grid.stages:
-        for lang in grid.langs:
-            for source in grid.sources:
-                if spec.by_target:
-                    combos = [(t, grid.focus_method) for t in grid.targets[lang]]
-                else:
-                    target = primary_target(config, names, lang)
-                    combos = [(target, m) for m in grid.methods] if target else []
-                for target, method in combos:
-                    if not grid.wants_eval(stage, lang, source, target, method):
-                        continue
-                    for variant in _lang_variants(spec, index, lang):
-                        keys.append((stage, lang, source, target, method, variant))
+    for stage, lang, source in itertools.product(grid.stages, grid.langs, grid.sources):
+        if spec.by_target:
+            combos = [(t, grid.focus_method) for t in grid.targets[lang]]
+        else:
+            target = primary_target(config, names, lang)
+            combos = [(target, m) for m in grid.methods] if target else []
+        keys += [(stage, lang, source, target, method, variant) for target, method in combos
+                 if grid.wants_eval(stage, lang, source, target, method)
+                 for variant in _lang_variants(spec, index, lang)]
     if not spec.by_target:  # other runs present: other target PLMs, the source model
-        keys += [k for k in sorted(index.found, key=str)
+        keys += [k for k in sorted(index[1], key=str)
                  if k not in keys and (k[4] is None or k[4] in grid.methods)]
     return keys
 
 
-def _eval_row(spec: EvalTableSpec, grid: Grid, names: PaperNames, index: _EvalIndex,
+def _eval_row(spec: EvalTableSpec, grid: Grid, names: PaperNames, index: EvalIndex,
               key: tuple, all_metrics: list[str]) -> Row:
-    """The row of run ``key``: its scores, their standard errors, what it lacks."""
+    """The row of run ``key``: its scores, their standard errors, what it lacks. Its note is
+    the reference CSV's: Table 2 names the evaluation language always, Tables 1 and 4 only
+    when it is not the target language, Table 3 the context/question languages."""
     stage, lang, source, target, method, variant = key
-    per = index.expected.get((lang, variant))
+    per = index[0].get((lang, variant))
     # A language without any result of this kind: every column of the table is missing.
     wanted = order_metrics(set(per)) if per else list(all_metrics)
-    cell = index.found.get(key, {})
-    row = Row(keys=_eval_row_keys(spec, names, key), note=_reference_note(spec, variant))
-    if stage == "lapt":
-        row.paper = names.setting(source, lang, target, method)
+    cell = index[1].get(key, {})
+    keys = {"stage": stage, "lang": lang, "source": source, "target": target or NOT_APPLICABLE}
+    if spec.by_target:
+        keys["arch"] = names.arch(target) or "?"
+    keys["method"] = method or SOURCE_MODEL_LABEL
+    keys[spec.variant_column] = variant or NOT_APPLICABLE
+    note = f"eval_language={variant}"
+    if spec.variant == "note" or (spec.kind == "knowledge" and variant == "target"):
+        note = variant if spec.variant == "note" else ""
+    row = Row(keys=keys, note=note,
+              paper=names.setting(source, lang, target, method) if stage == "lapt" else None)
     for metric in wanted:
         record = cell.get(metric)
         row.values[metric] = record.scores[metric] if record else None
         row.stderr[metric] = record.stderr.get(metric) if record else None
         if record and metric in record.per_document:
             row.per_document[metric] = record.per_document[metric]
-    lacking = [metric for metric in wanted if metric not in cell]
     if spec.kind == "knowledge" and wanted:
-        present = [row.values[m] for m in wanted]
-        row.values["Avg"] = (
-            None if any(v is None for v in present) else sum(present) / len(present)
-        )
-        row.stderr["Avg"] = mean_stderr([row.stderr[m] for m in wanted])
+        # Avg's standard error is that of the mean of independent scores (none if one has none)
+        scores, errors = [row.values[m] for m in wanted], [row.stderr[m] for m in wanted]
+        row.values["Avg"] = None if None in scores else sum(scores) / len(scores)
+        row.stderr["Avg"] = (None if None in errors
+                             else math.sqrt(sum(e * e for e in errors)) / len(errors))
     if not per:
         row.missing.append(f"no {spec.kind} results for {lang} at all")
         if not wanted:
             row.values[MISSING] = None
-    elif lacking:
+    elif lacking := [metric for metric in wanted if metric not in cell]:
         row.missing.append(_describe_missing(grid, key, lacking, per, cell))
     return row
-
-
-def _eval_notes(spec: EvalTableSpec, grid: Grid, records: list[EvalRecord],
-                rows: list[Row]) -> list[str]:
-    """The notes under an evaluation table (before the scoring notes)."""
-    knowledge = spec.kind == "knowledge"
-    notes = []
-    if not records:
-        notes.append(f"No {spec.kind}-kind evaluation results in the inputs.")
-    if any(e is not None for r in rows for e in r.stderr.values()):
-        notes.append(prose("tables.stderr_knowledge" if knowledge else "tables.stderr"))
-    if not spec.by_target and not grid.source_control:
-        notes.append(prose("tables.no_control"))
-    elif any(r.keys["stage"] == "source" for r in rows):
-        notes.append(prose("tables.control", label=SOURCE_MODEL_LABEL))
-    return notes
 
 
 def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names: PaperNames,
@@ -407,19 +335,23 @@ def eval_table(spec: EvalTableSpec, records: list[EvalRecord], grid: Grid, names
                 and (r.stage in grid.stages
                      or (r.stage == "source" and not spec.by_target and grid.source_control))]
     index = _index_eval_records(spec, in_table)
-    all_metrics = order_metrics({m for per in index.expected.values() for m in per})
+    all_metrics = order_metrics({m for per in index[0].values() for m in per})
     rows = [_eval_row(spec, grid, names, index, key, all_metrics)
             for key in _eval_row_order(spec, grid, names, config, index)]
-    metrics = list(all_metrics)
-    if spec.kind == "knowledge" and metrics:
-        metrics.append("Avg")
+    knowledge = spec.kind == "knowledge"
+    metrics = all_metrics + (["Avg"] if knowledge and all_metrics else [])
     if any(MISSING in r.values for r in rows) and not metrics:
         metrics = [MISSING]
-    notes = _eval_notes(spec, grid, in_table, rows)
-    notes += scoring_notes(in_table)
+    notes = [] if in_table else [prose("tables.no_results", kind=spec.kind)]
+    if any(e is not None for r in rows for e in r.stderr.values()):
+        notes.append(prose("tables.stderr_knowledge" if knowledge else "tables.stderr"))
+    if not spec.by_target and not grid.source_control:
+        notes.append(prose("tables.no_control"))
+    elif any(r.keys["stage"] == "source" for r in rows):
+        notes.append(prose("tables.control", label=SOURCE_MODEL_LABEL))
     return Table(spec.number, spec.title, prose(f"tables.description_{spec.number}"),
-                 sort_rows(rows, grid), metrics,
-                 reference, format_score, notes)
+                 sort_rows(rows, grid), metrics, reference, format_score,
+                 notes + scoring_notes(in_table))
 
 
 #: A paper table row's keys that name its setting in the comparisons table; the one other
@@ -442,15 +374,11 @@ def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
     block's best, Random and SALT, family ``table{number}``."""
     blocks: dict[tuple, list[Row]] = {}
     for row in rows:
-        if row.keys.get("stage") == "source" or row.keys.get("method") in (None,
-                                                                           SOURCE_MODEL_LABEL):
-            continue
-        key = tuple((k, v) for k, v in row.keys.items() if k != "method")
-        blocks.setdefault(key, []).append(row)
+        if row.keys["stage"] != "source" and row.keys["method"] != SOURCE_MODEL_LABEL:
+            blocks.setdefault(tuple(_block_setting(row.keys).items()), []).append(row)
     summaries: list[dict[str, Any]] = []
     tests: list[dict[str, Any]] = []
     for key, block in blocks.items():
-        keys = dict(key)
         for metric in metrics:
             scored = [r for r in block if r.values.get(metric) is not None
                       and r.per_document.get(metric)]
@@ -459,7 +387,7 @@ def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
                 sizes, key=sizes.count)]
             if len(scored) < 2:
                 continue
-            setting = {"family": f"table{number}", "metric": metric} | _block_setting(keys)
+            setting = {"family": f"table{number}", "metric": metric, **dict(key)}
             lines, made = compare_setting(
                 setting, {r.keys["method"]: np.asarray(r.per_document[metric]) for r in scored},
                 seed)
@@ -496,46 +424,21 @@ def scoring_notes(records: list[EvalRecord]) -> list[str]:
     by_protocol: dict[str, list[str]] = {}
     for metric, names in sorted(protocols.items()):
         by_protocol.setdefault("`, `".join(sorted(names)), []).append(metric)
-    if not by_protocol:
-        return []
-    return ["Answer scoring (`evaluation.scoring`; docs/evaluation.md): " + "; ".join(
-        f"{', '.join(metrics)} by `{names}`" for names, metrics in by_protocol.items()) + "."]
-
-
-def mean_stderr(errors: list[float | None]) -> float | None:
-    """Standard error of the mean of independent scores; None when one has none."""
-    if not errors or any(e is None for e in errors):
-        return None
-    return math.sqrt(sum(e * e for e in errors)) / len(errors)  # type: ignore[operator]
-
-
-def _eval_row_keys(spec: EvalTableSpec, names: PaperNames, key: tuple) -> dict[str, str]:
-    stage, lang, source, target, method, variant = key
-    keys = {"stage": stage, "lang": lang, "source": source,
-            "target": target or NOT_APPLICABLE}
-    if spec.by_target:
-        keys["arch"] = names.arch(target) or "?"
-    keys["method"] = method or SOURCE_MODEL_LABEL
-    keys[spec.variant_column] = variant or NOT_APPLICABLE
-    return keys
+    said = [f"{', '.join(metrics)} by `{names}`" for names, metrics in by_protocol.items()]
+    return [prose("tables.scoring", protocols="; ".join(said))] if said else []
 
 
 def _describe_missing(grid: Grid, key: tuple, lacking: list[str], per: dict[str, set[str]],
                       cell: dict[str, EvalRecord]) -> str:
     """What a row lacks: per metric, the files that should give it, or the files read that
     do not."""
-    stage, lang, source, target, method, _ = key
+    run = dict(zip(("stage", "lang", "source", "target", "method"), key, strict=False))
+    template = (paths.EVAL_SOURCE if run["stage"] == "source" else paths.EVAL).at(grid.results_dir)
     read = {r.task for r in cell.values()}
     parts = []
     for metric in lacking:
         tasks = sorted(per.get(metric, ()))
-        if stage == "source":
-            where = [paths.EVAL_SOURCE.at(grid.results_dir).fill(lang=lang, source=source,
-                                                                  task=t) for t in tasks]
-        else:
-            where = [paths.EVAL.at(grid.results_dir).fill(
-                stage=stage, lang=lang, source=source, target=target, method=method, task=t)
-                for t in tasks]
+        where = [template.fill(**run, task=t) for t in tasks]
         present = [w for w, t in zip(where, tasks, strict=True) if t in read]
         parts.append(f"{metric} (not in {', '.join(present)})" if present
                      else f"{metric} (no result file: {', '.join(where)})")
@@ -578,8 +481,7 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
     bpb_metrics = [fraction_label(f, "bits per byte") for f in seen]
     rows = []
     methods = grid.methods if every_method else [grid.focus_method]
-    for lang, source, method in ((lang, source, method) for lang in grid.langs
-                                 for source in grid.sources for method in methods):
+    for lang, source, method in itertools.product(grid.langs, grid.sources, methods):
         for target in grid.targets[lang]:
             if not grid.wants_lapt(lang, source, target, method):
                 continue
@@ -590,18 +492,14 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
             if run is None:
                 row.missing.append(_lapt_missing(grid, lang, source, target, method))
             counts = zeroshot.get((lang, source, target, method))
-            lacking = []
+            evals = run.evals if run else {}
             for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
-                value = run.evals.get(fraction) if run else None
-                row.values[metric] = value
+                value = row.values[metric] = evals.get(fraction)
                 row.values[bpb] = (bits_per_byte(value, counts)
                                    if value is not None and counts else None)
-                if run is not None and value is None:
-                    lacking.append(f"{fraction:g}")
-            if lacking:
-                row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in "
-                                   f"{run.path}")
-            if counts is None and any(run and f in run.evals for f in seen):
+            if lacking := [f"{f:g}" for f in seen if run and f not in evals]:
+                row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in {run.path}")
+            if counts is None and any(f in evals for f in seen):
                 row.missing.append(
                     "bits per byte (no zero-shot record for the tokens per byte: "
                     f"{paths.ZEROSHOT.at(grid.results_dir).fill(**row.keys)})")
@@ -652,36 +550,28 @@ def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
     The paper's counts are its fuzzy matching; with ``overlap.match: exact`` no row is
     comparable.
     """
-    base = ["copied", "initialized", "coverage %"]
+    fields = {"copied": "copied", "initialized": "initialized", "coverage %": "coverage_pct",
+              "corpus coverage %": "corpus_coverage_pct"}  # column -> coverage.json's key
     corpus = any(c and c.get("corpus_coverage_pct") is not None for c in coverage.values())
-    metrics = base + (["corpus coverage %"] if corpus else [])
+    metrics = list(fields)[:4 if corpus else 3]
     rows = []
-    for lang in grid.langs:
-        for source in grid.sources:
-            for target in grid.targets[lang]:
-                record = coverage.get((source, target))
-                row = Row(keys={"lang": lang, "source": source, "target": target,
-                                "arch": names.arch(target) or "?"})
-                paper = (names.sources.get(source), names.arch(target), "SALT",
-                         names.languages.get(lang))
-                if grid.overlap_match == "fuzzy" and all(paper):
-                    row.paper = paper  # type: ignore[assignment]
-                if record is None:
-                    path = paths.COVERAGE.at(grid.results_dir).fill(source=source,
-                                                                    target=target)
-                    row.missing.append(f"no coverage file ({path})")
-                    row.values = dict.fromkeys(metrics)
-                else:
-                    row.values = {"copied": float(record["copied"]),
-                                  "initialized": float(record["initialized"]),
-                                  "coverage %": float(record["coverage_pct"])}
-                    if corpus:
-                        value = record.get("corpus_coverage_pct")
-                        row.values["corpus coverage %"] = (
-                            float(value) if value is not None else None)
-                        if value is None:
-                            row.missing.append(f"no corpus_coverage_pct in {record['_path']}")
-                rows.append(row)
+    for lang, source in itertools.product(grid.langs, grid.sources):
+        for target in grid.targets[lang]:
+            record = coverage.get((source, target))
+            paper = (names.sources.get(source), names.arch(target), "SALT",
+                     names.languages.get(lang))
+            row = Row(keys={"lang": lang, "source": source, "target": target,
+                            "arch": names.arch(target) or "?"},
+                      paper=paper if grid.overlap_match == "fuzzy" and all(paper) else None)
+            for metric in metrics:
+                value = record.get(fields[metric]) if record else None
+                row.values[metric] = float(value) if value is not None else None
+            if record is None:
+                path = paths.COVERAGE.at(grid.results_dir).fill(source=source, target=target)
+                row.missing.append(f"no coverage file ({path})")
+            elif corpus and record.get("corpus_coverage_pct") is None:
+                row.missing.append(f"no corpus_coverage_pct in {record['_path']}")
+            rows.append(row)
     return Table(6, "vocabulary overlap", prose("tables.description_6"),
                  sort_rows(rows, grid), metrics, reference, format_coverage,
                  [prose("tables.notes_6", match=grid.overlap_match)])

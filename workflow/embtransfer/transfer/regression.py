@@ -502,7 +502,7 @@ def conditioning_summary(
     k_used: np.ndarray, rank: np.ndarray, amplification: np.ndarray, h_t: int
 ) -> dict[str, Any]:
     """The projected tokens' (``k_used > 0``) conditioning, for the regression record and
-    the report (embtransfer.report.salt_conditioning): the PLM width ``h_t``, k/h_t and
+    the report (embtransfer.report.diagnostics): the PLM width ``h_t``, k/h_t and
     the amplification |c|_2 as :func:`_quantiles`, and how many tokens (and what share)
     have neighbour rows of lower numerical rank than k."""
     projected = np.asarray(k_used) > 0

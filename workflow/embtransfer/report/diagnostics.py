@@ -1,0 +1,330 @@
+"""The report's diagnostic tables: can the comparisons mean anything? Each reads one kind of
+record and writes its table as CSV and Markdown (the prose is ``texts.yaml``'s).
+
+* The target-PLM probes (:mod:`embtransfer.evaluation.plm_probes`): do a target PLM's input
+  rows carry meaning? Each probe with both sides of its paired comparison (so the baseline a
+  z stands on is in view), the difference, its standard error and z; each probe is a test
+  against its baseline (:func:`probe_tests`) and ``carries`` (every probe better) reads the
+  decided comparisons, as the findings do.
+* The fastText BLI (:mod:`embtransfer.transfer.fasttext_bli`): do the aligned fastText
+  spaces WECHSEL and OFA search carry translations at all? ``above_chance`` is read from the
+  decided comparisons likewise.
+* The source's quality floor (:mod:`embtransfer.evaluation.lm_floor`): is the source LLM a
+  language model of its own language? Its bits per byte on its language's held-out text
+  beside the add-one unigram and the Kneser–Ney bigram of its own tokens, then the control
+  lines: the source with its own tokenizer on each target language's held-out text.
+* SALT's conditioning (:func:`embtransfer.transfer.regression.conditioning_summary`): where
+  k nears the PLM's width h the neighbours' Gram matrix is nearly singular and the projected
+  rows can be many times longer than the source rows they combine (docs/methods.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from embtransfer.core import paths
+from embtransfer.core.atomic import read_json, write_table
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, normal_p, ratio_se
+from embtransfer.evaluation.plm_probes import PROBES
+from embtransfer.report.comparisons import given_test
+from embtransfer.report.records import MalformedResultError, identity, read_records
+from embtransfer.report.tables import format_p, markdown
+from embtransfer.report.texts import prose
+
+#: A target PLM's (and SALT's) setting.
+SETTING = ["lang", "source", "target"]
+
+
+def _number(value: Any, digits: int = 2, scale: float = 1.0, unit: str = "") -> str:
+    return "—" if pd.isna(value) else f"{scale * value:.{digits}f}{unit}"
+
+
+def _write(frame: pd.DataFrame, key: str, blocks: list[str], csv_path: str | os.PathLike,
+           md_path: str | os.PathLike, **fields: Any) -> pd.DataFrame:
+    """Write ``frame`` as CSV and its Markdown: the title and introduction at ``key`` of
+    texts.yaml, then ``blocks``, or the ``empty`` text when ``frame`` has no line."""
+    parts = [prose(f"{key}.title"), prose(f"{key}.intro", **fields)]
+    parts += [prose(f"{key}.empty")] if frame.empty else blocks
+    write_table(frame, "\n\n".join(parts) + "\n", csv_path, md_path)
+    return frame
+
+
+# -- the target-PLM probes -------------------------------------------------------------------------
+
+
+#: The two sides of each probe's paired comparison: the record's ``mean`` and ``random``.
+SIDES = {"span": ("neighbors_share", "random_share"), "class": ("same_cosine", "other_cosine")}
+PROBE_COLUMNS = [*SETTING, *(f"{probe}_{stat}" for probe in PROBES
+                             for stat in ("items", *SIDES[probe], "diff", "se", "z")),
+                 "row_norm", "pairwise_cosine", "carries"]
+
+
+def probe_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each probe of each PLM as a test against its random baseline (the normal two-sided
+    p-value of its z), family ``plm_probes``: the spine decides them
+    (:func:`embtransfer.report.comparisons.decide`). A z that is missing is no test."""
+    return [given_test({key: line[key] for key in SETTING}
+                       | {"family": "plm_probes", "metric": f"{probe}_probe"},
+                       line["target"], float(z), 1.0, normal_p(z), "normal")
+            for line in frame.to_dict("records") for probe in measured_probes(frame)
+            if not pd.isna(z := line[f"{probe}_z"])]
+
+
+def carries_meaning(decided: pd.DataFrame) -> pd.Series:
+    """Per target PLM (language, source, target) of the decided comparisons: every probe of
+    the table better than its baseline; a probe it has no test of is not passed."""
+    probes = decided[decided["family"] == "plm_probes"]
+    measured = probes["metric"].nunique()
+    return probes.groupby(SETTING)["relation"].apply(
+        lambda r: bool((r == "better").sum() == measured))
+
+
+def probe_frame(files: list[str]) -> pd.DataFrame:
+    """One line per record in ``files`` (:data:`paths.PLM_PROBE`), sorted by setting. A
+    probe no record measured (the class probe, which needs the miniature world's concept
+    classes, in a real-text run) has no columns; ``carries`` is added from the decided
+    comparisons (:func:`write_probes`)."""
+    lines = []
+    for path in files:
+        ident = identity(paths.PLM_PROBE, path, "a PLM probe record")
+        record = read_json(path)
+        line: dict[str, Any] = {key: ident[key] for key in SETTING}
+        for probe in [p for p in PROBES if record.get(p) is not None]:
+            names = {"items": "items", "mean": SIDES[probe][0], "random": SIDES[probe][1],
+                     "diff": "diff", "se": "se", "z": "z"}
+            line |= {f"{probe}_{name}": record[probe][key] for key, name in names.items()}
+        lines.append(line | record["geometry"])
+    dropped = [p for p in PROBES if lines and not any(f"{p}_z" in line for line in lines)]
+    frame = pd.DataFrame(lines, columns=[c for c in PROBE_COLUMNS[:-1]
+                                         if c.split("_")[0] not in dropped])
+    return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
+
+
+def measured_probes(frame: pd.DataFrame) -> list[str]:
+    """The probes of a probe table (:func:`probe_frame`): those it has columns of."""
+    return [p for p in PROBES if f"{p}_z" in frame.columns]
+
+
+def _cell(line: Any, probe: str) -> str:
+    if pd.isna(z := getattr(line, f"{probe}_z")):
+        return "—"
+    ours, baseline, diff, se, items = (getattr(line, f"{probe}_{stat}")
+                                       for stat in (*SIDES[probe], "diff", "se", "items"))
+    return f"{ours:.3f} vs {baseline:.3f}: {diff:+.3f} ± {se:.3f} (z {z:.1f}, n {items})"
+
+
+def write_probes(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | os.PathLike,
+                 md_path: str | os.PathLike) -> pd.DataFrame:
+    """``frame`` with ``carries``: :func:`carries_meaning` per line (a PLM without tests
+    does not carry), written as the table's csv and Markdown."""
+    keys = pd.MultiIndex.from_frame(frame[SETTING].astype(str))
+    verdict = carries_meaning(decided).reindex(keys).fillna(False)
+    frame = frame.assign(carries=verdict.to_numpy(bool))
+    probes = measured_probes(frame)
+    columns = {"language": frame["lang"], "source": frame["source"], "target PLM": frame["target"]}
+    columns |= {prose(f"probes.{probe}_column"): [_cell(line, probe) for line in frame.itertuples()]
+                for probe in probes}
+    columns |= {
+        "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
+        "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
+        "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no"),
+    }
+    intro = [prose("probes.intro"), *(prose(f"probes.{probe}") for probe in probes),
+             prose("probes.cells", correction=CORRECTION,
+                   alpha=decided.attrs.get("alpha", FAMILY_ALPHA))]
+    if "class" not in probes:
+        intro.append(prose("probes.no_class"))
+    text = [prose("probes.title"), " ".join(intro), markdown(pd.DataFrame(columns))]
+    write_table(frame, "\n\n".join(text) + "\n", csv_path, md_path)
+    return frame
+
+
+# -- the fastText BLI ------------------------------------------------------------------------------
+
+
+#: The record's fields, in the table's order, then the decision.
+BLI_RECORD = [
+    "lang", "source_language", "queries", "candidates",
+    "p_at_1", "chance_at_1", "hits_1", "p_value_1",
+    "p_at_10", "chance_at_10", "hits_10", "p_value_10",
+    "scored_pairs", "held_out_pairs", "dropped_seen_by_fit",
+    "left_out_no_target_vector", "left_out_no_source_word",
+    "fit_pairs_used", "fit_precision_at_1", "fit_p1_candidates",
+]  # fmt: skip
+BLI_COLUMNS = [*BLI_RECORD, "above_chance"]
+
+
+def bli_frame(files: list[str]) -> pd.DataFrame:
+    """One line per record in ``files`` (:data:`paths.FASTTEXT_BLI`), in their order, with
+    ``above_chance`` decided over all of them."""
+    lines = []
+    for path in files:
+        ident = identity(paths.FASTTEXT_BLI, path, "a fastText BLI record")
+        record = read_json(path)
+        if record.get("lang") != ident["lang"]:
+            raise ValueError(f"{path} holds the record of {record.get('lang')!r}")
+        lines.append({key: record.get(key) for key in BLI_RECORD})
+    return pd.DataFrame(lines, columns=BLI_RECORD)
+
+
+def bli_tests(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each language's P@10 against its chance (the record's one-sided binomial p-value) as a
+    test of family ``fasttext_bli``, for the spine to decide."""
+    return [given_test({"family": "fasttext_bli", "lang": line["lang"],
+                        "source": line["source_language"], "metric": "bli_p_at_10"},
+                       "fasttext", float(line["p_at_10"] - line["chance_at_10"]), math.nan,
+                       float(line["p_value_10"]), "binomial")
+            for line in frame.to_dict("records") if line["queries"]]
+
+
+def write_fasttext_bli(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | os.PathLike,
+                       md_path: str | os.PathLike) -> pd.DataFrame:
+    """``frame`` with ``above_chance`` (its P@10 better than chance in the decided
+    comparisons), written as the table's csv and Markdown."""
+    better = decided[(decided["family"] == "fasttext_bli") & (decided["relation"] == "better")]
+    frame = frame.assign(above_chance=frame["lang"].isin(set(better["lang"])))
+    table = pd.DataFrame({
+        "language": frame["lang"], "n": frame["queries"], "candidates": frame["candidates"],
+        "P@1": frame["p_at_1"].map(lambda v: _number(v, 1, unit=" %")),
+        "chance P@1": frame["chance_at_1"].map(lambda v: _number(v, 3, unit=" %")),
+        "P@10": frame["p_at_10"].map(lambda v: _number(v, 1, unit=" %")),
+        "chance P@10": frame["chance_at_10"].map(lambda v: _number(v, 3, unit=" %")),
+        "p (P@10)": frame["p_value_10"].map(lambda v: "—" if pd.isna(v) else format_p(v)),
+        "above chance": frame["above_chance"].map(lambda v: "yes" if v else "no"),
+        "held-out pairs scored": frame["scored_pairs"],
+        "left out (no vector / no source word)": [
+            f"{a} / {b}" for a, b in zip(frame["left_out_no_target_vector"],
+                                         frame["left_out_no_source_word"], strict=True)],
+        "fit P@1 (own pairs)": frame["fit_precision_at_1"].map(lambda v: _number(v, 1, unit=" %")),
+    })  # fmt: skip
+    alpha = decided.attrs.get("alpha", FAMILY_ALPHA)
+    return _write(frame, "bli", [markdown(table)], csv_path, md_path, correction=CORRECTION,
+                  alpha=alpha)
+
+
+# -- SALT's conditioning ---------------------------------------------------------------------------
+
+
+QUANTILES = ["median", "p90", "p99", "max"]
+CONDITIONING_COLUMNS = [*SETTING, "h_t", "projected", *(f"k_over_h_{q}" for q in QUANTILES),
+                        "n_rank_deficient", "rank_deficient_share",
+                        *(f"amplification_{q}" for q in QUANTILES)]
+
+
+def conditioning_frame(files: list[str]) -> pd.DataFrame:
+    """One line per regression record in ``files``, sorted by setting."""
+    lines = []
+    for path in files:
+        ident = identity(paths.REGRESSION_META, path, "a SALT regression record")
+        try:
+            stats = read_json(path)["stats"]
+            cond = stats["conditioning"]
+            lines.append({key: ident[key] for key in SETTING} | {
+                "h_t": cond["h_t"], "projected": stats["counts"]["projected"],
+                **{f"k_over_h_{q}": cond["k_over_h"][q] for q in QUANTILES},
+                **{key: cond[key] for key in ("n_rank_deficient", "rank_deficient_share")},
+                **{f"amplification_{q}": cond["amplification"][q] for q in QUANTILES}})
+        except (KeyError, TypeError) as err:
+            raise MalformedResultError(
+                f"SALT regression record {path} lacks its conditioning ({err!r}); it predates "
+                "the conditioning statistics: delete it and rerun the salt_regression rule"
+            ) from None
+    frame = pd.DataFrame(lines, columns=CONDITIONING_COLUMNS)
+    return frame.sort_values(SETTING, kind="stable").reset_index(drop=True)
+
+
+def write_salt_conditioning(files: list[str], csv_path: str | os.PathLike,
+                            md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = conditioning_frame(files)
+    columns = {
+        "language": frame["lang"], "source": frame["source"], "target PLM": frame["target"],
+        "h": frame["h_t"], "projected": frame["projected"],
+        **{f"k/h {q}": frame[f"k_over_h_{q}"].map(_number) for q in QUANTILES},
+        "rank-deficient": frame["rank_deficient_share"].map(lambda v: _number(v, 1, 100, " %")),
+        **{f"amplification {q}": frame[f"amplification_{q}"].map(_number)
+           for q in ("median", "p99", "max")},
+    }
+    return _write(frame, "conditioning", [markdown(pd.DataFrame(columns))], csv_path, md_path)
+
+
+# -- the source's quality floor --------------------------------------------------------------------
+
+
+#: ``text``: ``held-out`` (the floor's line, the source's own language) or ``control``.
+FLOOR_COLUMNS = [
+    "source", "lang", "text", "documents", "bytes", "bits_per_byte", "bits_per_byte_se",
+    "unigram_bits_per_byte", "kn_bigram_bits_per_byte", "below_unigram", "below_kn_bigram",
+    "clears_floor",
+]  # fmt: skip
+
+
+def _se(nll_nats: list[float], n_bytes: list[int]) -> float:
+    nll = np.asarray(nll_nats, np.float64) / math.log(2)
+    return ratio_se(nll, np.asarray(n_bytes, np.float64)) if nll.size >= 2 else math.nan
+
+
+def floor_frame(floor_files: list[str], languages: dict[str, str],
+                zeroshot_files: list[str]) -> pd.DataFrame:
+    """One ``held-out`` line per floor record (``languages``: source -> its language), then
+    one ``control`` line (no floor columns) per source-model zero-shot record of
+    ``zeroshot_files`` of a source with a floor record (other records are skipped)."""
+    lines: list[dict[str, Any]] = []
+    for path in floor_files:
+        source = paths.SOURCE_FLOOR.parse(path)["source"]
+        record = read_json(path)
+        lines.append({
+            "source": source, "lang": languages[source], "text": "held-out",
+            "bits_per_byte": record["model_bits_per_byte"],
+            "bits_per_byte_se": _se(record["document_nll_nats"]["model"],
+                                    record["document_bytes"]),
+            **{k: record[k] for k in ("documents", "bytes", "unigram_bits_per_byte",
+                                      "kn_bigram_bits_per_byte", "below_unigram",
+                                      "below_kn_bigram", "clears_floor")},
+        })
+    floored = {line["source"] for line in lines}
+    controls = [r for r in read_records([p for p in zeroshot_files
+                                         if paths.ZEROSHOT_SOURCE.parse(p)])
+                if r["source"] in floored]
+    for record in sorted(controls, key=lambda r: (r["source"], r["lang"])):
+        lines.append({
+            "source": record["source"], "lang": record["lang"], "text": "control",
+            "documents": len(record.get("document_bytes", [])) or math.nan,
+            "bytes": record.get("bytes", math.nan), "bits_per_byte": record["bits_per_byte"],
+            "bits_per_byte_se": _se(record.get("document_nll_nats", []),
+                                    record.get("document_bytes", [])),
+        })
+    return pd.DataFrame(lines, columns=FLOOR_COLUMNS)
+
+
+def _bits(lines: pd.DataFrame) -> list[str]:
+    return [f"{v:.4f}" + ("" if math.isnan(se) else f" ± {se:.4f}")
+            for v, se in zip(lines["bits_per_byte"], lines["bits_per_byte_se"], strict=True)]
+
+
+def write_source_floor(floor_files: list[str], languages: dict[str, str],
+                       zeroshot_files: list[str], csv_path: str | os.PathLike,
+                       md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = floor_frame(floor_files, languages, zeroshot_files)
+    # lm_floor imports torch: the report's inputs (and so the Snakefile) import this module
+    from embtransfer.evaluation.lm_floor import FLOOR_MARGIN  # noqa: PLC0415 (Snakefile start-up)
+
+    floor, control = frame[frame["text"] == "held-out"], frame[frame["text"] == "control"]
+    parts = [prose("source_floor.held_out"), markdown(pd.DataFrame({
+        "source": floor["source"], "language": floor["lang"], "bits per byte": _bits(floor),
+        "add-one unigram": floor["unigram_bits_per_byte"],
+        "Kneser–Ney bigram": floor["kn_bigram_bits_per_byte"],
+        "below unigram": floor["below_unigram"].map(lambda v: f"{100 * v:.1f} %"),
+        "below bigram": floor["below_kn_bigram"].map(lambda v: f"{100 * v:.1f} %"),
+        "clears": floor["clears_floor"].map(lambda v: "yes" if v else "no"),
+    }))]
+    if len(control):
+        parts += [prose("source_floor.control"), markdown(pd.DataFrame({
+            "source": control["source"], "language": control["lang"],
+            "bits per byte": _bits(control)}))]
+    return _write(frame, "source_floor", parts, csv_path, md_path,
+                  margin=f"{100 * FLOOR_MARGIN:.0f}")
