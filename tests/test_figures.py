@@ -20,9 +20,9 @@ from embtransfer.report.figures import (
     VS_RANDOM_MARK,
     MethodsFigure,
     Panel,
-    draw_methods,
     draw_panels,
     drawn_panels,
+    methods_panels,
 )
 
 
@@ -122,7 +122,7 @@ def test_the_legend_states_the_alpha_the_marks_were_decided_at(alpha):
     lines, made = compare_setting(setting, scores, 0, np.full(n_docs, 100.0))
     decided = decide(frame_of(made, TEST_COLUMNS), alpha)
     decided.attrs["alpha"] = alpha
-    fig = draw_methods(frame_of(lines, SUMMARY_COLUMNS), decided, dpi=40)
+    fig = draw_panels(methods_panels(frame_of(lines, SUMMARY_COLUMNS), decided), dpi=40)
     assert [ax.get_title() for ax in fig.axes] == ["xx, src, gpt2_x: zero-shot bits per byte"]
     legend = fig.texts[-1].get_text().replace("\n", " ")
     assert legend.startswith("Bars:")

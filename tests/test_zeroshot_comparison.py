@@ -271,11 +271,11 @@ def test_the_zeroshot_bars_are_in_the_zeroshot_tables_order(records, tmp_path):
 
 
 def test_methods_figure_draws_the_panels(records, tmp_path):
-    from embtransfer.report.figures import draw_methods, methods_panels, write_methods_figure
+    from embtransfer.report.figures import draw_panels, methods_panels, write_methods_figure
 
     summaries, decided = spine(tmp_path, records)
     figure = methods_panels(summaries, decided)
-    fig = draw_methods(summaries, decided, dpi=40)
+    fig = draw_panels(figure, dpi=40)
     assert len(fig.axes) == 2 * len(figure.rows)
     for ax, panel in zip(fig.axes, [p for row in figure.rows for p in row], strict=True):
         assert [t.get_text() for t in ax.get_yticklabels()] == panel.labels

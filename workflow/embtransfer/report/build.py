@@ -12,28 +12,16 @@ from typing import Any
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.atomic import atomic_path, write_table
+from embtransfer.core.atomic import atomic_path, write_table, write_text_lines
 from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report import diagnostics, records, setting_tables
+from embtransfer.report import tables as paper_tables
 from embtransfer.report.comparisons import SUMMARY_COLUMNS, TEST_COLUMNS, decide, frame_of, lookup
-from embtransfer.report.figures import Curves, missing_curves, write_figure2, write_methods_figure
+from embtransfer.report.figures import Curves, write_figure2, write_methods_figure
 from embtransfer.report.findings import findings_markdown, headline_of
-from embtransfer.report.paper import PaperNames, primary_target
-from embtransfer.report.tables import (
-    TABLE_SPECS,
-    Table,
-    apply_marks,
-    eval_table,
-    markdown,
-    table5,
-    table6,
-    table8,
-    table_tests,
-)
+from embtransfer.report.paper import PaperNames
 from embtransfer.report.texts import prose
-
-TABLE_NUMBERS = (1, 2, 3, 4, 5, 6, 8)
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
@@ -84,56 +72,38 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         # the paired bootstrap of the zero-shot comparison
         "seed": config.get("seed", 0),
         "evaluation": {"stages": evaluated_stages(config)},
-        # a real-text run: its own report category, Table 5 for every LAPT run, the
-        # findings' real-text variant
-        # (a config without languages, as a part of one the tests pass, has no real text)
+        # a real-text run: its own report category, Table 5 for every LAPT run, the findings'
+        # real-text variant (a config without languages, as tests pass, has no real text)
         "real_text": "languages" in config and real_text_run(config),
     }
 
 
-def planned_eval_runs(paths: list[str]) -> set[tuple]:
-    """(stage, lang, source, target, method) of every evaluation path the rule lists."""
-    runs = set()
-    for path in paths:
-        ident = records.eval_path_identity(path)
-        if not ident:
-            raise records.MalformedResultError(
-                f"evaluation input {path} is not .../eval/{{stage}}/{{lang}}/{{source}}/"
-                "{target}/{method}/{task}.json or .../eval/source/{lang}/{source}/{task}.json"
-            )
-        runs.add(tuple(ident[k] for k in ("stage", "lang", "source", "target", "method")))
-    return runs
-
-
 def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "results"
-                 ) -> tuple[dict[int, Table], Grid, PaperNames, list]:
+                 ) -> tuple[dict[int, paper_tables.Table], Grid, PaperNames, list]:
     """Read the inputs and build every table; returns (tables, grid, names, LAPT runs)."""
+    run = ("stage", "lang", "source", "target", "method")  # of each evaluation the rule lists
     grid = replace(
         Grid.from_config(config, results_dir),
-        planned_eval=frozenset(planned_eval_runs(inputs.evaluation)),
+        planned_eval=frozenset(tuple(records.eval_path_identity(p)[k] for k in run)
+                               for p in inputs.evaluation),
         # (lang, source, target, method) of every LAPT run the rule lists
         planned_lapt=frozenset(tuple(records.lapt_path_identity(p).values()) for p in inputs.lapt),
     )
     names = PaperNames.from_config(config)
     reference = records.read_reference(inputs.reference)
     evals, _ = records.read_eval_records(inputs.evaluation)
-    runs, _ = records.read_lapt_runs(inputs.lapt)
+    runs = [records.read_lapt_metrics(p) for p in inputs.lapt if Path(p).is_file()]
     coverage = {records.coverage_identity(p): records.read_coverage(p) if Path(p).is_file()
                 else None for p in inputs.coverage}
-    tables = {n: eval_table(TABLE_SPECS[n], evals, grid, names, reference, config)
-              for n in (1, 2, 3, 4)}
+    tables = {n: paper_tables.eval_table(paper_tables.TABLE_SPECS[n], evals, grid, names,
+                                         reference, config) for n in (1, 2, 3, 4)}
     zeroshot = {records.zeroshot_identity(p): records.read_zeroshot(p)
                 for p in inputs.zeroshot if Path(p).is_file()}
-    tables[5] = table5(runs, grid, names, reference, zeroshot,
-                       every_method=bool(config.get("real_text")))
-    tables[6] = table6(coverage, grid, names, reference)
-    tables[8] = table8(runs, grid, names, reference, config)
+    tables[5] = paper_tables.table5(runs, grid, names, reference, zeroshot,
+                                    every_method=bool(config.get("real_text")))
+    tables[6] = paper_tables.table6(coverage, grid, names, reference)
+    tables[8] = paper_tables.table8(runs, grid, names, reference, config)
     return tables, grid, names, runs
-
-
-def _write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
 
 
 #: The per-setting tables drawn from the comparisons table: file, family, title.
@@ -144,7 +114,7 @@ SETTING_FILES = (
 )
 
 
-def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, Table]
+def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, paper_tables.Table]
             ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(comparisons, summaries, probes, BLI): every paired test of the run, decided at the
     config's family-wise level (``report.family_alpha``), and the paper tables marked."""
@@ -152,7 +122,8 @@ def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, Table]
     parts = [setting_tables.zeroshot_lines(inputs.transfer_zeroshot, seed),
              setting_tables.zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt"),
              setting_tables.alignment_lines(inputs.alignment, seed),
-             *(table_tests(n, tables[n].rows, tables[n].metrics, seed) for n in (1, 2, 3, 4))]
+             *(paper_tables.table_tests(n, tables[n].rows, tables[n].metrics, seed)
+               for n in (1, 2, 3, 4))]
     probes = diagnostics.probe_frame(inputs.plm_probes)
     bli = diagnostics.bli_frame(inputs.fasttext_bli)
     tests = [t for _, made in parts for t in made]
@@ -162,7 +133,7 @@ def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, Table]
     decided.attrs["alpha"] = alpha
     summaries = frame_of((s for made, _ in parts for s in made), SUMMARY_COLUMNS)
     for n in (1, 2, 3, 4):
-        apply_marks(tables[n], decided)
+        paper_tables.apply_marks(tables[n], decided)
     return decided, summaries, probes, bli
 
 
@@ -172,7 +143,7 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
     counts = decided.groupby("family").agg(tests=("p", "count"), clear=("clears", "sum"))
     lines = ["# Every paired comparison of the run", "",
              prose("comparisons_intro", correction=CORRECTION, alpha=decided.attrs.get("alpha")),
-             "", markdown(counts.reset_index()), "", markdown(decided)]
+             "", paper_tables.markdown(counts.reset_index()), "", paper_tables.markdown(decided)]
     write_table(decided, "\n".join(lines) + "\n", outputs["comparisons_csv"],
                 outputs["comparisons_md"])
     with atomic_path(outputs["summaries_csv"]) as tmp:
@@ -182,42 +153,40 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
         part = summaries[summaries["family"] == family]
         body = setting_tables.setting_sections(part, tests, details=True) if len(part) else [
             "", "(no such results in this run)"]
-        text = [f"# {title}", "", setting_tables.LEGEND, *body]
-        _write_text(outputs[name], "\n".join(text) + "\n")
+        write_text_lines(outputs[name], [f"# {title}", "", setting_tables.LEGEND, *body])
 
 
 def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
                  results_dir: str = "results", dpi: int = 120
-                 ) -> tuple[dict[int, Table], Curves]:
+                 ) -> tuple[dict[int, paper_tables.Table], Curves]:
     """Write every output named in ``outputs`` (see :func:`output_names`), atomically."""
     tables, grid, names, runs = build_tables(config, inputs, results_dir)
     decided, summaries, probes, bli = compare(config, inputs, tables)
+
+    def csv_md(name: str) -> tuple[str, str]:  # a table's CSV and Markdown outputs
+        return outputs[f"{name}_csv"], outputs[f"{name}_md"]
+
     for n, table in tables.items():
-        write_table(table.long(), table.markdown(), outputs[f"table{n}_csv"],
-                    outputs[f"table{n}_md"])
+        write_table(table.long(), table.markdown(), *csv_md(f"table{n}"))
     _write_comparisons(decided, summaries, outputs)
-    diagnostics.write_probes(probes, decided, outputs["plm_probes_csv"], outputs["plm_probes_md"])
-    diagnostics.write_fasttext_bli(bli, decided, outputs["fasttext_bli_csv"],
-                                   outputs["fasttext_bli_md"])
+    diagnostics.write_probes(probes, decided, *csv_md("plm_probes"))
+    diagnostics.write_fasttext_bli(bli, decided, *csv_md("fasttext_bli"))
     languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
     diagnostics.write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
-                                   outputs["source_floor_csv"], outputs["source_floor_md"])
-    diagnostics.write_salt_conditioning(inputs.salt_regression, outputs["salt_conditioning_csv"],
-                                        outputs["salt_conditioning_md"])
+                                   *csv_md("source_floor"))
+    diagnostics.write_salt_conditioning(inputs.salt_regression, *csv_md("salt_conditioning"))
     write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
     findings = findings_markdown(decided, summaries, real=bool(config.get("real_text")))
-    _write_text(outputs["findings"], findings)
-    curves = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
+    write_text_lines(outputs["findings"], [findings])  # it ends in one newline
+    curves, lacking = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     here = Path(outputs["report_md"]).parent
     link = {key: os.path.relpath(path, here) for key, path in outputs.items()}
     parts = ["# SALT paper tables, regenerated", "", prose("report_intro")]
     for table in tables.values():
         parts += ["", table.markdown(level=2).rstrip("\n")]
     parts += ["", prose("report_shows", headline=headline_of(findings), **link)]
-    targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
-    lacking = missing_curves(curves, grid, targets)
     if lacking:
         parts += ["", f"`missing` curves ({len(lacking)}):",
                   *(f"- {item}" for item in lacking)]
-    _write_text(outputs["report_md"], "\n".join(parts) + "\n")
+    write_text_lines(outputs["report_md"], parts)
     return tables, curves

@@ -13,10 +13,8 @@ def check_report(config: dict[str, Any]) -> None:
     methods = list(config.get("transfer", {}).get("methods", []))
     for method in report.get("methods") or []:
         if method not in methods:
-            raise ConfigError(
-                f"config key report.methods: {method!r} is not one of transfer.methods "
-                f"({', '.join(methods)})"
-            )
+            raise ConfigError(f"config key report.methods: {method!r} is not one of "
+                              f"transfer.methods ({', '.join(methods)})")
     focus = report.get("focus_method", "salt")
     if methods and focus not in methods:
         raise ConfigError(

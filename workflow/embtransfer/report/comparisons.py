@@ -27,9 +27,6 @@ from embtransfer.transfer.method_catalog import COMPETING_ROLES, RANDOM, SALT, r
 KEYS = ["family", "stage", "lang", "source", "target", "side", "split", "variant", "metric"]
 TEST_COLUMNS = [*KEYS, "method", "versus", "other", "n", "diff", "se", "p", "test"]
 SUMMARY_COLUMNS = [*KEYS, "method", "role", "n", "value", "se", "rank", "chance", "flags"]
-#: Whom a probe or a retrieval space is compared with (a method: its setting's best,
-#: Random and SALT, :func:`compare_setting`).
-CHANCE = "chance"
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ def given_test(setting: dict[str, Any], method: str, diff: float, se: float, p: 
                test: str) -> dict[str, Any]:
     """A test of ``method`` against chance made elsewhere (a probe's z, a retrieval space's
     binomial test), as a line of the comparisons table."""
-    return setting_key(setting) | {"method": method, "versus": CHANCE, "other": CHANCE,
+    return setting_key(setting) | {"method": method, "versus": "chance", "other": "chance",
                                    "n": math.nan, "diff": diff, "se": se, "p": p, "test": test}
 
 
@@ -211,8 +208,7 @@ def power(decided: pd.DataFrame, alpha: float = paired.FAMILY_ALPHA) -> pd.DataF
     scale = mc["metric"].map(lambda m: metric_spec(m).scale)
     net = np.rint((mc["diff"] / scale).abs() * mc["n"])
     frame = mc[KEYS].assign(n=mc["n"], net=net)
-    out = frame.groupby(KEYS, sort=False).agg(n=("n", "max"), largest=("net", "max"))
-    out = out.reset_index()
+    out = frame.groupby(KEYS, sort=False).agg(n=("n", "max"), largest=("net", "max")).reset_index()
     out["detectable"] = [detectable_discordant(alpha / family_size[f]) for f in out["family"]]
     out["powerless"] = out["largest"] < out["detectable"]
     return out

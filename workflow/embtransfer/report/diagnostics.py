@@ -1,14 +1,13 @@
 """The report's diagnostic tables: can the comparisons mean anything? Each reads one kind of
-record and writes its table as CSV and Markdown (the prose is ``texts.yaml``'s).
+record and writes its table as CSV and Markdown (the prose is ``texts.yaml``'s). A verdict
+(a PLM carries meaning, a space beats chance) is a test the spine decides, read back from the
+decided comparisons as the findings read it.
 
 * The target-PLM probes (:mod:`embtransfer.evaluation.plm_probes`): do a target PLM's input
   rows carry meaning? Each probe with both sides of its paired comparison (so the baseline a
-  z stands on is in view), the difference, its standard error and z; each probe is a test
-  against its baseline (:func:`probe_tests`) and ``carries`` (every probe better) reads the
-  decided comparisons, as the findings do.
+  z stands on is in view), the difference, its standard error and z.
 * The fastText BLI (:mod:`embtransfer.transfer.fasttext_bli`): do the aligned fastText
-  spaces WECHSEL and OFA search carry translations at all? ``above_chance`` is read from the
-  decided comparisons likewise.
+  spaces WECHSEL and OFA search carry translations at all?
 * The source's quality floor (:mod:`embtransfer.evaluation.lm_floor`): is the source LLM a
   language model of its own language? Its bits per byte on its language's held-out text
   beside the add-one unigram and the Kneser–Ney bigram of its own tokens, then the control
@@ -129,11 +128,9 @@ def write_probes(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str | os.
     columns = {"language": frame["lang"], "source": frame["source"], "target PLM": frame["target"]}
     columns |= {prose(f"probes.{probe}_column"): [_cell(line, probe) for line in frame.itertuples()]
                 for probe in probes}
-    columns |= {
-        "row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
-        "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
-        "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no"),
-    }
+    columns |= {"row norm": frame["row_norm"].map(lambda v: f"{v:.2f}"),
+                "pairwise cos": frame["pairwise_cosine"].map(lambda v: f"{v:.3f}"),
+                "carries meaning": frame["carries"].map(lambda v: "yes" if v else "no")}
     intro = [prose("probes.intro"), *(prose(f"probes.{probe}") for probe in probes),
              prose("probes.cells", correction=CORRECTION,
                    alpha=decided.attrs.get("alpha", FAMILY_ALPHA))]
@@ -202,9 +199,8 @@ def write_fasttext_bli(frame: pd.DataFrame, decided: pd.DataFrame, csv_path: str
                                          frame["left_out_no_source_word"], strict=True)],
         "fit P@1 (own pairs)": frame["fit_precision_at_1"].map(lambda v: _number(v, 1, unit=" %")),
     })  # fmt: skip
-    alpha = decided.attrs.get("alpha", FAMILY_ALPHA)
     return _write(frame, "bli", [markdown(table)], csv_path, md_path, correction=CORRECTION,
-                  alpha=alpha)
+                  alpha=decided.attrs.get("alpha", FAMILY_ALPHA))
 
 
 # -- SALT's conditioning ---------------------------------------------------------------------------

@@ -28,21 +28,15 @@ KEY_PACKAGES = (
 )
 
 
-def _installed() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found.setdefault(lockfile.normalise(name), dist.version)
-    return found
-
-
 def environment(lock: Path) -> dict[str, Any]:
     """Python, platform, torch's CPU kernels and threads, key package versions, and the
     lock's digest with every installed package whose version differs from its pin."""
     import torch  # noqa: PLC0415 (heavy; this module is imported by the report job only)
 
-    installed = _installed()
+    installed: dict[str, str] = {}
+    for dist in metadata.distributions():
+        if name := dist.metadata["Name"]:
+            installed.setdefault(lockfile.normalise(name), dist.version)
     entries = lockfile.parse_lock(lock.read_text()) if lock.is_file() else []
     # the pins that apply to this Python and platform (each entry's marker says)
     pins = {e.name: e.version for e in entries if e.marker is None or Marker(e.marker).evaluate()}

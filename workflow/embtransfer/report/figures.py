@@ -32,7 +32,7 @@ Curves = dict[tuple[str, str], dict[str, tuple[list[int], list[float]]]]
 def loss_curves(runs: list[LaptRun], grid: Grid, names: PaperNames,
                 config: dict[str, Any]) -> Curves:
     """(lang, source) -> method -> (steps, train losses), the language's GPT target PLM, in
-    the config's order; a method without a run is left out (:func:`missing_curves`)."""
+    the config's order; a method without a run is left out (:func:`write_figure2` lists it)."""
     curves: Curves = {}
     by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     for lang in grid.langs:
@@ -45,14 +45,6 @@ def loss_curves(runs: list[LaptRun], grid: Grid, names: PaperNames,
             curves[(lang, source)] = {m: tuple(map(list, zip(*sorted(run.train), strict=True)))
                                       for m, run in found.items() if run and run.train}
     return curves
-
-
-def missing_curves(curves: Curves, grid: Grid, targets: dict[str, str | None]) -> list[str]:
-    """The planned curves (method x panel) that have no training-loss points."""
-    return [f"lang={lang} source={source} method={method}"
-            for (lang, source), panel in curves.items()
-            for method in grid.methods
-            if method not in panel and grid.wants_lapt(lang, source, targets[lang], method)]
 
 
 def _figure(width: float, height: float, dpi: int) -> Figure:
@@ -127,20 +119,21 @@ def draw_figure2(curves: Curves, targets: dict[str, str | None], methods: list[s
 
 
 def write_figure2(path: str | os.PathLike, runs: list[LaptRun], grid: Grid, names: PaperNames,
-                  config: dict[str, Any], dpi: int = 120) -> Curves:
-    """Draw and write Figure 2 as PNG, atomically; returns the plotted curves."""
+                  config: dict[str, Any], dpi: int = 120) -> tuple[Curves, list[str]]:
+    """Draw and write Figure 2 as PNG, atomically; returns the plotted curves and the planned
+    ones (method x panel) that have no training-loss points."""
     curves = loss_curves(runs, grid, names, config)
     targets = {lang: primary_target(config, names, lang) for lang in grid.langs}
     with atomic_path(path) as tmp:
         draw_figure2(curves, targets, grid.methods, dpi=dpi).savefig(tmp, format="png")
-    return curves
+    return curves, [f"lang={lang} source={source} method={method}"
+                    for (lang, source), panel in curves.items() for method in grid.methods
+                    if method not in panel and grid.wants_lapt(lang, source, targets[lang], method)]
 
 
 #: The marks of the methods figure: a paired test's difference that clears the report's
 #: correction (:mod:`embtransfer.core.paired`), from the setting's best and from Random.
 VS_BEST_MARK, VS_RANDOM_MARK = "*", "†"
-#: The alignment metric drawn: P@10 separates methods whose P@1 is a handful of tokens.
-ALIGNMENT_METRIC = "p_at_10"
 #: The smallest P@10 axis (percent): a panel of bars at 0 still has a readable axis.
 MIN_P_AXIS = 2.0
 
@@ -158,7 +151,7 @@ class Panel:
     texts: list[str]
     xlim: tuple[float, float]
     note: str = ""  # written in the panel's corner (the oracle, drawn to no scale)
-    empty: str = ""  # the panel has no bars: why (draw_methods leaves it out)
+    empty: str = ""  # the panel has no bars: why (draw_panels leaves it out)
 
 
 @dataclass
@@ -217,7 +210,8 @@ def methods_panels(summaries: pd.DataFrame, decided: pd.DataFrame) -> MethodsFig
     per target PLM it ran with, the competing setting's first. Values and marks are the
     spine's (:func:`with_decisions`), never a test of the figure's own."""
     lines = with_decisions(summaries, decided)
-    aligned = lines[(lines["family"] == "alignment") & (lines["metric"] == ALIGNMENT_METRIC)
+    # P@10: it separates methods whose P@1 is a handful of tokens
+    aligned = lines[(lines["family"] == "alignment") & (lines["metric"] == "p_at_10")
                     & (lines["split"] == "held_out") & (lines["stage"] == "transfer")
                     & (lines["side"] == "input")]
     zeroshot = lines[(lines["family"] == "zeroshot") & (lines["metric"] == "bits_per_byte")
@@ -274,7 +268,7 @@ TITLE_BAND = 0.35
 
 
 def drawn_panels(figure: MethodsFigure) -> list[list[Panel | None]]:
-    """The panels :func:`draw_methods` draws, by row and column: a panel without data is
+    """The panels :func:`draw_panels` draws, by row and column: a panel without data is
     left out (``None``, its place left blank), a row without any panel is dropped, and so is
     a column (alignment, zero-shot) without any, so the figure has no empty axis."""
     columns = [c for c in range(2) if any(not row[c].empty for row in figure.rows)]
@@ -282,14 +276,9 @@ def drawn_panels(figure: MethodsFigure) -> list[list[Panel | None]]:
     return [row for row in rows if any(panel is not None for panel in row)]
 
 
-def draw_methods(summaries: pd.DataFrame, decided: pd.DataFrame, dpi: int = 120) -> Figure:
-    """The figure (not saved) of :func:`methods_panels`."""
-    return draw_panels(methods_panels(summaries, decided), dpi=dpi)
-
-
 def draw_panels(figure: MethodsFigure, dpi: int = 120) -> Figure:
-    """The methods figure of :func:`drawn_panels`, its title in a band above them and the
-    legend below; with no panel, a figure that says so."""
+    """The methods figure (not saved) of :func:`drawn_panels`, its title in a band above
+    them and the legend below; with no panel, a figure that says so."""
     rows = drawn_panels(figure)
     if not rows:
         fig = _figure(8, 1.2, dpi)
@@ -329,6 +318,6 @@ def draw_panels(figure: MethodsFigure, dpi: int = 120) -> Figure:
 
 def write_methods_figure(path: str | os.PathLike, summaries: pd.DataFrame,
                          decided: pd.DataFrame, dpi: int = 120) -> None:
-    """Draw (:func:`draw_methods`) and write the methods figure as PNG, atomically."""
+    """Write the methods figure (:func:`methods_panels`, :func:`draw_panels`) as PNG, atomically."""
     with atomic_path(path) as tmp:
-        draw_methods(summaries, decided, dpi=dpi).savefig(tmp, format="png")
+        draw_panels(methods_panels(summaries, decided), dpi=dpi).savefig(tmp, format="png")

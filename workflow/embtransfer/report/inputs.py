@@ -91,24 +91,22 @@ def report_entry(name: str, real_text: bool = False) -> dict[str, Any]:
     of Snakemake's report() (captions relative to workflow/rules/). ``real_text``: the run
     compares the methods on real text (``real_text_run``); every output then shows under
     :data:`REAL_TEXT`, its usual category (and subcategory) as its subcategory."""
-    entry = _entry(name)
+    kind = "Markdown" if name.endswith("_md") else "CSV"
+    listed = next((item for item in _ENTRIES if name.startswith(item[0])), None)
+    if name.startswith("table"):
+        number = int(name[len("table") : name.index("_")])
+        entry = {"caption": f"../report/table{number}.rst", "category": "Paper tables",
+                 "subcategory": TABLE_SUBCATEGORIES[number],
+                 "labels": {"table": str(number), "format": kind}}
+    elif listed:
+        _, caption, category, labels = listed
+        entry = {"caption": f"../report/{caption}.rst", "category": category,
+                 "labels": {"format": kind, **labels} if "table" in labels else labels}
+    else:
+        entry = {"caption": "../report/report_md.rst", "category": "Paper tables",
+                 "subcategory": "All tables (report.md)",
+                 "labels": {"table": "all", "format": "Markdown"}}
     if real_text:
         within = ": ".join(v for v in (entry["category"], entry.get("subcategory")) if v)
         entry = {**entry, "category": REAL_TEXT, "subcategory": within}
     return entry
-
-
-def _entry(name: str) -> dict[str, Any]:
-    kind = "Markdown" if name.endswith("_md") else "CSV"
-    if name.startswith("table"):
-        number = int(name[len("table") : name.index("_")])
-        return {"caption": f"../report/table{number}.rst", "category": "Paper tables",
-                "subcategory": TABLE_SUBCATEGORIES[number],
-                "labels": {"table": str(number), "format": kind}}
-    for prefix, caption, category, labels in _ENTRIES:
-        if name.startswith(prefix):
-            return {"caption": f"../report/{caption}.rst", "category": category,
-                    "labels": {"format": kind, **labels} if "table" in labels else labels}
-    return {"caption": "../report/report_md.rst", "category": "Paper tables",
-            "subcategory": "All tables (report.md)",
-            "labels": {"table": "all", "format": "Markdown"}}

@@ -123,39 +123,39 @@ def coverage_identity(path: str | os.PathLike) -> tuple[str, ...]:
 
 def eval_path_identity(path: str | os.PathLike) -> dict[str, str | None]:
     """Run identity from an evaluation path (:data:`paths.EVAL` or :data:`paths.EVAL_SOURCE`,
-    under any results folder); {} if it is neither."""
+    under any results folder)."""
     if (source := paths.EVAL_SOURCE.parse(path)) is not None:
         return {"stage": "source", "target": None, "method": None, **source}
-    return paths.EVAL.parse(path) or {}
+    if (ident := paths.EVAL.parse(path)) is None:
+        raise MalformedResultError(f"evaluation input {path} is neither {paths.EVAL} nor "
+                                   f"{paths.EVAL_SOURCE}")
+    return ident
 
 
 def read_eval_records(paths: list[str | os.PathLike]) -> tuple[list[EvalRecord], list[str]]:
-    """Parse the evaluation JSONs that exist; returns (records, paths that do not exist)."""
-    present = [str(p) for p in paths if Path(p).is_file()]
-    absent = [str(p) for p in paths if not Path(p).is_file()]
-    return [_eval_record(raw) for raw in read_records(present, required=())], absent
-
-
-def _eval_record(raw: dict[str, Any]) -> EvalRecord:
-    """One results file's record (:func:`read_records`' dict), checked by :func:`check_record`
-    once an identity key the file lacks (or holds as null) is taken from its path."""
-    path = raw.pop("_path")
-    ident = eval_path_identity(path)
-    record = {**raw, **{k: v for k, v in ident.items() if raw.get(k) is None}}
-    try:
-        check_record(record)
-    except ScoreError as err:
-        raise MalformedResultError(f"results file {path}: {err}") from err
-    return EvalRecord(
-        path=path, stage=record["stage"], lang=record["lang"], source=record["source"],
-        target=record["target"], method=record["method"], task=record["task"],
-        kind=record["kind"], eval_language=record["eval_language"], note=record["note"],
-        scores={k: float(v) for k, v in record["scores"].items()},
-        stderr={k: None if v is None else float(v) for k, v in record["stderr"].items()},
-        per_document={k: [float(x) for x in v] for k, v in
-                      (record.get("per_document") or {}).items() if k in record["scores"]},
-        scoring_protocol=(record.get("scoring") or {}).get("protocol"),
-    )
+    """Parse the evaluation JSONs that exist, each checked by :func:`check_record` once an
+    identity key the file lacks (or holds as null) is taken from its path; returns (records,
+    paths that do not exist)."""
+    records = []
+    for raw in read_records([p for p in paths if Path(p).is_file()], required=()):
+        path = raw.pop("_path")
+        record = {**raw, **{k: v for k, v in eval_path_identity(path).items()
+                            if raw.get(k) is None}}
+        try:
+            check_record(record)
+        except ScoreError as err:
+            raise MalformedResultError(f"results file {path}: {err}") from err
+        records.append(EvalRecord(
+            path=path, stage=record["stage"], lang=record["lang"], source=record["source"],
+            target=record["target"], method=record["method"], task=record["task"],
+            kind=record["kind"], eval_language=record["eval_language"], note=record["note"],
+            scores={k: float(v) for k, v in record["scores"].items()},
+            stderr={k: None if v is None else float(v) for k, v in record["stderr"].items()},
+            per_document={k: [float(x) for x in v] for k, v in
+                          (record.get("per_document") or {}).items() if k in record["scores"]},
+            scoring_protocol=(record.get("scoring") or {}).get("protocol"),
+        ))
+    return records, [str(p) for p in paths if not Path(p).is_file()]
 
 
 def read_lapt_metrics(path: str | os.PathLike) -> LaptRun:
@@ -184,12 +184,6 @@ def read_lapt_metrics(path: str | os.PathLike) -> LaptRun:
             step, loss = _numbers(entry, ("step", "train_loss"), where)
             run.train.append((int(step), loss))
     return run
-
-
-def read_lapt_runs(paths: list[str | os.PathLike]) -> tuple[list[LaptRun], list[str]]:
-    """Parse the metrics files that exist; returns (runs, paths that do not exist)."""
-    runs = [read_lapt_metrics(p) for p in paths if Path(p).is_file()]
-    return runs, [str(p) for p in paths if not Path(p).is_file()]
 
 
 def read_coverage(path: str | os.PathLike) -> dict[str, Any]:

@@ -31,10 +31,6 @@ from embtransfer.world.split import SPLITS
 
 #: The source model's setting has no target PLM: it reads the text with its own tokenizer.
 OWN_TOKENIZER = "(source tokenizer)"
-#: The per-document lists every zero-shot record carries (in document order).
-DOCUMENT_KEYS = ("document_nll_nats", "document_bytes")
-#: The families of the two stages.
-FAMILIES = {"transfer": "zeroshot", "lapt": "lapt_zeroshot"}
 
 
 def document_bits(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -43,18 +39,18 @@ def document_bits(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     n_bytes = np.asarray(record["document_bytes"], np.float64)
     if nll.shape != n_bytes.shape or nll.ndim != 1 or nll.size < 2:
         raise MalformedResultError(
-            f"results file {record.get('_path')}: document_nll_nats and document_bytes must "
-            f"be two lists of one length (two documents or more), got {nll.shape} and "
-            f"{n_bytes.shape}"
-        )
+            f"results file {record.get('_path')}: document_nll_nats and document_bytes must be "
+            f"two lists of one length (two documents or more), got {nll.shape} and {n_bytes.shape}")
     return nll, n_bytes
 
 
 def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(summary lines, test lines) of every setting of ``files``' records."""
+    """(summary lines, test lines) of every setting of ``files``' records (each with its
+    per-document lists, in document order), family ``zeroshot`` or ``lapt_zeroshot``."""
     settings: dict[tuple, dict[str, dict[str, Any]]] = {}
-    for record in read_records(files, required=(*ZEROSHOT_KEYS, *DOCUMENT_KEYS)):
+    required = (*ZEROSHOT_KEYS, "document_nll_nats", "document_bytes")
+    for record in read_records(files, required=required):
         setting = (record["lang"], record["source"], record.get("target") or OWN_TOKENIZER)
         settings.setdefault(setting, {})[record["method"]] = record
     summaries: list[dict[str, Any]] = []
@@ -74,7 +70,8 @@ def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
         flags = {m: f"{int(c['flagged_rows'])} rows flagged" for m, c in checks.items()
                  if int(c["flagged_rows"])}
         key = dict(zip(("lang", "source", "target"), setting, strict=True)) | {
-            "family": FAMILIES[stage], "stage": stage, "metric": "bits_per_byte"}
+            "family": "zeroshot" if stage == "transfer" else f"{stage}_zeroshot", "stage": stage,
+            "metric": "bits_per_byte"}
         lines, made = compare_setting(key, {m: nll for m, (nll, _) in losses.items()}, seed,
                                       n_bytes, flags)
         summaries += lines

@@ -246,10 +246,8 @@ def _index_eval_records(spec: EvalTableSpec, records: list[EvalRecord]) -> EvalI
         for metric in r.scores:
             expected.setdefault((r.lang, variant), {}).setdefault(metric, set()).add(r.task)
             if metric in cell:
-                raise MalformedResultError(
-                    f"results files {cell[metric].path} and {r.path} both give {metric!r} "
-                    f"for the same run"
-                )
+                raise MalformedResultError(f"results files {cell[metric].path} and {r.path} "
+                                           f"both give {metric!r} for the same run")
             cell[metric] = r
     return expected, found
 
@@ -302,9 +300,8 @@ def _eval_row(spec: EvalTableSpec, grid: Grid, names: PaperNames, index: EvalInd
         keys["arch"] = names.arch(target) or "?"
     keys["method"] = method or SOURCE_MODEL_LABEL
     keys[spec.variant_column] = variant or NOT_APPLICABLE
-    note = f"eval_language={variant}"
-    if spec.variant == "note" or (spec.kind == "knowledge" and variant == "target"):
-        note = variant if spec.variant == "note" else ""
+    note = variant if spec.variant == "note" else (
+        "" if spec.kind == "knowledge" and variant == "target" else f"eval_language={variant}")
     row = Row(keys=keys, note=note,
               paper=names.setting(source, lang, target, method) if stage == "lapt" else None)
     for metric in wanted:
@@ -448,10 +445,6 @@ def _describe_missing(grid: Grid, key: tuple, lacking: list[str], per: dict[str,
 # -- Tables 5 and 8: LAPT metrics --------------------------------------------------------------
 
 
-def fraction_label(fraction: float, measure: str = "eval loss") -> str:
-    return f"{measure} @{fraction * 100:.0f}% steps"
-
-
 def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
     """A per-token loss (nats) in bits per byte of the valid text, with the token and byte
     counts of the checkpoint's zero-shot record: its own ``bits_per_byte`` for its own loss
@@ -459,10 +452,24 @@ def bits_per_byte(loss: float, zeroshot: dict[str, Any]) -> float:
     return loss * zeroshot["tokens"] / zeroshot["bytes"] / math.log(2)
 
 
-def _lapt_missing(grid: Grid, lang: str, source: str, target: str, method: str) -> str:
-    path = paths.LAPT_METRICS.at(grid.results_dir).fill(lang=lang, source=source,
-                                                        target=target, method=method)
-    return f"no LAPT metrics file ({path})"
+def _lapt_rows(runs: list[LaptRun], grid: Grid, names: PaperNames, keys: list[tuple],
+               arch: bool = False) -> list[tuple[tuple, LaptRun | None, Row]]:
+    """The key, run and row of each (lang, source, target, method) of ``keys``; a run without
+    its metrics file is ``missing``. ``arch``: the row names the target PLM's architecture."""
+    by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
+    out = []
+    for key in keys:
+        lang, source, target, method = key
+        row = Row(keys={"lang": lang, "source": source, "target": target},
+                  paper=names.setting(source, lang, target, method))
+        if arch:
+            row.keys["arch"] = names.arch(target) or "?"
+        row.keys["method"] = method
+        if (run := by_key.get(key)) is None:
+            path = paths.LAPT_METRICS.at(grid.results_dir).fill(**row.keys)
+            row.missing.append(f"no LAPT metrics file ({path})")
+        out.append((key, run, row))
+    return out
 
 
 def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
@@ -475,35 +482,28 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
     ``every_method``: every LAPT run's method, not the focus method alone (a real-text run
     trains every method on one target)."""
     zeroshot = zeroshot or {}
-    by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     seen = sorted({f for r in runs for f in r.evals}) or list(fractions)
-    metrics = [fraction_label(f) for f in seen]
-    bpb_metrics = [fraction_label(f, "bits per byte") for f in seen]
-    rows = []
+    metrics = [f"eval loss @{f * 100:.0f}% steps" for f in seen]
+    bpb_metrics = [f"bits per byte @{f * 100:.0f}% steps" for f in seen]
     methods = grid.methods if every_method else [grid.focus_method]
-    for lang, source, method in itertools.product(grid.langs, grid.sources, methods):
-        for target in grid.targets[lang]:
-            if not grid.wants_lapt(lang, source, target, method):
-                continue
-            run = by_key.get((lang, source, target, method))
-            row = Row(keys={"lang": lang, "source": source, "target": target,
-                            "arch": names.arch(target) or "?", "method": method},
-                      paper=names.setting(source, lang, target, method))
-            if run is None:
-                row.missing.append(_lapt_missing(grid, lang, source, target, method))
-            counts = zeroshot.get((lang, source, target, method))
-            evals = run.evals if run else {}
-            for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
-                value = row.values[metric] = evals.get(fraction)
-                row.values[bpb] = (bits_per_byte(value, counts)
-                                   if value is not None and counts else None)
-            if lacking := [f"{f:g}" for f in seen if run and f not in evals]:
-                row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in {run.path}")
-            if counts is None and any(f in evals for f in seen):
-                row.missing.append(
-                    "bits per byte (no zero-shot record for the tokens per byte: "
-                    f"{paths.ZEROSHOT.at(grid.results_dir).fill(**row.keys)})")
-            rows.append(row)
+    keys = [(lang, source, target, method)
+            for lang, source, method in itertools.product(grid.langs, grid.sources, methods)
+            for target in grid.targets[lang] if grid.wants_lapt(lang, source, target, method)]
+    rows = []
+    for key, run, row in _lapt_rows(runs, grid, names, keys, arch=True):
+        counts = zeroshot.get(key)
+        evals = run.evals if run else {}
+        for fraction, metric, bpb in zip(seen, metrics, bpb_metrics, strict=True):
+            value = row.values[metric] = evals.get(fraction)
+            row.values[bpb] = (bits_per_byte(value, counts)
+                               if value is not None and counts else None)
+        if lacking := [f"{f:g}" for f in seen if run and f not in evals]:
+            row.missing.append(f"no evaluation at fraction {', '.join(lacking)} in {run.path}")
+        if counts is None and any(f in evals for f in seen):
+            row.missing.append(
+                "bits per byte (no zero-shot record for the tokens per byte: "
+                f"{paths.ZEROSHOT.at(grid.results_dir).fill(**row.keys)})")
+        rows.append(row)
     return Table(5, "eval loss during LAPT by target-PLM architecture",
                  prose("tables.description_5_every" if every_method else "tables.description_5"),
                  sort_rows(rows, grid),
@@ -515,24 +515,19 @@ def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
            reference: dict[tuple[str, ...], float], config: dict[str, Any]) -> Table:
     """Final LAPT training loss per method (GPT target PLM; other runs present are added)."""
     metric = "final train loss"
-    by_key = {(r.lang, r.source, r.target, r.method): r for r in runs}
     keys = []
     for lang in grid.langs:
         target = primary_target(config, names, lang)
         if target:
             keys += [(lang, source, target, m) for source in grid.sources for m in grid.methods
                      if grid.wants_lapt(lang, source, target, m)]
-    keys += [k for k in sorted(by_key) if k not in keys and k[3] in grid.methods]
+    keys += [k for k in sorted({(r.lang, r.source, r.target, r.method) for r in runs})
+             if k not in keys and k[3] in grid.methods]
     rows = []
-    for lang, source, target, method in keys:
-        run = by_key.get((lang, source, target, method))
-        row = Row(keys={"lang": lang, "source": source, "target": target, "method": method},
-                  paper=names.setting(source, lang, target, method))
+    for _, run, row in _lapt_rows(runs, grid, names, keys):
         loss = (run.final or {}).get("final_train_loss") if run else None
         row.values[metric] = float(loss) if loss is not None else None
-        if run is None:
-            row.missing.append(_lapt_missing(grid, lang, source, target, method))
-        elif loss is None:
+        if run is not None and loss is None:
             row.missing.append(f"no final line with final_train_loss in {run.path}")
         rows.append(row)
     return Table(8, "final training loss", prose("tables.description_8"),
@@ -544,12 +539,9 @@ def table8(runs: list[LaptRun], grid: Grid, names: PaperNames,
 
 def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
            names: PaperNames, reference: dict[tuple[str, ...], float]) -> Table:
-    """Copied / initialized tokens and coverage per (source, target PLM).
-
-    ``coverage`` maps (source, target) to the coverage.json record, None when absent.
-    The paper's counts are its fuzzy matching; with ``overlap.match: exact`` no row is
-    comparable.
-    """
+    """Copied / initialized tokens and coverage per (source, target PLM); ``coverage``:
+    (source, target) -> its coverage.json record, None when absent. The paper's counts are its
+    fuzzy matching: with ``overlap.match: exact`` no row is comparable."""
     fields = {"copied": "copied", "initialized": "initialized", "coverage %": "coverage_pct",
               "corpus coverage %": "corpus_coverage_pct"}  # column -> coverage.json's key
     corpus = any(c and c.get("corpus_coverage_pct") is not None for c in coverage.values())
