@@ -119,13 +119,9 @@ fixtures: setup
 	$(BIN)/python tests/fixtures/tokenizers/fetch.py
 
 # The suite in parallel, a module per worker (module fixtures are built once), the slowest
-# modules first (tests/conftest.py); PYTEST_WORKERS=0 runs it in this process. One worker
-# more than the cores: the SLURM cluster's test spends most of its minutes waiting on the
-# scheduler's status checks, and the extra worker keeps both cores busy meanwhile. The
-# set-up steps after the package's own are independent of each other and run side by side.
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-test: setup
-	$(MAKE) --no-print-directory -j 4 -O slurm reference-env fixtures lint bytecode
+# modules first (tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= auto
+test: setup slurm reference-env fixtures lint bytecode
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The SLURM client and daemons for the real-cluster test (tests/test_slurm.py starts a

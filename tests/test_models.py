@@ -17,7 +17,13 @@ from embtransfer.models.loading import (
     load_embeddings,
     load_tokenizer,
 )
-from embtransfer.models.pretrain import build_model, pretrain, save_checkpoint
+from embtransfer.models.pretrain import (
+    _Objective,
+    build_model,
+    objective_loss,
+    pretrain,
+    save_checkpoint,
+)
 from embtransfer.models.tokenizer_training import (
     BYTE_TOKENS,
     DEFAULT_ALGORITHM,
@@ -329,6 +335,25 @@ def test_short_pretraining_lowers_the_loss(tokenizers, corpus, family, tmp_path)
     assert metrics["steps"] == TINY["steps"] and metrics["tokens_per_second"] > 0
     assert any("step" in ln for ln in lines)
     assert not torch.equal(before, model.get_input_embeddings().weight)
+
+
+def test_bert_loss_over_the_masked_positions_is_the_full_heads_loss(tokenizers, corpus):
+    # The head over the masked positions only must give the loss and the gradient of the
+    # model's own forward, which scores every position and ignores the unmasked ones.
+    tok = tokenizers["bert"]
+    model = build_model("bert", len(tok), {"hidden_size": 32}, True, special_token_ids(tok), 5)
+    objective = _Objective("bert", tok, 64, mlm_probability=0.4)
+    batch = objective.batch(objective.blocks(corpus["train"])[:4], torch.Generator().manual_seed(2))
+    grads = []
+    for loss_of in (lambda: model(**batch).loss, lambda: objective_loss(model, "bert", batch)):
+        model.zero_grad()
+        loss = loss_of()
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (full, full_grads), (masked, masked_grads) = grads
+    torch.testing.assert_close(masked, full, rtol=1e-6, atol=1e-6)
+    for a, b in zip(masked_grads, full_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_pretraining_is_reproducible(tokenizers, corpus):

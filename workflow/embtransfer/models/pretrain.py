@@ -352,11 +352,25 @@ def _evaluate(
         n_labels = int((batch["labels"] != -100).sum())
         if family_shifts(objective.family):
             n_labels -= batch["labels"].shape[0]  # causal LM predicts all but the first
-        loss = model(**batch).loss
+        loss = objective_loss(model, objective.family, batch)
         total += float(loss) * n_labels
         count += n_labels
     model.train()
     return total / max(count, 1)
+
+
+def objective_loss(model: PreTrainedModel, family: str, batch: dict[str, torch.Tensor]
+                   ) -> torch.Tensor:
+    """The objective's mean cross-entropy over the batch's labelled positions. BERT's
+    masked-LM head scores only the masked positions: the loss and its gradient are those of
+    ``model(**batch).loss`` (which scores every position and ignores all but these), and the
+    head (width x vocabulary per position, most of a small model's arithmetic) costs the
+    masking rate's share of it."""
+    if family != "bert":
+        return model(**batch).loss
+    chosen = batch["labels"] != -100
+    hidden = model.bert(batch["input_ids"], attention_mask=batch["attention_mask"])[0]
+    return torch.nn.functional.cross_entropy(model.cls(hidden[chosen]), batch["labels"][chosen])
 
 
 def family_shifts(family: str) -> bool:
@@ -484,7 +498,7 @@ def _train(
         idx = order[cursor : cursor + bs]
         cursor += bs
         batch = objective.batch(blocks[idx], mask_gen)
-        loss = model(**batch).loss
+        loss = objective_loss(model, objective.family, batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step + 1}")
         loss.backward()
