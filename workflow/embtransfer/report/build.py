@@ -81,13 +81,13 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
 def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "results"
                  ) -> tuple[dict[int, paper_tables.Table], Grid, PaperNames, list]:
     """Read the inputs and build every table; returns (tables, grid, names, LAPT runs)."""
-    run = ("stage", "lang", "source", "target", "method")  # of each evaluation the rule lists
+    run = ("stage", "lang", "source", "target", "method")  # of each run the rule lists
     grid = replace(
         Grid.from_config(config, results_dir),
         planned_eval=frozenset(tuple(records.eval_path_identity(p)[k] for k in run)
                                for p in inputs.evaluation),
-        # (lang, source, target, method) of every LAPT run the rule lists
-        planned_lapt=frozenset(tuple(records.lapt_path_identity(p).values()) for p in inputs.lapt),
+        planned_lapt=frozenset(tuple(records.lapt_path_identity(p)[k] for k in run[1:])
+                               for p in inputs.lapt),
     )
     names = PaperNames.from_config(config)
     reference = records.read_reference(inputs.reference)

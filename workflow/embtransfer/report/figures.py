@@ -40,10 +40,12 @@ def loss_curves(runs: list[LaptRun], grid: Grid, names: PaperNames,
         for source in grid.sources:
             if not any(grid.wants_lapt(lang, source, target, m) for m in grid.methods):
                 continue
-            found = {m: by_key.get((lang, source, target, m)) for m in grid.methods}
-            # (steps, losses) in step order
-            curves[(lang, source)] = {m: tuple(map(list, zip(*sorted(run.train), strict=True)))
-                                      for m, run in found.items() if run and run.train}
+            panel = curves[(lang, source)] = {}
+            for method in grid.methods:
+                run = by_key.get((lang, source, target, method))
+                if run is not None and run.train:
+                    steps, losses = zip(*sorted(run.train), strict=True)  # in step order
+                    panel[method] = (list(steps), list(losses))
     return curves
 
 
