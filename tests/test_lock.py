@@ -9,6 +9,7 @@ own entries, so a changed input without `make lock`, or a pin edited by hand, fa
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -213,3 +214,16 @@ def test_conda_envs_pin_what_the_lock_pins(path: str) -> None:
     lock = {name: versions[0] for name, versions in pins_in(entries, linux).items()}
     assert Version(pins.pop("torch")).public == Version(lock.pop("torch")).public
     assert pins == lock
+
+
+def test_set_up_compiled_the_bytecode_of_pips_packages() -> None:
+    """pip installs torch and its dependencies with --no-compile and `make setup` compiles
+    them (COMPILE_PIP): under PYTHONDONTWRITEBYTECODE nothing else writes their bytecode, and
+    every process importing torch outside the job server would compile them again."""
+    import sympy
+    import torch
+    import torch.nn.functional
+
+    for module in (torch, torch.nn.functional, sympy, importlib.import_module("networkx")):
+        cached = Path(importlib.util.cache_from_source(module.__file__))
+        assert cached.exists(), f"{module.__name__} has no bytecode ({cached}): make setup"
