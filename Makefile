@@ -59,16 +59,16 @@ LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes $(LOCK
 # bytecode of every module it installs: where Python runs with PYTHONDONTWRITEBYTECODE,
 # nothing else would, and every process would compile its imports. pip's packages (torch,
 # sympy, networkx, ...: ~4,600 modules) are installed with --no-compile (pip compiles one
-# file at a time) and compiled by COMPILE_PIP on every core instead; uncompiled, each process
-# that imports torch outside the job server's fork (a SLURM job, a test's subprocess, the
-# job server itself) spent about 8 s more of CPU compiling them. py312_intrinsics is torch's
-# one file in Python 3.12 syntax, which 3.11 never imports.
+# file at a time) and compiled here on every core instead; uncompiled, each process that
+# imports torch outside the job server's fork (a SLURM job, a test's subprocess, the job
+# server itself) spent about 8 s more of CPU compiling them. py312_intrinsics is torch's one
+# file in Python 3.12 syntax, which 3.11 never imports. (.venv-ref's few processes in the
+# reference tests would not win back the 20 s its compile takes.)
 UV_INSTALL = $(UV) pip install --quiet --compile-bytecode
-COMPILE_PIP = -m compileall -q -j 0 -x py312_intrinsics \
-	"$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 $(VENV)/.installed: $(BIN)/activate $(LOCK) pyproject.toml
 	$(BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)" "uv==0.13.9"
-	$(BIN)/python $(call COMPILE_PIP,$(VENV))
+	$(BIN)/python -m compileall -q -j 0 -x py312_intrinsics "$(SITE_PACKAGES)"
 	$(UV_INSTALL) --python $(BIN)/python --require-hashes --no-deps --excludes envs/torch.txt -r $(LOCK)
 	$(UV_INSTALL) --python $(BIN)/python --no-deps -e .
 	touch $@
@@ -83,7 +83,6 @@ $(REF_VENV)/.installed: $(REF_LOCK) $(VENV)/.installed
 	rm -rf $(REF_VENV)
 	$(PYTHON) -m venv $(REF_VENV)
 	$(REF_VENV)/bin/pip install --quiet --no-compile "$(TORCH_SPEC)"
-	$(REF_VENV)/bin/python $(call COMPILE_PIP,$(REF_VENV))
 	$(UV_INSTALL) --python $(REF_VENV)/bin/python --require-hashes --no-deps -r $(REF_LOCK)
 	touch $@
 
