@@ -25,7 +25,7 @@ BEGIN, END = "<!-- paper-config-table: begin -->", "<!-- paper-config-table: end
 #: run settings, not paper settings: not in the table
 RUN_SETTINGS = re.compile(
     r"^(seed|threads|trust_remote_code|models\.[^.]+\.(type|revision|description)|"
-    r"lapt\.(gpus|mem_mb)|transfer\.device|evaluation\.(batch_size|device)|report\..*)$"
+    r"lapt\.(gpus|mem_mb)|transfer\.(device|mem_mb)|evaluation\.(batch_size|device)|report\..*)$"
 )
 BRACES = re.compile(r"\{([^{}:]+,[^{}:]+)\}")  # {de,ar,vi}, not a YAML flow map
 

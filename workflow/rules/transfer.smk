@@ -19,7 +19,7 @@ rule salt_regression:
     threads: config["threads"]
     resources:
         gpu=1,
-        mem_mb=16000,
+        mem_mb=TRANSFER["mem_mb"] or 16000,
         runtime=60,
     conda:
         CONDA_ENV
@@ -74,7 +74,7 @@ rule aligned_search:
         code=script_hash("transfer/aligned_search.py"),
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        mem_mb=TRANSFER["mem_mb"] or 8000,
     conda:
         CONDA_ENV
     log:
@@ -123,7 +123,7 @@ rule transfer:
         code=lambda w: script_hash("transfer/transfer.py") + method_code(w.method),
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        mem_mb=TRANSFER["mem_mb"] or 8000,
     conda:
         CONDA_ENV
     log:
