@@ -127,7 +127,10 @@ fixtures: setup
 # The suite in parallel, a module per worker (module fixtures are built once), the slowest
 # modules first (tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= auto
-test: setup slurm reference-env fixtures lint bytecode
+# The reference environment and the lint go side by side: each keeps one core busy (pip
+# unpacking torch; `snakemake --lint` of seven configs, one after the other).
+test: setup slurm fixtures bytecode
+	$(MAKE) --no-print-directory -j 2 reference-env lint
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The SLURM client and daemons for the real-cluster test (tests/test_slurm.py starts a
