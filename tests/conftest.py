@@ -1,9 +1,12 @@
-"""Suite-wide settings: the allocator of `make test`'s workers, and the order in which they
+"""Suite-wide settings: the allocator and torch threads of `make test`'s workers, and the order in
 take the modules."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 from embtransfer.core import allocator
 
@@ -26,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist starts its workers after this: they train models in their own process, so
     # they keep freed blocks as the workflow's jobs do (embtransfer/core/allocator.py).
     allocator.keep_freed_memory()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # One torch thread per worker, as the workflow gives its jobs: `make test` runs a
+        # worker per core, and a worker's two threads beside the other worker's wait on each
+        # other (the source LLM's fixture took 563 s on two threads, 258 s on one).
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
