@@ -1,5 +1,5 @@
-"""Suite-wide settings: the allocator and torch threads of `make test`'s workers, and the order in
-take the modules."""
+"""Suite-wide settings: the allocator and torch threads of `make test`'s workers, and the
+order in which they take the modules."""
 
 from __future__ import annotations
 
