@@ -58,17 +58,11 @@ LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes $(LOCK
 # (pip took 2 min 46 s of a 3.5-min set-up), then this package editable; it compiles the
 # bytecode of every module it installs: where Python runs with PYTHONDONTWRITEBYTECODE,
 # nothing else would, and every process would compile its imports. pip's packages (torch,
-# sympy, networkx, ...: ~4,600 modules) are installed with --no-compile (pip compiles one
-# file at a time) and compiled here on every core instead; uncompiled, each process that
-# imports torch outside the job server's fork (a SLURM job, a test's subprocess, the job
-# server itself) spent about 8 s more of CPU compiling them. py312_intrinsics is torch's one
-# file in Python 3.12 syntax, which 3.11 never imports. (.venv-ref's few processes in the
-# reference tests would not win back the 20 s its compile takes.)
+# sympy, networkx, ...: ~4,600 modules) come with --no-compile (pip compiles one file at a
+# time): see SITE_BYTECODE below.
 UV_INSTALL = $(UV) pip install --quiet --compile-bytecode
-SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 $(VENV)/.installed: $(BIN)/activate $(LOCK) pyproject.toml
 	$(BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)" "uv==0.13.9"
-	$(BIN)/python -m compileall -q -j 0 -x py312_intrinsics "$(SITE_PACKAGES)"
 	$(UV_INSTALL) --python $(BIN)/python --require-hashes --no-deps --excludes envs/torch.txt -r $(LOCK)
 	$(UV_INSTALL) --python $(BIN)/python --no-deps -e .
 	touch $@
@@ -127,9 +121,20 @@ fixtures: setup
 # The suite in parallel, a module per worker (module fixtures are built once), the slowest
 # modules first (tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= auto
+# The bytecode of pip's packages, compiled on every core (about 18 s). The suite starts
+# dozens of processes that import torch outside a job server's fork (each test run's job
+# server, the SLURM jobs, subprocesses), and each of them compiled these modules again:
+# about 8 s of CPU apiece. `make run`'s one job server would not win the compile back.
+# py312_intrinsics is torch's one file in Python 3.12 syntax, which 3.11 never imports.
+SITE_BYTECODE := $(VENV)/.site-bytecode
+$(SITE_BYTECODE): $(VENV)/.installed
+	$(BIN)/python -m compileall -q -j 0 -x py312_intrinsics \
+	  "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+	touch $@
+
 # The reference environment and the lint go side by side: each keeps one core busy (pip
 # unpacking torch; `snakemake --lint` of seven configs, one after the other).
-test: setup slurm fixtures bytecode
+test: setup slurm fixtures bytecode $(SITE_BYTECODE)
 	$(MAKE) --no-print-directory -j 2 reference-env lint
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

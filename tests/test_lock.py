@@ -216,14 +216,15 @@ def test_conda_envs_pin_what_the_lock_pins(path: str) -> None:
     assert pins == lock
 
 
-def test_set_up_compiled_the_bytecode_of_pips_packages() -> None:
-    """pip installs torch and its dependencies with --no-compile and `make setup` compiles
-    them (COMPILE_PIP): under PYTHONDONTWRITEBYTECODE nothing else writes their bytecode, and
-    every process importing torch outside the job server would compile them again."""
+def test_the_suite_runs_with_the_bytecode_of_pips_packages() -> None:
+    """pip installs torch and its dependencies with --no-compile and `make test` compiles
+    them first (SITE_BYTECODE): under PYTHONDONTWRITEBYTECODE nothing else writes their
+    bytecode, and every process importing torch outside a job server would compile them
+    again."""
     import sympy
     import torch
     import torch.nn.functional
 
     for module in (torch, torch.nn.functional, sympy, importlib.import_module("networkx")):
         cached = Path(importlib.util.cache_from_source(module.__file__))
-        assert cached.exists(), f"{module.__name__} has no bytecode ({cached}): make setup"
+        assert cached.exists(), f"{module.__name__} has no bytecode ({cached}): make test"
