@@ -121,7 +121,7 @@ fixtures: setup
 # The suite in parallel, a module per worker (module fixtures are built once), the slowest
 # modules first (tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= auto
-# The bytecode of pip's packages, compiled on every core (about 18 s). The suite starts
+# The bytecode of pip's packages, compiled on every core (about 25 s). The suite starts
 # dozens of processes that import torch outside a job server's fork (each test run's job
 # server, the SLURM jobs, subprocesses), and each of them compiled these modules again:
 # about 8 s of CPU apiece. `make run`'s one job server would not win the compile back.
