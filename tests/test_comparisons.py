@@ -95,7 +95,7 @@ def _expected_value(metric: str, s: np.ndarray, n_bytes: np.ndarray | None) -> t
 
 def _expected_test(metric: str, key: dict, method: str, other: str, a: np.ndarray,
                    b: np.ndarray, n_bytes: np.ndarray | None):
-    seed = derived_seed(tuple(key.values()), method, other, SEED)
+    seed = derived_seed(tuple(key.values()), *sorted((method, other)), SEED)
     if metric == "bits_per_byte":
         return paired_ratio(a, b, n_bytes, seed), 1.0
     if metric.startswith("p_at_"):
@@ -195,6 +195,81 @@ def test_a_lone_competing_method_is_shown_not_ranked_and_not_tested():
     salt = summaries[0]
     assert salt["value"] == 50.0 and salt["chance"] == 1.5 and salt["flags"] == "3 rows flagged"
     assert [s["flags"] for s in summaries[1:]] == ["", ""]
+
+
+@pytest.mark.parametrize("metric", ["bits_per_byte", "cos_oracle", "p_at_10"])
+def test_a_pair_tested_twice_in_a_setting_has_one_p(metric):
+    """Focus is the best, so SALT against the best and the best against SALT are one pair,
+    as are Random against the best and the best against Random, and SALT against Random
+    and Random against SALT are one in every setting: each pair's two lines carry
+    one p and one standard error, the difference with its sign flipped, whatever the order
+    the methods come in."""
+    rng = np.random.default_rng(23)
+    scores, n_bytes = _scores(rng, metric, ["salt", "random", "omp", "focus"], 200)
+    better = np.ones(200) if metric == "p_at_10" else None
+    if better is not None:  # P@10: focus retrieves every token, the others some
+        scores["focus"] = better
+    else:  # lower bits per byte and higher cosines: focus far ahead of every other method
+        scores["focus"] = (scores["random"] * 0.5 if metric == "bits_per_byte"
+                           else scores["random"] + 1.0)
+    setting = {"family": "f", "stage": "transfer", "lang": "xx", "source": "src",
+               "target": "t", "metric": metric}
+    for order in (["salt", "random", "omp", "focus"], ["focus", "omp", "random", "salt"]):
+        _, tests = compare_setting(setting, {m: scores[m] for m in order}, SEED, n_bytes)
+        lines = {(t["method"], t["other"]): t for t in tests}
+        twice = [(m, o) for m, o in lines if m < o and (o, m) in lines]
+        assert sorted(twice) == [("focus", "random"), ("focus", "salt"), ("random", "salt")]
+        for m, o in twice:
+            one, other = lines[(m, o)], lines[(o, m)]
+            assert (one["p"], one["se"], one["diff"]) == (other["p"], other["se"], -other["diff"])
+        if order[0] == "salt":
+            first = tests
+    assert sorted(map(str, first)) == sorted(map(str, tests))
+
+
+def test_a_flagged_method_is_shown_but_neither_ranked_nor_compared():
+    """SALT retrieves the most but the row check flags its checkpoint (rows blown up or
+    zero): it keeps its value and its flag, takes no rank, is not the best and no method is
+    tested against it; OMP, the best of the rest, is the one the others are compared with."""
+    n = 200
+    hits = {"salt": np.ones(n), "omp": np.r_[np.ones(150), np.zeros(50)],
+            "focus": np.r_[np.ones(100), np.zeros(100)], "random": np.zeros(n),
+            "world_oracle": np.ones(n)}
+    setting = {"family": "alignment", "metric": "p_at_10"}
+    summaries, tests = compare_setting(setting, hits, 0, flags={"salt": "12 rows flagged"})
+    line = {s["method"]: s for s in summaries}
+    assert line["salt"]["value"] == 100.0 and line["salt"]["flags"] == "12 rows flagged"
+    assert math.isnan(line["salt"]["rank"]) and math.isnan(line["world_oracle"]["rank"])
+    assert {m: line[m]["rank"] for m in ("omp", "focus", "random")} == {
+        "omp": 1, "focus": 2, "random": 3}
+    assert not [t for t in tests if "salt" in (t["method"], t["other"])]
+    assert {(t["method"], t["versus"], t["other"]) for t in tests} == {
+        ("focus", "best", "omp"), ("random", "best", "omp"), ("omp", "random", "random"),
+        ("focus", "random", "random")}
+    decided = decide(frame_of(tests, TEST_COLUMNS))
+    marked = with_decisions(frame_of(summaries, SUMMARY_COLUMNS), decided).set_index("method")
+    assert not marked.loc["salt", "tied_best"] and marked.loc["omp", "tied_best"]
+    assert marked.loc["salt", "vs_best"] == marked.loc["salt", "vs_random"] == ""
+    # one method left unflagged: nothing competes, nothing is ranked or tested
+    alone = {m: hits[m] for m in ("salt", "omp", "world_oracle")}
+    summaries, tests = compare_setting(setting, alone, 0, flags={"salt": "12 rows flagged"})
+    assert tests == [] and all(math.isnan(s["rank"]) for s in summaries)
+
+
+def test_a_flagged_method_is_listed_after_the_ranked_ones():
+    """The per-setting tables show the oracle first, then the ranked methods, then the
+    flagged checkpoints, each with its flag."""
+    n = 100
+    hits = {"salt": np.ones(n), "omp": np.r_[np.ones(60), np.zeros(40)],
+            "random": np.zeros(n), "world_oracle": np.ones(n)}
+    summaries, tests = compare_setting({"family": "alignment", "metric": "p_at_10"}, hits, 0,
+                                       flags={"salt": "12 rows flagged"})
+    table = setting_table(frame_of(summaries, SUMMARY_COLUMNS),
+                          lookup(decide(frame_of(tests, TEST_COLUMNS))))
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert rows == ["world_oracle", "omp", "random", "salt"]
+    salt = table.splitlines()[-1]
+    assert "100.0 ± 0.0 |" in salt and salt.rstrip(" |").endswith("12 rows flagged")
 
 
 def test_methods_scored_on_different_items_are_refused():

@@ -30,6 +30,7 @@ from embtransfer.core.schema import fill_schema_defaults
 from embtransfer.report.build import (
     Inputs,
     build_tables,
+    compare,
     config_subset,
     output_names,
     write_report,
@@ -381,6 +382,60 @@ def test_every_mark_of_every_table_is_the_comparisons_tables(fixture_copy):
         assert (strict[table][(*key, "focus")], loose[table][(*key, "focus")]) == ("", "*")
         assert strict[table][(*key, "salt")] == loose[table][(*key, "salt")] == "(best)"
     assert strict["findings"] != loose["findings"]
+
+
+def test_a_flagged_checkpoint_and_what_is_trained_from_it_carry_the_flag(fixture_copy):
+    """The row check flags the transferred SALT checkpoints of xx_mini and de (not
+    ar_mini's): every summary of them (zero-shot bits per byte, alignment, the paper tables)
+    and of the LAPT checkpoints trained from them carries the flag, takes no rank and is in
+    no test; the methods beside them are ranked among themselves."""
+    root, config = fixture_copy, fixture_config()
+    inputs = marked_inputs(root)
+    for path in inputs.transfer_zeroshot:
+        record = json.loads((root / path).read_text())
+        if record["method"] != "source_model":
+            record["row_check"] = {"flagged": record["method"] == "salt",
+                                   "flagged_rows": 12 if record["method"] == "salt" else 0}
+            (root / path).write_text(json.dumps(record))
+        # the LAPT checkpoints, trained from these: the same losses (no row check of their own)
+        if record.get("target"):
+            del record["row_check"]
+            lapt = root / paths.LAPT_ZEROSHOT.fill(**{k: record[k] for k in (
+                "lang", "source", "target", "method")})
+            lapt.parent.mkdir(parents=True, exist_ok=True)
+            lapt.write_text(json.dumps(record))
+            inputs.lapt_zeroshot.append(str(lapt.relative_to(root)))
+    # de's SALT checkpoint (Tables 1 and 2 score its LAPT checkpoint per question): flagged
+    de = {"lang": "de", "source": "gemma", "target": "gpt2_de"}
+    for method, rows in (("salt", 3), ("focus", 0)):
+        path = root / paths.ZEROSHOT.fill(**de, method=method)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(de | {
+            "method": method, "loss": 1.0, "bits_per_byte": 1.0, "tokens": 5, "bytes": 7,
+            "document_nll_nats": [1.0, 2.0], "document_bytes": [3, 4],
+            "row_check": {"flagged": bool(rows), "flagged_rows": rows}}))
+        inputs.transfer_zeroshot.append(str(path.relative_to(root)))
+    tables, *_ = build_tables(config, inputs)
+    decided, summaries, _, _ = compare(config, inputs, tables)
+    salt = summaries[summaries["method"] == "salt"]
+    flags = {(line.family, line.stage, line.lang): line.flags for line in salt.itertuples()}
+    assert flags[("zeroshot", "transfer", "xx_mini")] == "12 rows flagged"
+    assert flags[("alignment", "transfer", "xx_mini")] == "12 rows flagged"
+    assert flags[("lapt_zeroshot", "lapt", "xx_mini")] == (
+        "trained from flagged rows: 12 rows flagged")
+    assert flags[("zeroshot", "transfer", "de")] == "3 rows flagged"
+    assert flags[("table1", "lapt", "de")] == flags[("table2", "lapt", "de")] == (
+        "trained from flagged rows: 3 rows flagged")
+    # ar_mini's SALT checkpoint has no flag: ranked and tested as before
+    unflagged, flagged = (salt[salt["lang"] == "ar_mini"], salt[salt["lang"] != "ar_mini"])
+    assert not unflagged["flags"].astype(bool).any() and unflagged["rank"].notna().all()
+    assert flagged["flags"].astype(bool).all() and flagged["rank"].isna().all()
+    with_salt = decided[(decided["method"] == "salt") | (decided["other"] == "salt")]
+    assert len(with_salt) and set(with_salt["lang"]) == {"ar_mini"}
+    # the rest are ranked among themselves: focus, close to SALT, is the best after LAPT
+    lapt = summaries[(summaries["family"] == "lapt_zeroshot") & summaries["rank"].notna()]
+    assert lapt.set_index("method")["rank"].to_dict() == {"focus": 1, "omp": 2, "random": 3}
+    assert not summaries[summaries["method"] != "salt"]["flags"].astype(bool).any()
 
 
 # -- the paper's numbers beside ours exactly where the setting matches ------------------------

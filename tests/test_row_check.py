@@ -232,11 +232,14 @@ def _records(flagged_rows: int) -> list[dict]:
     return records
 
 
-def test_the_report_marks_a_flagged_checkpoint_where_it_is_ranked(tmp_path):
+def test_the_report_shows_a_flagged_checkpoint_with_its_flag_unranked(tmp_path):
     summaries, decided = zeroshot(tmp_path, _records(12), seed=1)
     flags = summaries.set_index("method")["flags"]
     assert flags.to_dict() == {"random": "", "salt": "12 rows flagged", "omp": "",
                                "source_model": ""}  # no check: no claim
+    rank = summaries.set_index("method")["rank"]
+    assert math.isnan(rank["salt"]) and (rank["omp"], rank["random"]) == (1, 2)
+    assert "salt" not in set(decided["method"]) | set(decided["other"])
     table = setting_table(summaries[summaries["target"] == "gpt2_x"], lookup(decided))
     assert "| flags |" in table.splitlines()[0]
     salt_line = next(line for line in table.splitlines() if line.startswith("| salt"))

@@ -55,15 +55,15 @@ def test_paired_ratio_difference_and_its_bootstrap_match_brute_force():
     test = paired_ratio(a, b, x, seed=7)
     assert test.diff == pytest.approx(a.sum() / x.sum() - b.sum() / x.sum())
     assert test.se == pytest.approx(_jackknife_se(a - b, x), rel=0.1)
-    # the bootstrap resamples documents and recomputes the mean of a - b: draws made as
-    # paired_bootstrap makes them (same seed, chunks of 256); p is the normal tail of the
-    # mean over the resampled means' spread
+    # the bootstrap resamples documents and recomputes the same difference of ratios:
+    # draws made 256 resamples at a time from the seed; p is the normal tail of the
+    # difference over the resampled differences' spread
     draws = np.random.default_rng(7)
-    means = []
+    resampled = []
     for start in range(0, BOOTSTRAP_SAMPLES, 256):
         idx = draws.integers(0, x.size, size=(min(256, BOOTSTRAP_SAMPLES - start), x.size))
-        means += list((a[idx] - b[idx]).mean(1))
-    z = (a - b).mean() / np.std(means, ddof=1)
+        resampled += list((a[idx] - b[idx]).sum(1) / x[idx].sum(1))
+    z = test.diff / np.std(resampled, ddof=1)
     assert test.p == pytest.approx(math.erfc(abs(z) / math.sqrt(2)))
 
 

@@ -17,7 +17,14 @@ from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report import diagnostics, records, setting_tables
 from embtransfer.report import tables as paper_tables
-from embtransfer.report.comparisons import SUMMARY_COLUMNS, TEST_COLUMNS, decide, frame_of, lookup
+from embtransfer.report.comparisons import (
+    SUMMARY_COLUMNS,
+    TEST_COLUMNS,
+    decide,
+    flagged_checkpoints,
+    frame_of,
+    lookup,
+)
 from embtransfer.report.figures import Curves, write_figure2, write_methods_figure
 from embtransfer.report.findings import findings_markdown, headline_of
 from embtransfer.report.paper import PaperNames
@@ -119,10 +126,14 @@ def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, paper_tabl
     """(comparisons, summaries, probes, BLI): every paired test of the run, decided at the
     config's family-wise level (``report.family_alpha``), and the paper tables marked."""
     seed = config.get("seed", 0)
-    parts = [setting_tables.zeroshot_lines(inputs.transfer_zeroshot, seed),
-             setting_tables.zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt"),
-             setting_tables.alignment_lines(inputs.alignment, seed),
-             *(paper_tables.table_tests(n, tables[n].rows, tables[n].metrics, seed)
+    transfer = setting_tables.zeroshot_lines(inputs.transfer_zeroshot, seed)
+    # the transferred checkpoints' records carry the row check: its flag marks every table of
+    # such a checkpoint and of the LAPT checkpoint trained from it
+    flagged = flagged_checkpoints(transfer[0])
+    parts = [transfer,
+             setting_tables.zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt", flagged),
+             setting_tables.alignment_lines(inputs.alignment, seed, flagged),
+             *(paper_tables.table_tests(n, tables[n].rows, tables[n].metrics, seed, flagged)
                for n in (1, 2, 3, 4))]
     probes = diagnostics.probe_frame(inputs.plm_probes)
     bli = diagnostics.bli_frame(inputs.fasttext_bli)

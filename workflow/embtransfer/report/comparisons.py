@@ -86,26 +86,64 @@ def _value(metric: Metric, scores: np.ndarray, denominator: np.ndarray | None
     return metric.scale * float(scores.mean()), metric.scale * se
 
 
+#: What names a checkpoint: the row check is of a transferred one, which every later stage's
+#: checkpoint of the same four (LAPT's) is trained from.
+CHECKPOINT = ("lang", "source", "target", "method")
+
+
+def row_check_flag(check: dict[str, Any]) -> str:
+    """The flag of a transferred checkpoint's row check
+    (:func:`embtransfer.transfer.row_check.check_new_rows`): "N rows flagged" where it
+    flags new rows (blown up or zero), else empty."""
+    rows = int(check["flagged_rows"])
+    return f"{rows} rows flagged" if rows else ""
+
+
+def flagged_checkpoints(summaries: Iterable[dict[str, Any]]) -> dict[tuple[str, ...], str]:
+    """The flag of every flagged checkpoint of the transfer stage's summary lines, by
+    :data:`CHECKPOINT`."""
+    return {tuple(line[k] for k in CHECKPOINT): line["flags"] for line in summaries
+            if line["stage"] == "transfer" and line["flags"]}
+
+
+def checkpoint_flags(flagged: dict[tuple[str, ...], str], setting: dict[str, Any]
+                     ) -> dict[str, str]:
+    """Each method's flag in ``setting`` (its stage, lang, source and target): the transferred
+    checkpoint's own at the transfer stage, and at a later stage the rows it was trained
+    from, since LAPT starts from those rows."""
+    where = tuple(setting[k] for k in CHECKPOINT[:-1])
+    later = setting["stage"] != "transfer"
+    return {key[-1]: f"trained from flagged rows: {flag}" if later else flag
+            for key, flag in flagged.items() if key[:-1] == where}
+
+
 def compare_setting(setting: dict[str, Any], scores: dict[str, np.ndarray], seed: int,
                     denominator: np.ndarray | None = None, flags: dict[str, str] | None = None,
                     chance: float = math.nan
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(summary lines, test lines) of one setting and metric (``setting``: :data:`KEYS`).
     ``scores``: each method's per-item scores over the same items (for ``bits_per_byte`` the
-    items' bits, ``denominator`` their bytes); ``flags``: a note per method (the row check's);
-    ``chance``: what a ranking that ignores the rows scores (retrieval metrics).
+    items' bits, ``denominator`` their bytes); ``flags``: a note per method, the row check's
+    (:func:`checkpoint_flags`); ``chance``: what a ranking that ignores the rows scores
+    (retrieval metrics).
     A setting ranks its methods only where two or more compete: a lone method is shown, not
-    credited with a win. Tied values share a rank; the method the others are compared with
-    as best is the first of the tied by name."""
+    credited with a win. A flagged method (rows blown up or zero) is shown with its value
+    and flag as the oracle is, never ranked or compared: its score says what broken rows
+    did, not how its method places tokens, so it is no setting's best, no other method is
+    tested against it, and it is tested against none. Tied values share a rank; the method
+    the others are compared with as best is the first of the tied by name. A pair's test is
+    seeded by the pair in either order, so its two lines (SALT against the best and the
+    best against SALT) carry one p."""
     key = setting_key(setting)
     metric = metric_spec(key["metric"])
+    flags = {m: flag for m, flag in (flags or {}).items() if flag}
     arrays = {m: np.asarray(s, np.float64) for m, s in scores.items()}
     sizes = {m: a.size for m, a in arrays.items()}
     if len(set(sizes.values())) > 1:
         raise ValueError(f"{key}: the methods were scored on different items ({sizes})")
     stats = {m: _value(metric, a, denominator) for m, a in arrays.items()}
     sign = 1 if metric.higher_is_better else -1
-    competing = sorted((m for m in scores if role(m) in COMPETING_ROLES),
+    competing = sorted((m for m in scores if role(m) in COMPETING_ROLES and m not in flags),
                        key=lambda m: (-sign * stats[m][0], m))
     best = competing[0] if len(competing) >= 2 else None
     # tied values share a rank (every method at 0 is first); the best is the first by name
@@ -113,13 +151,13 @@ def compare_setting(setting: dict[str, Any], scores: dict[str, np.ndarray], seed
             for m in competing}
     summaries = [key | {"method": m, "role": role(m), "n": sizes[m], "value": stats[m][0],
                         "se": stats[m][1], "rank": rank[m] if best and m in competing else math.nan,
-                        "chance": chance, "flags": (flags or {}).get(m, "")} for m in scores]
+                        "chance": chance, "flags": flags.get(m, "")} for m in scores]
     tests = []
     for method in competing if best else []:
         for versus, other in (("best", best), ("random", RANDOM), ("salt", SALT)):
-            if other == method or other not in scores:
+            if other == method or other not in competing:
                 continue
-            seeded = paired.derived_seed(tuple(key.values()), method, other, seed)
+            seeded = paired.derived_seed(tuple(key.values()), *sorted((method, other)), seed)
             test = _test(metric, arrays[method], arrays[other], seeded, denominator)
             scale = 1.0 if metric.test == "ratio" else metric.scale
             tests.append(key | {"method": method, "versus": versus, "other": other,

@@ -20,7 +20,13 @@ import pandas as pd
 from embtransfer.core import paths
 from embtransfer.core.paired import derived_seed
 from embtransfer.evaluation.alignment import COSINES
-from embtransfer.report.comparisons import KEYS, compare_setting, metric_spec
+from embtransfer.report.comparisons import (
+    KEYS,
+    checkpoint_flags,
+    compare_setting,
+    metric_spec,
+    row_check_flag,
+)
 from embtransfer.report.records import ZEROSHOT_KEYS, MalformedResultError, identity, read_records
 from embtransfer.report.tables import format_p, markdown
 from embtransfer.report.texts import prose
@@ -44,10 +50,14 @@ def document_bits(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return nll, n_bytes
 
 
-def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
+def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer",
+                   flagged: dict[tuple[str, ...], str] | None = None
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(summary lines, test lines) of every setting of ``files``' records (each with its
-    per-document lists, in document order), family ``zeroshot`` or ``lapt_zeroshot``."""
+    per-document lists, in document order), family ``zeroshot`` or ``lapt_zeroshot``.
+    A transferred checkpoint's record carries its row check, whose flag its lines carry;
+    ``flagged`` (:func:`embtransfer.report.comparisons.flagged_checkpoints`) flags the
+    checkpoints of a later stage trained from flagged rows."""
     settings: dict[tuple, dict[str, dict[str, Any]]] = {}
     required = (*ZEROSHOT_KEYS, "document_nll_nats", "document_bytes")
     for record in read_records(files, required=required):
@@ -64,14 +74,13 @@ def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer"
                 raise MalformedResultError(
                     f"zero-shot {setting}: {method} was scored on other documents than "
                     f"{next(iter(losses))} ({records[method].get('_path')})")
-        # only a transferred checkpoint has a row check (not the source model, not LAPT's)
-        checks = {m: r["row_check"] for m, r in records.items()
-                  if isinstance(r.get("row_check"), dict)}
-        flags = {m: f"{int(c['flagged_rows'])} rows flagged" for m, c in checks.items()
-                 if int(c["flagged_rows"])}
         key = dict(zip(("lang", "source", "target"), setting, strict=True)) | {
             "family": "zeroshot" if stage == "transfer" else f"{stage}_zeroshot", "stage": stage,
             "metric": "bits_per_byte"}
+        # only a transferred checkpoint has a row check (not the source model, not LAPT's)
+        flags = checkpoint_flags(flagged or {}, key) | {
+            m: row_check_flag(r["row_check"]) for m, r in records.items()
+            if isinstance(r.get("row_check"), dict)}
         lines, made = compare_setting(key, {m: nll for m, (nll, _) in losses.items()}, seed,
                                       n_bytes, flags)
         summaries += lines
@@ -105,9 +114,12 @@ def read_alignment(files: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def alignment_lines(files: list[str], seed: int = 0
+def alignment_lines(files: list[str], seed: int = 0,
+                    flagged: dict[tuple[str, ...], str] | None = None
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(summary lines, test lines) of every setting and metric of ``files``' scores."""
+    """(summary lines, test lines) of every setting and metric of ``files``' scores; the
+    checkpoints ``flagged`` (:func:`embtransfer.report.comparisons.flagged_checkpoints`)
+    carry their flag, or at a later stage the flag of the rows they were trained from."""
     scores = read_alignment(files)
     summaries: list[dict[str, Any]] = []
     tests: list[dict[str, Any]] = []
@@ -123,6 +135,8 @@ def alignment_lines(files: list[str], seed: int = 0
         if len(ids[0]) < 2:
             continue
         first = next(iter(by_method.values()))
+        flags = checkpoint_flags(flagged or {}, dict(zip(ALIGNMENT_SETTING, setting,
+                                                         strict=True)))
         for metric, column in TESTED.items():
             depth = metric.removeprefix("p_at_")
             chance = (100 * float(first[f"chance_{depth}"].mean())
@@ -131,7 +145,7 @@ def alignment_lines(files: list[str], seed: int = 0
                                                               "metric": metric}
             lines, made = compare_setting(
                 key, {m: g[column].to_numpy() for m, g in by_method.items()},
-                derived_seed(setting, seed), chance=chance)
+                derived_seed(setting, seed), flags=flags, chance=chance)
             summaries += lines
             tests += made
     return summaries, tests
@@ -175,10 +189,12 @@ def _cells(line: Any, tests: dict[tuple, Any], versus: tuple[str, ...]) -> dict[
 
 def table_order(group: pd.DataFrame) -> pd.DataFrame:
     """The lines of ``group``'s first metric in the tables' order: shown lines first (the
-    oracle, the source model), then by rank."""
+    oracle, the source model), then by rank, then the flagged checkpoints (shown, not
+    ranked: apart from the methods they would otherwise stand among)."""
     first = group[group["metric"] == group["metric"].iloc[0]] if len(group) else group
-    return first.assign(_shown=first["rank"].notna()).sort_values(
-        ["_shown", "rank", "method"], kind="stable").drop(columns="_shown")
+    place = np.where(first["rank"].notna(), 1, np.where(first["flags"].astype(bool), 2, 0))
+    return first.assign(_place=place).sort_values(
+        ["_place", "rank", "method"], kind="stable").drop(columns="_place")
 
 
 def setting_table(group: pd.DataFrame, tests: dict[tuple, Any], details: bool = False,

@@ -23,7 +23,7 @@ import pandas as pd
 from embtransfer.core import paths
 from embtransfer.core.grid import STAGES, Grid
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
-from embtransfer.report.comparisons import compare_setting
+from embtransfer.report.comparisons import checkpoint_flags, compare_setting
 from embtransfer.report.paper import PaperNames, primary_target
 from embtransfer.report.records import EvalRecord, LaptRun, MalformedResultError
 from embtransfer.report.texts import prose
@@ -363,12 +363,15 @@ def _block_setting(keys: dict[str, str]) -> dict[str, str]:
     return {k: keys[k] for k in _SETTING_KEYS} | {"variant": variant}
 
 
-def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
+def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0,
+                flagged: dict[tuple[str, ...], str] | None = None
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(summary lines, test lines) of a paper table's blocks (same keys but the method; the
     source control and the oracle are shown, not ranked) for each metric with per-question
     scores of two or more methods over the same questions: the spine compares each with the
-    block's best, Random and SALT, family ``table{number}``."""
+    block's best, Random and SALT, family ``table{number}``. The checkpoints ``flagged``
+    (:func:`embtransfer.report.comparisons.flagged_checkpoints`) carry their flag, or after
+    LAPT the flag of the rows they were trained from, and are shown, not ranked."""
     blocks: dict[tuple, list[Row]] = {}
     for row in rows:
         if row.keys["stage"] != "source" and row.keys["method"] != SOURCE_MODEL_LABEL:
@@ -387,7 +390,7 @@ def table_tests(number: int, rows: list[Row], metrics: list[str], seed: int = 0
             setting = {"family": f"table{number}", "metric": metric, **dict(key)}
             lines, made = compare_setting(
                 setting, {r.keys["method"]: np.asarray(r.per_document[metric]) for r in scored},
-                seed)
+                seed, flags=checkpoint_flags(flagged or {}, setting))
             summaries += lines
             tests += made
     return summaries, tests
