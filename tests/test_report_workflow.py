@@ -172,8 +172,9 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     findings = (out / "findings.md").read_text()
     # from the comparisons the rule wrote: one zero-shot setting, two methods, two documents
     assert findings == findings_markdown(decided, summaries)
-    assert findings.startswith("# What the run shows\n\n- **Zero-shot bits per byte** "
-                               "(1 setting × 2 methods): ")
+    assert findings.startswith("# What the run shows\n\n- **Zero-shot bits per byte of the "
+                               "whole model, transfer stage** (1 of 1 settings, those that hold "
+                               "all 2 competing methods): ")
     once = decided[~pair_ids(decided).duplicated()]  # a pair held twice is one test
     assert f"{int(once['clears'].sum())} of the {len(once)} tests clear it" in findings
     assert (workdir / "results/logs/report/report.log").is_file()

@@ -475,8 +475,12 @@ def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path)
     # t2: focus and omp differ by 3 hits, focus from Random by 10: fewer than d
     assert weak.loc[("t2", "p_at_10"), "largest"] == 10 < d
     said = [line for line in anomaly_lines(decided, summaries) if "without power" in line]
-    assert said == [f"**Tests without power** (2 of the held-out settings' metrics): they need "
-                    f"≥ {d} discordant tokens, so \"not apart\" there says nothing."]
+    assert said == [f"**Tests without power** (2 of 4 McNemar cells of the held-out split, a "
+                    f"cell being one setting's P@1 or P@10 per side and stage): in each, the "
+                    f"largest net difference between two working methods (at most 10 tokens) is "
+                    f"below the {d} discordant tokens a test needs there, so \"not apart\" there "
+                    f"says nothing; power in the other 2: x t input-row P@10 (transfer stage); "
+                    f"x t input-row P@1 (transfer stage)."]
 
 
 # --- paired tests ----------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """findings.md: what the run found, written from the comparisons table alone.
 
-It opens with at most ten lines (:func:`headline`), then one table per setting
-(:mod:`.setting_tables`), through the template ``findings.md.j2``. The reference runs'
-comparisons tables are committed (``docs/reference_run/``, ``docs/reference_real_run/``);
-``python -m embtransfer.report.findings`` (:func:`main`) refreshes them and rewrites the
-README's headlines and the docs pages from them, or compares two runs test by test.
+It opens with at most eleven lines (:func:`headline`), then one table per setting
+(:mod:`.setting_tables`), through the template ``findings.md.j2``. Every count in a line
+carries its denominator and every line names its metric, side and stage, so each can be
+checked in the tables below it. The reference runs' comparisons tables are committed
+(``docs/reference_run/``, ``docs/reference_real_run/``); ``python -m
+embtransfer.report.findings`` (:func:`main`) refreshes them and rewrites the README's
+headlines and the docs pages from them, or compares two runs test by test.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,24 +40,34 @@ from embtransfer.report.diagnostics import carries_meaning
 from embtransfer.report.setting_tables import LEGEND, setting_sections
 from embtransfer.report.tables import markdown
 from embtransfer.report.texts import prose
-from embtransfer.transfer.method_catalog import COMPETING_ROLES
+from embtransfer.transfer.method_catalog import COMPETING_ROLES, METHODS
 
 TEMPLATE = Path(__file__).with_name("findings.md.j2")
 REFERENCE_DIR = Path("docs/reference_run")
 REAL_REFERENCE_DIR = Path("docs/reference_real_run")
 RUN_JSON = "run.json"
+#: SALT's conditioning (its k/h and the PLM width h per setting), where a report folder or
+#: reference has it: the SALT-against-OMP lines read k/h from it.
+CONDITIONING = paths.REPORT_FILES["salt_conditioning_csv"]
 README = Path("README.md")
 #: The docs page of each reference: the whole of docs/findings.md; a block of real_text.md.
 PAGES = {False: Path("docs/findings.md"), True: Path("docs/real_text.md")}
 MARKERS = {False: ("<!-- findings:start -->", "<!-- findings:end -->"),
            True: ("<!-- real-findings:start -->", "<!-- real-findings:end -->")}
 OMP_METHODS = ("omp", "omp_salt_k")
+#: OMP's k where the config leaves it: mergekit-tokensurgeon's default, the catalog's.
+OMP_DEFAULT_K = METHODS["omp"]["options"]["k"].default
+#: A checkpoint: the stage and setting it was made in and its method.
+CHECKPOINT = ["stage", "lang", "source", "target", "method"]
+STAGES = {"transfer": "transfer stage", "lapt": "after LAPT"}
+#: How many settings or cells a line names before it gives their count alone.
+NAMED = 4
 
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of setting (a headline's leader, a section's tables): its words, its family
-    and the columns that select its settings."""
+    """A kind of setting (a headline's leader, a section's tables): its words (metric, side
+    and stage), its family and the columns that select its settings."""
 
     label: str
     family: str
@@ -64,11 +77,11 @@ class Kind:
 #: The paper tables: the headline gives their leaders (each by its first metric) in one line.
 TABLES = tuple(Kind(f"Table {n}", f"table{n}") for n in (1, 2, 3, 4))
 KINDS = (
-    Kind("Held-out P@10 of the new input rows (before LAPT)", "alignment",
+    Kind("Held-out P@10 of the input rows, transfer stage", "alignment",
          (("stage", "transfer"), ("side", "input"), ("split", "held_out"),
           ("metric", "p_at_10"))),
-    Kind("Zero-shot bits per byte", "zeroshot"),
-    Kind("Bits per byte after LAPT", "lapt_zeroshot"),
+    Kind("Zero-shot bits per byte of the whole model, transfer stage", "zeroshot"),
+    Kind("Bits per byte of the whole model after LAPT", "lapt_zeroshot"),
     *TABLES,
 )
 SECTIONS = (
@@ -92,6 +105,14 @@ def read_run(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             summaries.fillna({c: "" for c in text if c in summaries}))
 
 
+def read_conditioning(directory: str | Path) -> pd.DataFrame | None:
+    """SALT's conditioning table of a report folder or a reference, if it has one."""
+    path = Path(directory) / CONDITIONING
+    if not path.is_file():
+        return None
+    return pd.read_csv(path, dtype={k: str for k in ("lang", "source", "target")})
+
+
 def _select(frame: pd.DataFrame, kind: Kind) -> pd.DataFrame:
     part = frame[frame["family"] == kind.family]
     for column, value in kind.select:
@@ -99,131 +120,420 @@ def _select(frame: pd.DataFrame, kind: Kind) -> pd.DataFrame:
     return part
 
 
-def _counted(summaries: pd.DataFrame, kind: Kind) -> tuple[pd.DataFrame, list[str]]:
-    """The settings of ``kind`` a leader is counted over, and the competing methods they
-    all hold: of every method set some setting holds (two or more methods), the one that
-    gives the most (setting, method) pairs over the settings holding it. A setting with
-    fewer methods is shown below, not counted."""
-    part = _select(summaries, kind)
-    if len(part) and not kind.select:  # a family without a selection: its first metric
-        part = part[part["metric"] == part["metric"].iloc[0]]
-    part = part[part["role"].isin(COMPETING_ROLES) & part["rank"].notna()]
-    if part.empty:
-        return part, []
-    held = part.groupby(SETTING)["method"].apply(frozenset)
-    best = max((s for s in set(held) if len(s) >= 2),
-               key=lambda s: (len(s) * int((held.apply(lambda h: h >= s)).sum()), sorted(s)))
-    keep = held[held.apply(lambda h: h >= best)].index
-    part = part.set_index(SETTING).loc[keep].reset_index()
-    return part[part["method"].isin(best)], sorted(best)
+def _split(split: str) -> str:
+    return str(split).replace("_", "-")
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def leader_line(summaries: pd.DataFrame, kind: Kind, bold: bool = True) -> str:
-    """Who is best (alone) or tied for best, in how many of the counted settings."""
-    part, methods = _counted(summaries, kind)
+def _stage(stage: str) -> str:
+    return STAGES.get(stage, f"stage {stage}" if stage else "no stage")
+
+
+def _join(words: Iterable[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    words = list(words)
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + f" and {words[-1]}"
+
+
+# -- broken checkpoints --------------------------------------------------------------------------
+
+
+def broken_checkpoints(summaries: pd.DataFrame) -> set[tuple[str, ...]]:
+    """The checkpoints (:data:`CHECKPOINT`) the row check flags (a non-empty ``flags``) and
+    every LAPT checkpoint trained from a flagged one (same language, source, target and
+    method): their scores say what broken rows do, so none takes a rank or a lead here."""
+    flagged = summaries[summaries["flags"].astype(str).str.strip() != ""]
+    broken = {tuple(map(str, key)) for key in flagged[CHECKPOINT].itertuples(index=False)}
+    # LAPT continues training from the transferred rows: it inherits what they are
+    broken |= {("lapt", *key[1:]) for key in broken if key[0] != "lapt"}
+    return broken
+
+
+def _is_broken(frame: pd.DataFrame, broken: set[tuple[str, ...]], method: str = "method"
+               ) -> pd.Series:
+    keys = zip(*(frame[c].astype(str) for c in [*CHECKPOINT[:-1], method]), strict=True)
+    return pd.Series([key in broken for key in keys], index=frame.index, dtype=bool)
+
+
+def _broken_test(decided: pd.DataFrame, broken: set[tuple[str, ...]]) -> pd.Series:
+    """A test with a broken checkpoint on either side."""
+    return _is_broken(decided, broken) | _is_broken(decided, broken, "other")
+
+
+# -- how each test and setting is named ----------------------------------------------------------
+
+
+def measure(line: Any, split: bool = True) -> str:
+    """A test's metric and side in words (its stage is said apart): ``bits per byte``,
+    ``held-out output-row cos to oracle`` (``split``: with the alignment's split), ``Table 3
+    XL acc (context=en,question=target)``."""
+    label = metric_spec(line["metric"]).label
+    if line["family"] == "alignment":
+        words = f"{line['side']}-row {label}"
+        return f"{_split(line['split'])} {words}" if split else words
+    if str(line["family"]).startswith("table"):
+        variant = f" ({line['variant']})" if line["variant"] else ""
+        return f"Table {str(line['family']).removeprefix('table')} {label}{variant}"
+    return label
+
+
+def _name(key: dict[str, Any], sources: bool, extra: Iterable[str] = ()) -> str:
+    """A setting by its language and target PLM (and source, where a run has several), then
+    ``extra`` of its other keys (a stage in words)."""
+    words = [key["lang"], *([key["source"]] if sources else []), key["target"]]
+    words += [_stage(key[k]) if k == "stage" else str(key[k]) for k in extra if key[k]]
+    return " ".join(words)
+
+
+def _names(keys: list[dict[str, Any]], sources: bool) -> str:
+    """Up to :data:`NAMED` settings by name, each with the keys that tell them apart."""
+    if len(keys) > NAMED:
+        return ""
+    extra = [k for k in ("variant", "stage") if len({key[k] for key in keys}) > 1]
+    return f" ({', '.join(_name(k, sources, extra) for k in keys)})"
+
+
+def _in_stage_order(stages: Iterable[str]) -> list[str]:
+    held = set(stages)
+    return [s for s in STAGES if s in held] + sorted(held - set(STAGES))
+
+
+def _sources(frame: pd.DataFrame) -> bool:
+    return frame["source"].nunique() > 1
+
+
+# -- what the McNemar tests can detect -----------------------------------------------------------
+
+
+def cell_power(decided: pd.DataFrame, broken: set[tuple[str, ...]]) -> pd.DataFrame:
+    """:func:`power` per McNemar cell (setting and metric): the discordant count a test needs
+    at the family's strictest Holm step (over every test of the family), beside the largest
+    net difference of the tests between working checkpoints; ``powerless`` where it falls
+    short (a broken checkpoint's difference gives no method a lead)."""
+    alpha = decided.attrs.get("alpha", FAMILY_ALPHA)
+    cells = power(decided, alpha)
+    if cells.empty:
+        return cells
+    working = decided[~_broken_test(decided, broken)]
+    largest = power(working, alpha).set_index(KEYS)["largest"] if len(working) else None
+    cells = cells.set_index(KEYS)
+    cells["largest"] = (largest.reindex(cells.index) if largest is not None
+                        else pd.Series(float("nan"), index=cells.index)).fillna(0)
+    cells["powerless"] = cells["largest"] < cells["detectable"]
+    return cells.reset_index()
+
+
+def _needs(detectable: Iterable[float]) -> str:
+    values = sorted({int(d) for d in detectable})
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+# -- each kind's leaders -------------------------------------------------------------------------
+
+
+@dataclass
+class Counted:
+    """A kind's settings and what the headline counts of them."""
+
+    total: int  # settings of the kind where competing methods are ranked
+    methods: list[str]  # the working competing methods every counted setting holds
+    settings: list[pd.DataFrame]  # each counted setting's lines of its working methods
+    left_out: list[str]  # methods left out of some setting as broken
+    broken_best: int  # settings whose best, by the tests, is a broken checkpoint
+
+
+def counted(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
+            broken: set[tuple[str, ...]]) -> Counted | None:
+    """The settings of ``kind`` a leader is counted over, and the working competing methods
+    they all hold: of every method set some setting holds (two or more methods), the one
+    that gives the most (setting, method) pairs over the settings holding it. A setting
+    with fewer methods is shown below, not counted; so is one whose best, by the decided
+    tests, is broken (no test reads the others against a working best there)."""
+    part = _select(summaries, kind)
+    if len(part) and not kind.select:  # a family without a selection: its first metric
+        part = part[part["metric"] == part["metric"].iloc[0]]
+    part = part[part["role"].isin(COMPETING_ROLES)]
+    # a broken method is left out whether or not its summaries still rank it
+    down = _is_broken(part, broken)
+    left_out = sorted(set(part.loc[down, "method"]))
+    part, down = part[part["rank"].notna()], down[part["rank"].notna()]
     if part.empty:
-        return ""
-    settings = part.groupby(SETTING, sort=False)
-    n = settings.ngroups
-    alone, tied = pd.Series(0, index=methods), pd.Series(0, index=methods)
-    for _, group in settings:
-        # tied with the setting's best; where that best is not a common method, the first
-        # of the common ones
-        top = group[group["tied_best"].astype(bool)]["method"].tolist() or [
-            group.sort_values(["rank", "method"])["method"].iloc[0]]
-        (alone if len(top) == 1 else tied)[top] += 1
-    order = (alone * 1000 + tied).sort_values(ascending=False)
-    said = [f"{m} best in {alone[m]}" + (f" and tied in {tied[m]}" if tied[m] else "")
-            if alone[m] else f"{m} tied for best in {tied[m]}"
-            for m in order.index if alone[m] or tied[m]]
-    label = f"{kind.label}, {metric_spec(part['metric'].iloc[0]).label}" if kind in TABLES \
-        else kind.label
-    head = (f"**{label}**" if bold else label) + (
-        f" ({_plural(n, 'setting')} × {len(methods)} methods): ")
-    if (tied == n).all():
-        return head + f"all {len(methods)} methods tied for best: no test separates them."
-    return head + "; ".join(said[:4]) + (f"; {len(said) - 4} more tied" if len(said) > 4
-                                         else "") + "."
+        return None
+    total = part.groupby(SETTING).ngroups
+    best = decided[decided["versus"] == "best"].drop_duplicates(KEYS)
+    best_broken = set(best.loc[_is_broken(best, broken, "other"), KEYS].astype(str).apply(
+        tuple, axis=1)) if len(best) else set()
+    dropped = part[KEYS].astype(str).apply(tuple, axis=1).isin(best_broken)
+    broken_best = part[dropped].groupby(SETTING).ngroups if dropped.any() else 0
+    part = part[~down & ~dropped]
+    held = part.groupby(SETTING)["method"].apply(frozenset)
+    sets = [s for s in set(held) if len(s) >= 2]
+    if not sets:
+        return Counted(total, [], [], left_out, broken_best)
+    top = max(sets, key=lambda s: (len(s) * int(held.apply(lambda h: h >= s).sum()), sorted(s)))
+    keep = set(held[held.apply(lambda h: h >= top)].index)
+    settings = [group for key, group in part.groupby(SETTING, sort=False) if key in keep]
+    return Counted(total, sorted(top), settings, left_out, broken_best)
 
 
-def salt_omp_line(decided: pd.DataFrame) -> str:
-    """SALT against OMP in one line: OMP's relation to SALT, from SALT's side."""
-    versus = decided[(decided["versus"] == "salt") & decided["method"].isin(OMP_METHODS)]
-    if versus.empty:
+def _leaders(settings: list[pd.DataFrame], methods: list[str]) -> str:
+    """Who is best (alone) or tied for best, in how many of ``settings``: methods with the
+    same counts share a phrase; a setting whose best is none of ``methods`` names none."""
+    s = len(settings)
+    alone, tied = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0)
+    outside = 0
+    for group in settings:
+        # tied with the setting's best, among every working method there
+        top = group[group["tied_best"].astype(bool)]["method"].tolist()
+        mine = [m for m in top if m in alone]
+        if not mine:
+            outside += 1
+        for m in mine:
+            (alone if len(top) == 1 else tied)[m] += 1
+    if all(tied[m] == s for m in methods):
+        return f"all {len(methods)} methods tied for best in {s} of {s}: no test separates them"
+    phrases: dict[tuple[int, int], list[str]] = {}
+    for m in sorted(methods, key=lambda m: (-alone[m], -tied[m], m)):
+        if alone[m] or tied[m]:
+            phrases.setdefault((alone[m], tied[m]), []).append(m)
+    said = [", ".join(names) + (f" best in {a}" + (f" and tied for best in {t}" if t else "")
+                                if a else f" tied for best in {t}") + f" of {s}"
+            for (a, t), names in phrases.items()]
+    rest = list(phrases)[NAMED:]
+    more = sum(len(phrases[counts]) for counts in rest)
+    text = "; ".join(said[:NAMED]) + (
+        f"; {more} more methods best or tied for best in at most "
+        f"{max(a + t for a, t in rest)} of {s}" if more else "")
+    if outside:
+        text += f"; in {outside} of {s} the best is none of these {len(methods)}"
+    return text
+
+
+def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
+                broken: set[tuple[str, ...]], cells: pd.DataFrame, bold: bool = True) -> str:
+    """A kind's leaders over its counted settings; where its McNemar tests cannot clear
+    (:func:`cell_power`), the line says so and names no method there."""
+    found = counted(summaries, decided, kind, broken)
+    if found is None or not found.settings:
         return ""
-    omp = versus["relation"].value_counts()  # OMP better is SALT worse
-    return prose("findings.salt_omp", tests=_plural(len(versus), "paired test"),
-                 families=", ".join(sorted(set(versus["family"]))), better=omp.get("worse", 0),
-                 worse=omp.get("better", 0), apart=omp.get("not apart", 0))
+    first = found.settings[0].iloc[0]
+    label = kind.label
+    if kind in TABLES:
+        stages = _in_stage_order(str(g["stage"].iloc[0]) for g in found.settings)
+        label = (f"{kind.label}, {metric_spec(first['metric']).label} of the whole model, "
+                 + _join(_stage(s) for s in stages))
+    n, m = len(found.settings), len(found.methods)
+    head = f"{n} of {found.total} settings, those that hold all {m} competing methods"
+    if found.left_out:
+        head += f"; {', '.join(found.left_out)} left out where its rows are flagged"
+    if found.broken_best:
+        head += (f"; {found.broken_best} whose best is a checkpoint with flagged rows "
+                 "left out")
+    head = (f"**{label}**" if bold else label) + f" ({head}): "
+    sources = _sources(summaries)
+    keys = [dict(zip(KEYS, map(str, g.iloc[0][KEYS]), strict=True)) for g in found.settings]
+    weak = set()
+    if len(cells):
+        index = cells.set_index(KEYS)["powerless"]
+        weak = {i for i, k in enumerate(keys) if bool(index.get(tuple(k.values()), False))}
+    strong = [i for i in range(n) if i not in weak]
+    if not weak:
+        return head + _leaders(found.settings, found.methods) + "."
+    lines = cells.set_index(KEYS).loc[[tuple(keys[i].values()) for i in sorted(weak)]]
+    why = (f"the largest net difference between two working methods there, "
+           f"{int(lines['largest'].max())} tokens, is below the "
+           f"{_needs(lines['detectable'])} discordant tokens a test needs")
+    if not strong:
+        return head + (f"no power in any of the {n}{_names(keys, sources)}: {why}, so no "
+                       "method is named best.")
+    return head + (
+        f"a test has power in {len(strong)} of {n}{_names([keys[i] for i in strong], sources)}: "
+        + _leaders([found.settings[i] for i in strong], found.methods)
+        + f". No power in {len(weak)} of {n}{_names([keys[i] for i in sorted(weak)], sources)}"
+        + f": {why}, so no method is named there.")
+
+
+# -- SALT against OMP ----------------------------------------------------------------------------
+
+
+def _span(values: Iterable[float]) -> str:
+    values = sorted({round(float(v), 2) for v in values})
+    return f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g}-{values[-1]:g}"
+
+
+def _k_over_h(rival: str, tests: pd.DataFrame, conditioning: pd.DataFrame | None) -> str:
+    """k and, where SALT's conditioning table gives the PLM widths of the tests' settings,
+    k/h: OMP's k over the width; SALT's median k/h for OMP at SALT's k."""
+    k = ("k = SALT's median support size" if rival == "omp_salt_k"
+         else f"k = {OMP_DEFAULT_K}, mergekit-tokensurgeon's default")
+    if conditioning is None or conditioning.empty:
+        return k
+    plms = tests[["lang", "source", "target"]].drop_duplicates()
+    found = plms.merge(conditioning, on=["lang", "source", "target"])
+    if len(found) < len(plms):  # a setting without SALT's conditioning: k/h unknown there
+        return k
+    ratio = found["k_over_h_median"] if rival == "omp_salt_k" else OMP_DEFAULT_K / found["h_t"]
+    return f"{k}, k/h {_span(ratio)}"
+
+
+def _where(tests: pd.DataFrame) -> str:
+    """The measures of ``tests`` with their counts, the alignment's splits before its:
+    ``2 in bits per byte, 4 in dictionary and held-out output-row cos to oracle``."""
+    said = []
+    for what, group in tests.groupby(tests.apply(measure, axis=1, split=False), sort=False):
+        splits = _join(sorted({_split(s) for s in group["split"] if s}))
+        said.append((len(group), f"{splits} {what}".strip()))
+    return ", ".join(f"{n} in {what}" for n, what in sorted(said, key=lambda x: (-x[0], x[1])))
+
+
+def salt_omp_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
+                   conditioning: pd.DataFrame | None = None) -> list[str]:
+    """SALT against OMP at SALT's k and against OMP at the tool's default k, one line each,
+    from SALT's side (OMP better is SALT worse), the transfer stage apart from LAPT's; a
+    test with a broken checkpoint (:func:`broken_checkpoints`) counts in neither."""
+    broken = broken_checkpoints(summaries) if summaries is not None else set()
+    lines = []
+    for rival, words in (("omp_salt_k", "at SALT's k"), ("omp", "at the tool's default k")):
+        versus = decided[(decided["versus"] == "salt") & (decided["method"] == rival)]
+        if versus.empty:
+            continue
+        down = _broken_test(versus, broken)
+        working = versus[~down]
+        head = f"`{rival}`: {_k_over_h(rival, versus, conditioning)}"
+        if down.any():
+            head += f"; {_plural(int(down.sum()), 'test')} with flagged rows left out"
+        stages = []
+        for stage in _in_stage_order(working["stage"]):
+            tests = working[working["stage"] == stage]
+            # OMP worse is SALT better
+            better = tests[tests["relation"] == "worse"]
+            worse = tests[tests["relation"] == "better"]
+            said = f"{_stage(str(stage))}, {_plural(len(tests), 'paired test')}: SALT better in "
+            said += f"{len(better)}" + (f" ({_where(better)})" if len(better) else "")
+            said += f", worse in {len(worse)}" + (f" ({_where(worse)})" if len(worse) else "")
+            said += f", not apart in {int((tests['relation'] == 'not apart').sum())}"
+            stages.append(said)
+        body = "; ".join(stages) if stages else "no test between working checkpoints"
+        lines.append(f"**SALT against OMP {words}** ({head}): {body}.")
+    return lines
+
+
+# -- the anomalies -------------------------------------------------------------------------------
+
+
+def worse_line(decided: pd.DataFrame, broken: set[tuple[str, ...]], sources: bool) -> str:
+    """Working checkpoints worse than Random, per stage and measure (the alignment family on
+    its held-out split), out of every such test against Random."""
+    against = decided[(decided["versus"] == "random")
+                      & ((decided["family"] != "alignment") | (decided["split"] == "held_out"))]
+    against = against[~_broken_test(against, broken)]
+    worse = against[against["relation"] == "worse"]
+    if worse.empty:
+        return ""
+    stages = []
+    for stage in _in_stage_order(worse["stage"]):
+        tests, said = worse[worse["stage"] == stage], []
+        for what, group in tests.groupby(tests.apply(measure, axis=1), sort=False):
+            where = [", ".join(sorted(g["method"])) + f" ({_name(key, sources)})"
+                     for key, g in ((dict(zip(("lang", "source", "target"), k, strict=True)), g)
+                                    for k, g in group.groupby(["lang", "source", "target"]))]
+            said.append(f"{what}: " + ", ".join(where))
+        stages.append(f"{_stage(str(stage))} ({_plural(len(tests), 'test')}): " + "; ".join(said))
+    return prose("findings.worse", n=len(worse), of=len(against), said=". ".join(
+        s[0].upper() + s[1:] for s in stages))
+
+
+def flagged_line(summaries: pd.DataFrame, sources: bool = False) -> str:
+    """The checkpoints the row check flags, the LAPT checkpoints trained from them, and any
+    LAPT checkpoint flagged on its own."""
+    flagged = summaries[summaries["flags"].astype(str).str.strip() != ""]
+    if flagged.empty:
+        return ""
+    key = CHECKPOINT[1:]
+    made = flagged[flagged["stage"] != "lapt"].drop_duplicates(key)
+    origin = set(made[key].itertuples(index=False, name=None))
+    lapt = summaries[summaries["stage"] == "lapt"].drop_duplicates(key)
+    trained = lapt[lapt[key].apply(tuple, axis=1).isin(origin)] if len(lapt) else lapt
+    alone = flagged[flagged["stage"] == "lapt"].drop_duplicates(key)
+    alone = alone[~alone[key].apply(tuple, axis=1).isin(origin)]
+    said = []
+    for what, frame in (("checkpoint", made), ("LAPT checkpoint", alone)):
+        if len(frame):
+            said.append(f"{_plural(len(frame), what)}: " + ", ".join(
+                f"{_name(r, sources)} {r['method']}" for _, r in frame.iterrows()))
+    if len(trained):
+        said.insert(1, f"the {_plural(len(trained), 'LAPT checkpoint')} trained from these")
+    return prose("findings.flagged", said="; ".join(said))
+
+
+def powerless_line(cells: pd.DataFrame, sources: bool) -> str:
+    """The held-out split's McNemar cells whose tests cannot clear, out of all of them; the
+    cells with power named."""
+    held = cells[cells["split"] == "held_out"] if len(cells) else cells
+    weak = held[held["powerless"]] if len(held) else held
+    if weak.empty:
+        return ""
+    strong = held[~held["powerless"]]
+    named = ""
+    if 0 < len(strong):
+        groups = strong.groupby(["lang", "source", "target", "side", "metric"], sort=False)
+        if groups.ngroups <= NAMED:
+            named = "; power in the other " + str(len(strong)) + ": " + "; ".join(
+                f"{_name(dict(zip(('lang', 'source', 'target'), k[:3], strict=True)), sources)} "
+                f"{k[3]}-row {metric_spec(k[4]).label} "
+                f"({_join(_stage(s) for s in _in_stage_order(g['stage']))})" for k, g in groups)
+        else:
+            named = f"; power in the other {len(strong)}"
+    metrics = " or ".join(metric_spec(m).label for m in sorted(set(held["metric"])))
+    return prose("findings.powerless", n=len(weak), of=len(held), metrics=metrics,
+                 largest=int(weak["largest"].max()), detectable=_needs(weak["detectable"]),
+                 named=named)
 
 
 def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
-    """One line per kind of anomaly with its count; the tables below name the settings."""
-    lines = []
-    worse = decided[(decided["versus"] == "random") & (decided["relation"] == "worse")
-                    & ((decided["family"] != "alignment") | (decided["split"] == "held_out"))]
-    if len(worse):
-        where = worse.groupby(["lang", "target", "method"])["family"].apply(
-            lambda f: ", ".join(sorted(set(f))))
-        said = "; ".join(f"{lang} {target} {method} in {families}"
-                         for (lang, target, method), families in where.items())
-        lines.append(prose("findings.worse", checkpoints=_plural(len(where), "checkpoint"),
-                           said=said))
-    flagged = summaries[summaries["flags"].astype(str).str.contains("rows flagged")]
-    flagged = flagged.drop_duplicates([*SETTING[:4], "method"])
-    if len(flagged):
-        said = ", ".join(f"{r.lang} {r.target} {r.method}" for r in flagged.itertuples())
-        lines.append(prose("findings.flagged", checkpoints=_plural(len(flagged), "checkpoint"),
-                           said=said))
+    """One line per kind of anomaly with its count out of its whole; the tables below name
+    the settings."""
+    broken = broken_checkpoints(summaries)
+    sources = _sources(summaries) if len(summaries) else False
+    lines = [worse_line(decided, broken, sources), flagged_line(summaries, sources)]
     without = ~carries_meaning(decided)
     if without.any():
         plms = ", ".join(f"{lang} {target}" for lang, _, target in without[without].index)
         lines.append(prose("findings.meaningless", n=int(without.sum()), of=len(without),
                            plms=plms))
-    weak = power(decided, decided.attrs.get("alpha", FAMILY_ALPHA))
-    weak = weak[weak["powerless"] & (weak["split"] == "held_out")]
-    if len(weak):
-        lines.append(prose("findings.powerless", n=len(weak),
-                           detectable=int(weak["detectable"].min())))
-    return lines
+    lines.append(powerless_line(cell_power(decided, broken), sources))
+    return [line for line in lines if line]
 
 
-def beside_line(summaries: pd.DataFrame, world: pd.DataFrame) -> str:
-    """The real run's leaders beside the miniature world's, per kind, each ranked within the
-    competing methods the two runs' counted settings have in common (mean rank)."""
-    said = []
-    for kind in KINDS[:2]:
-        (real, mine), (mini, theirs) = _counted(summaries, kind), _counted(world, kind)
-        common = sorted(set(mine) & set(theirs))
-        if len(common) < 2:
-            continue
-        first = [frame[frame["method"].isin(common)].groupby(SETTING)["value"].rank(
-            ascending=not metric_spec(frame["metric"].iloc[0]).higher_is_better
-        ).groupby(frame["method"]).mean().idxmin() for frame in (real, mini)]
-        verdict = "the same" if first[0] == first[1] else "they differ"
-        said.append(f"{kind.label} over {len(common)} common methods: {first[0]} here, "
-                    f"{first[1]} in the world ({verdict})")
-    return ("**Beside the miniature world** (mean rank): " + "; ".join(said) + ".") if said \
-        else ""
+def seed_line(run: dict[str, Any] | None) -> str:
+    """How many seeds the run's verdicts rest on, as its run.json (or the config) says."""
+    run = run or {}
+    seeds = run.get("seeds", [run["seed"]] if "seed" in run else [])
+    if isinstance(seeds, list) and len(seeds) > 1:
+        return prose("findings.seeds", n=len(seeds), seeds=", ".join(map(str, seeds)))
+    return prose("findings.seed", seed=f" (`seed` {seeds[0]})" if seeds else "")
 
 
-def headline(decided: pd.DataFrame, summaries: pd.DataFrame,
-             world: pd.DataFrame | None = None) -> list[str]:
-    """The findings' opening lines (at most ten: 3 leaders, the paper tables' in one line,
-    SALT against OMP, 4 kinds of anomaly, the world beside)."""
-    lines = [leader_line(summaries, kind) for kind in KINDS if kind not in TABLES]
-    benchmarks = [c for kind in TABLES if (c := leader_line(summaries, kind, bold=False))]
+def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any] | None = None,
+             conditioning: pd.DataFrame | None = None) -> list[str]:
+    """The findings' opening lines (at most eleven: 3 leaders, the paper tables' in one
+    line, SALT against OMP at its two k, 4 kinds of anomaly and the seeds)."""
+    if decided.empty:
+        return ["No paired test in this run: nothing to rank (see the tables below)."]
+    broken = broken_checkpoints(summaries)
+    cells = cell_power(decided, broken)
+    lines = [leader_line(summaries, decided, kind, broken, cells) for kind in KINDS
+             if kind not in TABLES]
+    benchmarks = [c for kind in TABLES
+                  if (c := leader_line(summaries, decided, kind, broken, cells, bold=False))]
     if benchmarks:
         lines.append("**Benchmarks**: " + "; ".join(c.rstrip(".") for c in benchmarks) + ".")
-    lines += [salt_omp_line(decided), *anomaly_lines(decided, summaries)]
-    if world is not None:
-        lines.append(beside_line(summaries, world))
-    lines = [line for line in lines if line]
-    return lines or ["No paired test in this run: nothing to rank (see the tables below)."]
+    lines += [*salt_omp_lines(decided, summaries, conditioning),
+              *anomaly_lines(decided, summaries), seed_line(run)]
+    return [line for line in lines if line]
 
 
 def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, Any]]:
@@ -252,16 +562,16 @@ def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, A
 
 def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                       run: dict[str, Any] | None = None, real: bool = False,
-                      world: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
-    """The text of findings.md. ``real``: a real-text run's; ``world``: the miniature
-    world's (comparisons, summaries) it is set beside."""
+                      conditioning: pd.DataFrame | None = None) -> str:
+    """The text of findings.md. ``run``: the run's run.json (commit, date, note, seeds);
+    ``real``: a real-text run's; ``conditioning``: SALT's conditioning table, where the run
+    has one (the SALT-against-OMP lines give k/h from it)."""
     summaries = with_decisions(summaries, decided)
-    beside = with_decisions(world[1], world[0]) if world is not None else None
     once = decided[~pair_ids(decided).duplicated()]  # a pair held twice is one test
     template = jinja2.Template(TEMPLATE.read_text(encoding="utf-8"), trim_blocks=True,
                                lstrip_blocks=True, keep_trailing_newline=True)
     return template.render(
-        real=real, run=run, headline=headline(decided, summaries, beside),
+        real=real, run=run, headline=headline(decided, summaries, run, conditioning),
         tests=len(once), clear=int(once["clears"].sum()), correction=CORRECTION,
         alpha=float(decided.attrs.get("alpha", FAMILY_ALPHA)), legend=LEGEND,
         sections=sections(decided, summaries))
@@ -270,11 +580,11 @@ def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
 # -- the reference runs, the README and the docs pages ----------------------------------------
 
 
-def reference_text(reference: Path, real: bool = False, world: Path = REFERENCE_DIR) -> str:
-    """findings.md of a committed reference (``real``: beside the world's)."""
+def reference_text(reference: Path, real: bool = False) -> str:
+    """findings.md of a committed reference."""
     run = json.loads((reference / RUN_JSON).read_text())
-    beside = read_run(world) if real and (world / RUN_JSON).is_file() else None
-    return findings_markdown(*read_run(reference), run, real=real, world=beside)
+    return findings_markdown(*read_run(reference), run, real=real,
+                             conditioning=read_conditioning(reference))
 
 
 def headline_of(text: str) -> str:
@@ -294,22 +604,19 @@ def replace_block(text: str, block: str, real: bool) -> str:
 
 
 def write_pages(real: bool, readme: Path = README, root: Path = Path(".")) -> None:
-    """Rewrite the README's headline and the docs page of a reference from its tables; the
-    world's rewrites the real-text ones too where that reference is (set beside it)."""
+    """Rewrite the README's headline and the docs page of a reference from its tables."""
     reference = root / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
-    text = reference_text(reference, real, root / REFERENCE_DIR)
+    text = reference_text(reference, real)
     page = root / PAGES[real]
     page.write_text(replace_block(page.read_text(), text, real) if real else text)
     readme.write_text(replace_block(readme.read_text(), headline_block(text, PAGES[real]), real))
-    if not real and (root / REAL_REFERENCE_DIR / RUN_JSON).is_file():
-        write_pages(True, readme, root)
 
 
 def refresh_reference(report_dir: Path, real: bool = False, readme: Path = README,
                       root: Path = Path(".")) -> None:
-    """Copy a run's comparisons and summaries into its reference with ``run.json`` (the
-    checkout's commit, ``-dirty`` when the tree differs, and the tables' date) and rewrite
-    the pages (:func:`write_pages`)."""
+    """Copy a run's comparisons and summaries (and SALT's conditioning, where the run has
+    it) into its reference with ``run.json`` (the checkout's commit, ``-dirty`` when the
+    tree differs, and the tables' date) and rewrite the pages (:func:`write_pages`)."""
     commit = subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty=-dirty"],
                             capture_output=True, text=True, check=True, cwd=root).stdout.strip()
     reference = root / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
@@ -317,8 +624,9 @@ def refresh_reference(report_dir: Path, real: bool = False, readme: Path = READM
         shutil.rmtree(reference)
     reference.mkdir(parents=True)
     sources = [report_dir / paths.REPORT_FILES[n] for n in ("comparisons_csv", "summaries_csv")]
-    for source in sources:
-        shutil.copyfile(source, reference / source.name)
+    for source in [*sources, report_dir / CONDITIONING]:
+        if source in sources or source.is_file():
+            shutil.copyfile(source, reference / source.name)
     date = dt.datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), dt.UTC).date()
     (reference / RUN_JSON).write_text(
         json.dumps({"commit": commit, "date": date.isoformat()}, indent=2) + "\n")
@@ -337,8 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference or args.real_reference:
         refresh_reference(args.reference or args.real_reference, real=bool(args.real_reference))
         return 0
-    if args.pages:
-        write_pages(False)
+    if args.pages:  # both references' pages, where each is committed
+        for real in (False, True):
+            if (REAL_REFERENCE_DIR if real else REFERENCE_DIR).joinpath(RUN_JSON).is_file():
+                write_pages(real)
         return 0
     merged = compare_runs(read_run(args.compare[0])[0], read_run(args.compare[1])[0])
     print(f"{int(merged['agrees'].sum())} of {len(merged)} tests shared by the two runs agree.")
