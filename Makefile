@@ -15,6 +15,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= all
+# Runs that must not touch the network (dry runs, the lint, the job counts)
+OFFLINE_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1
 # torch is installed first, pinned to the lock's version (tests/test_lock.py): an unpinned
 # torch requirement pulls several GB of CUDA wheels. For a CUDA build of it on a GPU machine,
 # point pip at the build's index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu128.
@@ -55,16 +57,17 @@ LOCK_FLAGS := --quiet --universal --python-version 3.11 --generate-hashes $(LOCK
 # of the same version does not have) with its dependencies (a CUDA build's CUDA libraries are
 # not in the lock); uv then installs every other package the lock lists at the lock's version,
 # over pip's where they differ, each file checked against the lock's hashes, in parallel
-# (pip took 2 min 46 s of a 3.5-min set-up), then this package editable; it compiles the
-# bytecode of every module it installs: where Python runs with PYTHONDONTWRITEBYTECODE,
-# nothing else would, and every process would compile its imports. pip's packages (torch,
-# sympy, networkx, ...: ~4,600 modules) come with --no-compile (pip compiles one file at a
-# time): see SITE_BYTECODE below.
-UV_INSTALL = $(UV) pip install --quiet --compile-bytecode
+# (pip took 2 min 46 s of a 3.5-min set-up), then this package editable. Neither compiles
+# bytecode (~13,000 modules, 10-14 s of a 23-27 s set-up): where Python runs with
+# PYTHONDONTWRITEBYTECODE nothing else writes it, so the set-up compiles what a dry run
+# imports (embtransfer/core/bytecode.py: Snakemake, its plugins, the Snakefile's imports), and
+# `make test` the rest (SITE_BYTECODE below).
+UV_INSTALL = $(UV) pip install --quiet
 $(VENV)/.installed: $(BIN)/activate $(LOCK) pyproject.toml
 	$(BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)" "uv==0.13.9"
 	$(UV_INSTALL) --python $(BIN)/python --require-hashes --no-deps --excludes envs/torch.txt -r $(LOCK)
 	$(UV_INSTALL) --python $(BIN)/python --no-deps -e .
+	$(OFFLINE_ENV) $(BIN)/python -m embtransfer.core.bytecode
 	touch $@
 
 setup: $(VENV)/.installed
@@ -161,7 +164,7 @@ slurm:
 JOB_CONFIGS := config/config.yaml config/mini_full.yaml config/paper_salt.yaml config/paper_cva.yaml config/cluster_check.yaml config/real_text.yaml config/real_small.yaml
 jobs: setup
 	@for c in $(JOB_CONFIGS); do \
-	  out=$$(HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	  out=$$($(OFFLINE_ENV) \
 	         $(BIN)/snakemake -n --forceall --configfile $$c 2>&1); \
 	  n=$$(echo "$$out" | awk '$$1 == "total" {print $$2; exit}'); \
 	  if [ -n "$$n" ]; then echo "$$c: $$n jobs"; \
@@ -212,7 +215,7 @@ lint: setup
 	$(BIN)/snakefmt --check workflow Snakefile
 	@for c in $(JOB_CONFIGS); do \
 	  echo "snakemake --lint --configfile $$c"; \
-	  HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	  $(OFFLINE_ENV) \
 	    $(BIN)/snakemake --lint --configfile $$c || exit 1; \
 	done
 
@@ -227,6 +230,6 @@ clean:
 REPORT_CONFIG ?=
 REPORT_HTML ?= results/report.html
 report-html: setup
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EMBTRANSFER_OFFLINE=1 \
+	$(OFFLINE_ENV) \
 	  $(BIN)/snakemake $(if $(REPORT_CONFIG),--configfile $(REPORT_CONFIG)) \
 	  --report $(REPORT_HTML) --report-stylesheet workflow/report/report.css

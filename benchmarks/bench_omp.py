@@ -6,9 +6,9 @@ in ``.venv-ref``) in one call on ``--ref-tokens`` tokens (all of them, as mergek
 tokensurgeon calls it by default, where that is the pair's count), timed there and scaled
 linearly to the full count on a slice. Usage: ``python benchmarks/bench_omp.py [--pairs
 bert_ar t5_de] [--tokens N] [--ref-tokens 256] [--ref-dtypes float32] [--no-reference]
-[--threads 2]`` (``--tokens``: ours on a slice too, scaled, less its one-off part, timed on
-one token: the Gram matrix). The script reruns itself under ``.venv-ref``'s interpreter
-with ``--as-reference`` for the reference's timing.
+[--threads 2] [--score-dtype bfloat16|float32]`` (``--tokens``: ours on a slice too, scaled,
+less its one-off part, timed on one token: the Gram matrix). The script reruns itself under
+``.venv-ref``'s interpreter with ``--as-reference`` for the reference's timing.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def main() -> None:
                         choices=["float32", "float64"], help="the reference's precisions")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads, both sides (CPU seconds are load-robust at 1)")
+    parser.add_argument("--score-dtype", choices=["bfloat16", "float32"], default=None,
+                        help="the screen's precision (default: the faster here, "
+                             "omp_solver.default_score_dtype)")
     parser.add_argument("--as-reference", nargs=3, metavar=("PAIR", "N", "DTYPE"))
     args = parser.parse_args()
     if args.threads:
@@ -74,10 +77,14 @@ def main() -> None:
         print(json.dumps({"seconds": reference_seconds(pair, int(n), dtype)}))
         return
 
-    from embtransfer.transfer.omp_solver import omp_select
+    from bench_workflow import cpu_line
 
-    print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}",
-          flush=True)
+    from embtransfer.transfer.omp_solver import default_score_dtype, omp_select
+
+    dtype = getattr(torch, args.score_dtype) if args.score_dtype else default_score_dtype()
+    print(cpu_line(), flush=True)
+    print(f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}, k {K}, "
+          f"screen in {str(dtype).removeprefix('torch.')}", flush=True)
     for pair in args.pairs:
         targets, cands = rows(pair)
         n_ours = min(args.tokens or targets.shape[0], targets.shape[0])
@@ -85,11 +92,11 @@ def main() -> None:
         if n_ours < targets.shape[0]:
             # the one-off part (the Gram matrix): a run on one token, not scaled
             start, cpu = time.perf_counter(), time.process_time()
-            omp_select(targets[:1], cands, K)
+            omp_select(targets[:1], cands, K, score_dtype=dtype)
             fixed, fixed_cpu = time.perf_counter() - start, time.process_time() - cpu
         scale = (targets.shape[0] - 1) / max(n_ours - 1, 1) if fixed else 1.0
         start, cpu = time.perf_counter(), time.process_time()
-        omp_select(targets[:n_ours], cands, K)
+        omp_select(targets[:n_ours], cands, K, score_dtype=dtype)
         ours = fixed + (time.perf_counter() - start - fixed) * scale
         ours_cpu = fixed_cpu + (time.process_time() - cpu - fixed_cpu) * scale
         line = (f"{pair}: {targets.shape[0]} targets x {cands.shape[0]} candidates: omp "
@@ -116,4 +123,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO / "workflow"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     main()

@@ -24,13 +24,15 @@ whole-second times; the stamped log this script keeps (bench_workflow.<scheduler
 the run directory with --keep) gives the sub-second figures again.
 
     python benchmarks/bench_workflow.py [--configfile config/config.yaml] [--cores 2]
-        [--scheduler ilp greedy] [--keep] [--rerun-check] [--offline] [--skip-run] [TARGET ...]
+        [--scheduler ilp greedy] [--keep] [--rerun-check] [--offline] [--skip-run]
+        [--plans N] [TARGET ...]
     python benchmarks/bench_workflow.py --from-log DIR_OR_LOG [--workdir DIR]
 
 --rerun-check: after the run, `snakemake -n` and a plain rerun in the same directory must
 plan 0 jobs (their wall times are printed; otherwise the exit status is 1). --skip-run only
 plans (`--configfile config/paper_salt.yaml --skip-run --offline` times the paper grid's
-offline dry run). Prints figures; asserts nothing.
+offline dry run; `--skip-run --offline --plans 3` the default config's three times).
+Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -99,6 +101,21 @@ class LogRun:
     first_select: float | None = None
     ilp_fallbacks: int = 0
     elapsed: float | None = None  # Snakemake's closing "Elapsed time:"
+
+
+def cpu_line() -> str:
+    """The CPU a figure was measured on: its model, cores, whether it has AMX (oneDNN's
+    bfloat16 products run ~5x faster there) and a cap on oneDNN's instruction set where
+    one is set (``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` runs as a CPU without AMX)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+    amx = "amx_bf16" in (flags.group(1).split() if flags else [])
+    line = (f"CPU: {model.group(1) if model else 'unknown'}, {os.cpu_count()} cores, "
+            f"{'AMX' if amx else 'no AMX'}")
+    if cap := os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        line += f", oneDNN capped at {cap}"
+    return line
 
 
 def asctime_seconds(text: str) -> float:
@@ -407,13 +424,14 @@ def bench_scheduler(work: Path, args: argparse.Namespace, scheduler: str,
     shutil.copy(args.configfile, config)
     print(f"\n=== scheduler {scheduler}, --cores {args.cores}, {args.configfile}"
           f"{' ' + ' '.join(args.targets) if args.targets else ''}; directory {work}")
-    plan = run_stamped(snakemake_cmd(work, config, "-n", *args.targets), work, env,
-                       work / f"bench_workflow.{scheduler}.plan.log")
-    if plan.returncode != 0:
-        print("\n".join(line for _, line in plan.lines[-40:]))
-        raise SystemExit(f"snakemake -n failed (exit {plan.returncode})")
-    print(f"fresh plan (snakemake -n): {planned(plan)} jobs in {plan.wall:.2f} s wall, "
-          f"{(plan.own_cpu or 0) + plan.children_cpu:.2f} s CPU")
+    for _ in range(args.plans):
+        plan = run_stamped(snakemake_cmd(work, config, "-n", *args.targets), work, env,
+                           work / f"bench_workflow.{scheduler}.plan.log")
+        if plan.returncode != 0:
+            print("\n".join(line for _, line in plan.lines[-40:]))
+            raise SystemExit(f"snakemake -n failed (exit {plan.returncode})")
+        print(f"fresh plan (snakemake -n): {planned(plan)} jobs in {plan.wall:.2f} s wall, "
+              f"{(plan.own_cpu or 0) + plan.children_cpu:.2f} s CPU")
     if args.skip_run:
         return {"wall": None}, True
     log = work / f"bench_workflow.{scheduler}.log"
@@ -486,6 +504,8 @@ def main() -> None:
     parser.add_argument("--rerun-check", action="store_true",
                         help="after the run, `snakemake -n` and a rerun must plan 0 jobs")
     parser.add_argument("--skip-run", action="store_true", help="only time the fresh plan")
+    parser.add_argument("--plans", type=int, default=1,
+                        help="time the fresh plan this many times (a dry run writes nothing)")
     parser.add_argument("--offline", action="store_true",
                         help="set HF_HUB_OFFLINE, HF_DATASETS_OFFLINE, EMBTRANSFER_OFFLINE")
     parser.add_argument("--from-log", type=Path, metavar="PATH",
@@ -501,6 +521,7 @@ def main() -> None:
     if not args.configfile.is_file():
         raise SystemExit(f"--configfile {args.configfile}: no such file")
     env = dict(os.environ, **(OFFLINE if args.offline else {}))
+    print(cpu_line())
     root = Path(tempfile.mkdtemp(prefix="bench_workflow_"))
     results: dict[str, dict[str, float | None]] = {}
     clean = True

@@ -168,6 +168,29 @@ def test_transfer_selection_names_a_bad_key():
         validate_config(config)
 
 
+def test_gpu_only_transfers_are_planned_only_where_the_run_declares_a_gpu():
+    from embtransfer.core.grid import gpu_only_note, lapt_runs, transfer_runs
+
+    config = fresh()
+    config["transfer"]["gpu_only"] = [{"targets": ["gpt2_vi_mini"], "methods": ["omp"]}]
+    config = validate_config(config)
+    every = validate_config(fresh())
+    left = [r for r in transfer_runs(every) if r.target == "gpt2_vi_mini" and r.method == "omp"]
+    assert len(left) == 1
+    # on CPU: left out of the transfers and of everything built on them, and named
+    assert transfer_runs(config) == [r for r in transfer_runs(every) if r not in left]
+    assert left[0] not in lapt_runs(config)
+    assert gpu_only_note(config) == ("transfer.gpu_only: 1 transfer(s) left out, as "
+                                     "transfer.device is not cuda: vi_mini gpt2_vi_mini omp")
+    for device, planned in (("auto", False), ("cpu", False), ("cuda", True)):
+        config["transfer"]["device"] = device
+        assert (left[0] in transfer_runs(config)) == planned, device
+    assert gpu_only_note(config) is None
+    config["transfer"]["gpu_only"] = [{"methods": ["nosuch"]}]
+    with pytest.raises(ConfigError, match=r"transfer\.gpu_only\.0\.methods: \[.nosuch.\]"):
+        validate_config(config)
+
+
 def test_lapt_selection_is_a_union_of_products():
     from embtransfer.core.grid import lapt_runs, transfer_runs
 

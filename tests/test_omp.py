@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from embtransfer.transfer import omp_solver
 from embtransfer.transfer.methods.base import TransferInputs, get_method
 from embtransfer.transfer.omp_solver import (
     _nonnegative_max,
@@ -386,3 +387,23 @@ def test_the_maximum_on_bits_is_the_float_maximum(dtype) -> None:
     expected = values.float().amax(dim=1)
     assert torch.equal(_nonnegative_max(values, dim=1).float(), expected)
     assert torch.equal(_nonnegative_max(values, dim=1), values.amax(dim=1))
+
+
+@pytest.mark.parametrize(("bf16_seconds", "expected"), [(1.0, torch.bfloat16),
+                                                         (3.0, torch.float32)])
+def test_the_screen_runs_in_the_faster_precision_here(monkeypatch, bf16_seconds,
+                                                       expected) -> None:
+    """bfloat16 only where its products beat float32's (AMX), not wherever oneDNN runs it
+    natively: on AVX-512 BF16 without AMX it is ~0.7x float32's rate. The choice changes the
+    time only (the test above: the same picks in either precision)."""
+    timed = {torch.bfloat16: bf16_seconds, torch.float32: 2.0}
+    monkeypatch.setattr(omp_solver, "bfloat16_native", lambda: True)
+    monkeypatch.setattr(omp_solver, "_product_seconds", lambda dtype: timed[dtype])
+    omp_solver.default_score_dtype.cache_clear()
+    try:
+        assert omp_solver.default_score_dtype() == expected
+        monkeypatch.setattr(omp_solver, "bfloat16_native", lambda: False)
+        omp_solver.default_score_dtype.cache_clear()
+        assert omp_solver.default_score_dtype() == torch.float32
+    finally:
+        omp_solver.default_score_dtype.cache_clear()

@@ -355,17 +355,17 @@ def check_transfer(config: dict[str, Any]) -> None:
             )
 
 
-def _check_select(config: dict[str, Any], section: str) -> None:
-    """A grid selection (``transfer.select``, ``lapt.select``) names known keys: typos are
-    errors; a defined key outside the grid selects nothing."""
+def _check_select(config: dict[str, Any], section: str, name: str = "select") -> None:
+    """A grid selection (``transfer.select``, ``transfer.gpu_only``, ``lapt.select``) names
+    known keys: typos are errors; a defined key outside the grid selects nothing."""
     known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
              "methods": sorted(METHODS)}
-    for i, group in enumerate(config[section].get("select") or []):
+    for i, group in enumerate(config[section].get(name) or []):
         for key, allowed in known.items():
             unknown = sorted(set(group.get(key) or []) - set(allowed))
             _require(
                 not unknown,
-                f"config key {section}.select.{i}.{key}: {unknown} unknown (known: "
+                f"config key {section}.{name}.{i}.{key}: {unknown} unknown (known: "
                 f"{', '.join(allowed)})",
             )
 
@@ -373,6 +373,7 @@ def _check_select(config: dict[str, Any], section: str) -> None:
 def check_lapt(config: dict[str, Any]) -> None:
     """LAPT and transfer selections name known keys; the replay language exists."""
     _check_select(config, "transfer")
+    _check_select(config, "transfer", "gpu_only")
     _check_select(config, "lapt")
     lapt = config["lapt"]
     replay = lapt.get("replay")

@@ -49,15 +49,49 @@ def _selected(runs: list[Run], groups: list[dict[str, Any]] | None) -> list[Run]
     return [run for run in runs if any(_chosen(run, g) for g in groups)]
 
 
-def transfer_runs(config: dict[str, Any]) -> list[Run]:
-    """Every transferred checkpoint: the union of ``transfer.select``'s groups of the product
-    language x source x target PLM x method (no groups: the whole product)."""
+def _selected_runs(config: dict[str, Any]) -> list[Run]:
+    """The union of ``transfer.select``'s groups of the product language x source x target
+    PLM x method (no groups: the whole product)."""
     grid = [
         Run(lang, source, target, method)
         for lang, source, target in target_pairs(config)
         for method in config["transfer"]["methods"]
     ]
     return _selected(grid, config["transfer"].get("select"))
+
+
+def gpu_declared(config: dict[str, Any]) -> bool:
+    """Whether the run declares a GPU for its transfers (``transfer.device: cuda``); ``auto``
+    does not, since where the jobs will run is not known when the run is planned."""
+    return config["transfer"].get("device") == "cuda"
+
+
+def gpu_only_runs(config: dict[str, Any]) -> list[Run]:
+    """The selected runs in ``transfer.gpu_only``'s groups: transfers too costly for a CPU
+    run (OMP on the largest pair of config/real_text.yaml), planned only where
+    :func:`gpu_declared`."""
+    groups = config["transfer"].get("gpu_only")
+    return [run for run in _selected_runs(config)
+            if groups and any(_chosen(run, g) for g in groups)]
+
+
+def gpu_only_note(config: dict[str, Any]) -> str | None:
+    """The line a CPU run prints about the transfers it leaves to a GPU run; None when there
+    are none (or the run declares a GPU)."""
+    left = [] if gpu_declared(config) else gpu_only_runs(config)
+    if not left:
+        return None
+    names = ", ".join(f"{r.lang} {r.target} {r.method}" for r in left)
+    return (f"transfer.gpu_only: {len(left)} transfer(s) left out, as transfer.device is not "
+            f"cuda: {names}")
+
+
+def transfer_runs(config: dict[str, Any]) -> list[Run]:
+    """Every transferred checkpoint: the union of ``transfer.select``'s groups of the product
+    language x source x target PLM x method (no groups: the whole product), less
+    :func:`gpu_only_runs` where the run declares no GPU."""
+    left = set() if gpu_declared(config) else set(gpu_only_runs(config))
+    return [run for run in _selected_runs(config) if run not in left]
 
 
 def lapt_runs(config: dict[str, Any]) -> list[Run]:

@@ -18,12 +18,13 @@ from snakemake.settings.types import ExecMode
 from embtransfer.core import jobserver, paths
 from embtransfer.core.atomic import find_stray_temporaries, human_bytes, remove_path, size_of
 from embtransfer.core.cluster import check_slurm_run
+from embtransfer.core.grid import gpu_only_note
 from embtransfer.core.pinning import pin_config_file
 
 
 def on_start(workflow: Any, config: dict[str, Any]) -> None:
-    """Refuse a SLURM run whose profile holds placeholders; report stray temporaries; start
-    the job server.
+    """Refuse a SLURM run whose profile holds placeholders; name the transfers left to a GPU
+    run (``transfer.gpu_only``); report stray temporaries; start the job server.
 
     Raises :class:`embtransfer.core.cluster.SlurmProfileError`. Stray temporaries under
     ``results/``: :func:`report_stray_temporaries`. The job server
@@ -31,6 +32,8 @@ def on_start(workflow: Any, config: dict[str, Any]) -> None:
     config says ``job_server: false``.
     """
     check_slurm_run(workflow)
+    if note := gpu_only_note(config):
+        print(note, file=sys.stderr)
     line = report_stray_temporaries(Path(paths.RESULTS), remove=config["clean_temporaries"])
     if line:
         print(line, file=sys.stderr)

@@ -10,8 +10,9 @@ fit; :func:`embtransfer.transfer.regression.apply_coefficients` combines the sam
 source rows with them, exactly as for SALT.
 
 Arithmetic. Each step scores every candidate at once: one product of the batch's
-residuals (tokens x h) with all candidate rows (h x N) in bfloat16 (oneDNN runs it on
-AMX / AVX-512 at ~0.5-0.9 TFLOPS a core here; float32 where bfloat16 is not native), which
+residuals (tokens x h) with all candidate rows (h x N) in the faster precision here
+(:func:`default_score_dtype`: bfloat16 on AMX, ~0.65 TFLOPS a core; float32 elsewhere, ~0.14
+TFLOPS a core with AVX-512, where oneDNN's bfloat16 without AMX runs at ~0.1), which
 is compute-bound, where Batch OMP's Gram update (``alpha0 - G[I]^T c``, the previous
 version) read t of G's rows per token and step from memory. The pick must still be the
 float64 one: :class:`_Screen` bounds each low-precision score's error (the rows' roundings
@@ -42,6 +43,8 @@ and divides by a clamped norm.
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -82,13 +85,48 @@ DEPENDENT_TOL = 1e-7
 ZERO_ROW_TOL = 1e-6
 
 
-def default_score_dtype() -> torch.dtype:
-    """bfloat16 where oneDNN runs it natively (AVX-512 or AMX), else float32."""
+def bfloat16_native() -> bool:
+    """Whether oneDNN runs bfloat16 products natively here (AVX-512 BF16 or AMX)."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
-        return torch.bfloat16 if check is not None and check() else torch.float32
+        return bool(check is not None and check())
     except RuntimeError:
+        return False
+
+
+def _product_seconds(dtype: torch.dtype, h: int = 768, n: int = 4096, rows: int = 256,
+                     repeats: int = 3) -> float:
+    """The fastest of ``repeats`` timed (rows x h) @ (h x n) products in ``dtype``, on this
+    thread's torch threads (the solve's batches run at one)."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(rows, h, generator=gen).to(dtype)
+    b = torch.randn(h, n, generator=gen).to(dtype)
+    a @ b  # the first call sets up oneDNN's kernel
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+def default_score_dtype() -> torch.dtype:
+    """The faster screening precision on this CPU: bfloat16 where oneDNN runs it natively
+    and it beats float32, else float32. Timed once per process (a few milliseconds), since
+    native is not enough: on AMX bfloat16 runs ~5x float32's rate, on AVX-512 BF16 alone
+    (no AMX, ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16``) ~0.7x (benchmarks/README.md). The
+    picks are float64 OMP's in either precision (the screen's bounds), so the choice
+    changes the time, never the result."""
+    if not bfloat16_native():
         return torch.float32
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        faster = _product_seconds(torch.bfloat16) < _product_seconds(torch.float32)
+    finally:
+        torch.set_num_threads(threads)
+    return torch.bfloat16 if faster else torch.float32
 
 
 def omp_select(
