@@ -761,6 +761,9 @@ def test_salt_against_omp_is_one_line_per_k_with_the_stages_apart():
     text = findings_markdown(decided, summaries, conditioning=conditioning)
     assert "(`omp_salt_k`: k = SALT's median support size, k/h 0.09)" in text
     assert f"(`omp`: k = {OMP_K}, mergekit-tokensurgeon's default, k/h 0.5)" in text
+    # a run that sets OMP's k says so, and its k/h is that k's
+    text = findings_markdown(decided, summaries, {"omp_k": 32}, conditioning=conditioning)
+    assert "(`omp`: k = 32, k/h 0.25)" in text
     # a broken OMP checkpoint counts in no line, nor does the LAPT one trained from it (the
     # spine tests no flagged checkpoint: only its alignment and LAPT lines are left here)
     flagged = omp_run(flag_omp=True)

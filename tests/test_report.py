@@ -952,3 +952,14 @@ def test_the_rule_params_hold_only_what_the_report_reads():
     assert config_subset(config)["report"]["family_alpha"] == 0.01
     assert subset["models"]["gemma"] == {"type": "hub", "repo_id": "google/gemma-2b"}
     assert PaperNames.from_config(subset) == PaperNames.from_config(config)
+
+
+def test_the_findings_read_the_runs_seed_and_omp_k():
+    """The live report's headline names the k the run gave OMP, not the catalog's default."""
+    from embtransfer.report.build import findings_run
+
+    config = fixture_config()
+    config["transfer"].setdefault("options", {})
+    assert findings_run(config)["omp_k"] == 64
+    config["transfer"]["options"]["omp"] = {"k": 16}
+    assert findings_run(config) == {"seed": config.get("seed", 0), "omp_k": 16}

@@ -29,6 +29,7 @@ from embtransfer.report.figures import Curves, write_figure2, write_methods_figu
 from embtransfer.report.findings import findings_markdown, headline_of
 from embtransfer.report.paper import PaperNames
 from embtransfer.report.texts import prose
+from embtransfer.transfer.method_catalog import resolve_options
 
 
 def output_names(directory: str = paths.REPORT_DIR) -> dict[str, str]:
@@ -83,6 +84,13 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         # real-text variant (a config without languages, as tests pass, has no real text)
         "real_text": "languages" in config and real_text_run(config),
     }
+
+
+def findings_run(config: dict[str, Any]) -> dict[str, Any]:
+    """What the findings' headline says of the run beyond its tables: its seed and OMP's
+    configured k (the SALT-against-OMP line at the tool's default k names it)."""
+    omp = resolve_options("omp", config["transfer"].get("options", {}).get("omp", {}))
+    return {"seed": config.get("seed", 0), "omp_k": omp["k"]}
 
 
 def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "results"
@@ -185,9 +193,11 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
     diagnostics.write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
                                    *csv_md("source_floor"))
-    diagnostics.write_salt_conditioning(inputs.salt_regression, *csv_md("salt_conditioning"))
+    conditioning = diagnostics.write_salt_conditioning(inputs.salt_regression,
+                                                       *csv_md("salt_conditioning"))
     write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
-    findings = findings_markdown(decided, summaries, real=bool(config.get("real_text")))
+    findings = findings_markdown(decided, summaries, findings_run(config),
+                                 real=bool(config.get("real_text")), conditioning=conditioning)
     write_text_lines(outputs["findings"], [findings])  # it ends in one newline
     curves, lacking = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     here = Path(outputs["report_md"]).parent

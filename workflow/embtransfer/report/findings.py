@@ -364,18 +364,21 @@ def _span(values: Iterable[float]) -> str:
     return f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g}-{values[-1]:g}"
 
 
-def _k_over_h(rival: str, tests: pd.DataFrame, conditioning: pd.DataFrame | None) -> str:
+def _k_over_h(rival: str, tests: pd.DataFrame, conditioning: pd.DataFrame | None,
+              omp_k: int = OMP_DEFAULT_K) -> str:
     """k and, where SALT's conditioning table gives the PLM widths of the tests' settings,
-    k/h: OMP's k over the width; SALT's median k/h for OMP at SALT's k."""
+    k/h: OMP's k (``omp_k``, the run's ``transfer.options.omp.k``) over the width; SALT's
+    median k/h for OMP at SALT's k."""
+    default = ", mergekit-tokensurgeon's default" if omp_k == OMP_DEFAULT_K else ""
     k = ("k = SALT's median support size" if rival == "omp_salt_k"
-         else f"k = {OMP_DEFAULT_K}, mergekit-tokensurgeon's default")
+         else f"k = {omp_k}{default}")
     if conditioning is None or conditioning.empty:
         return k
     plms = tests[["lang", "source", "target"]].drop_duplicates()
     found = plms.merge(conditioning, on=["lang", "source", "target"])
     if len(found) < len(plms):  # a setting without SALT's conditioning: k/h unknown there
         return k
-    ratio = found["k_over_h_median"] if rival == "omp_salt_k" else OMP_DEFAULT_K / found["h_t"]
+    ratio = found["k_over_h_median"] if rival == "omp_salt_k" else omp_k / found["h_t"]
     return f"{k}, k/h {_span(ratio)}"
 
 
@@ -390,7 +393,8 @@ def _where(tests: pd.DataFrame) -> str:
 
 
 def salt_omp_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
-                   conditioning: pd.DataFrame | None = None) -> list[str]:
+                   conditioning: pd.DataFrame | None = None,
+                   omp_k: int = OMP_DEFAULT_K) -> list[str]:
     """SALT against OMP at SALT's k and against OMP at the tool's default k, one line each,
     from SALT's side (OMP better is SALT worse), the transfer stage apart from LAPT's; a
     test with a broken checkpoint (:func:`broken_checkpoints`) counts in neither."""
@@ -402,7 +406,7 @@ def salt_omp_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
             continue
         down = _broken_test(versus, broken)
         working = versus[~down]
-        head = f"`{rival}`: {_k_over_h(rival, versus, conditioning)}"
+        head = f"`{rival}`: {_k_over_h(rival, versus, conditioning, omp_k)}"
         if down.any():
             head += f"; {_plural(int(down.sum()), 'test')} with flagged rows left out"
         stages = []
@@ -531,7 +535,8 @@ def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any]
                   if (c := leader_line(summaries, decided, kind, broken, cells, bold=False))]
     if benchmarks:
         lines.append("**Benchmarks**: " + "; ".join(c.rstrip(".") for c in benchmarks) + ".")
-    lines += [*salt_omp_lines(decided, summaries, conditioning),
+    omp_k = int((run or {}).get("omp_k", OMP_DEFAULT_K))
+    lines += [*salt_omp_lines(decided, summaries, conditioning, omp_k),
               *anomaly_lines(decided, summaries), seed_line(run)]
     return [line for line in lines if line]
 
@@ -563,7 +568,8 @@ def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, A
 def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                       run: dict[str, Any] | None = None, real: bool = False,
                       conditioning: pd.DataFrame | None = None) -> str:
-    """The text of findings.md. ``run``: the run's run.json (commit, date, note, seeds);
+    """The text of findings.md. ``run``: the run's run.json (commit, date, note, seeds,
+    ``omp_k``: OMP's configured k where it is not the tool's default);
     ``real``: a real-text run's; ``conditioning``: SALT's conditioning table, where the run
     has one (the SALT-against-OMP lines give k/h from it)."""
     summaries = with_decisions(summaries, decided)
