@@ -256,3 +256,22 @@ def test_the_report_is_unchanged_where_no_row_is_flagged(tmp_path):
     table = setting_table(summaries[summaries["target"] == "gpt2_x"], lookup(decided))
     assert "flags" not in table and "rows flagged" not in table
     assert "Rows blown up" not in findings_markdown(decided, summaries)
+
+
+@pytest.mark.parametrize("kind", ["float64", "float32", "bfloat16 tensor", "float32 tensor"])
+def test_row_norms_equal_a_plain_float64_norm_and_survive_huge_float64_rows(kind):
+    """Against numpy's norm of the rows in float64, across block edges; float64 rows whose
+    squares overflow still get a finite norm (the scaled path)."""
+    from embtransfer.transfer.row_check import _BLOCK_ROWS, row_norms
+
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((_BLOCK_ROWS + 7, 24)) * rng.uniform(1e-3, 1e3, (1, 24))
+    matrix = {"float64": rows, "float32": rows.astype(np.float32),
+              "bfloat16 tensor": torch.from_numpy(rows).to(torch.bfloat16),
+              "float32 tensor": torch.from_numpy(rows).float()}[kind]
+    exact = (np.linalg.norm(matrix.double().numpy(), axis=1) if torch.is_tensor(matrix)
+             else np.linalg.norm(np.asarray(matrix, np.float64), axis=1))
+    np.testing.assert_allclose(row_norms(matrix), exact, rtol=1e-13)
+    if kind == "float64":
+        huge = np.full((2, 4), 1e200)
+        np.testing.assert_allclose(row_norms(huge), [2e200, 2e200], rtol=1e-15)

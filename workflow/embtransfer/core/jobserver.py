@@ -49,9 +49,12 @@ ENV = "EMBTRANSFER_JOB_SERVER"
 #: Set in a forked child, so the script's own :func:`delegate` call runs it there.
 CHILD_ENV = "EMBTRANSFER_JOB_SERVER_CHILD"
 #: Heavy modules the jobs import; the server imports them once (a missing one is skipped).
+#: Every model family the package builds has its modeling module here: one left out is
+#: imported in every job's fork again (Gemma 3's took 2-5 s a job of `make bench-real`).
 PRELOAD = (
     "numpy", "torch", "safetensors.torch", "tokenizers", "transformers",
     "transformers.models.llama.modeling_llama", "transformers.models.gemma.modeling_gemma",
+    "transformers.models.gemma3.modeling_gemma3", "transformers.models.xglm.modeling_xglm",
     "transformers.models.gpt2.modeling_gpt2", "transformers.models.bert.modeling_bert",
     "transformers.models.t5.modeling_t5", "peft", "lm_eval.evaluator",
     "lm_eval.models.huggingface", "jsonschema",  # the config and catalogs' schemas: 0.05 s a job
