@@ -130,7 +130,8 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
-    from embtransfer.report.build import Inputs, build_tables, zeroshot_paths
+    from embtransfer.config.validation import fill_defaults
+    from embtransfer.report.build import Inputs, build_tables, findings_run, zeroshot_paths
     from embtransfer.report.comparisons import pair_ids
     from embtransfer.report.findings import findings_markdown, read_run
 
@@ -170,8 +171,11 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     assert "| salt | 2.0000 ± " in (out / "zeroshot.md").read_text()
     assert (out / "methods.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     findings = (out / "findings.md").read_text()
-    # from the comparisons the rule wrote: one zero-shot setting, two methods, two documents
-    assert findings == findings_markdown(decided, summaries)
+    # from the comparisons the rule wrote: one zero-shot setting, two methods, two documents;
+    # the run's seed and OMP's k from its config
+    run = findings_run(fill_defaults(config))  # the rule's config has the schema's defaults
+    assert findings == findings_markdown(decided, summaries, run)
+    assert f"(`seed` {run['seed']})" in findings
     assert findings.startswith("# What the run shows\n\n- **Zero-shot bits per byte of the "
                                "whole model, transfer stage** (1 of 1 settings, those that hold "
                                "all 2 competing methods): ")
