@@ -333,8 +333,9 @@ def kind_claims(decided, summaries, family, select, table, broken, cells, source
     strong = [i for i in range(n) if i not in weak]
     if not weak:
         return claims + leader_claims(rows, methods, relations)
-    why = (f"there, {max(cells[full[i]][0] for i in weak)} tokens, is below the "
-           f"{needs_of(cells[full[i]][1] for i in weak)} discordant tokens a test needs")
+    items = "questions" if table else "tokens"  # a paper table's tests count questions
+    why = (f"there, {max(cells[full[i]][0] for i in weak)} {items}, is below the "
+           f"{needs_of(cells[full[i]][1] for i in weak)} discordant {items} a test needs")
     if not strong:
         return claims + [f"no power in any of the {n}{names_of(dicts, sources)}", why]
     return claims + [

@@ -343,9 +343,10 @@ def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
     if not weak:
         return head + _leaders(found.settings, found.methods) + "."
     lines = cells.set_index(KEYS).loc[[tuple(keys[i].values()) for i in sorted(weak)]]
+    items = "questions" if kind in TABLES else "tokens"  # what a paper table's tests count
     why = (f"the largest net difference between two working methods there, "
-           f"{int(lines['largest'].max())} tokens, is below the "
-           f"{_needs(lines['detectable'])} discordant tokens a test needs")
+           f"{int(lines['largest'].max())} {items}, is below the "
+           f"{_needs(lines['detectable'])} discordant {items} a test needs")
     if not strong:
         return head + (f"no power in any of the {n}{_names(keys, sources)}: {why}, so no "
                        "method is named best.")
