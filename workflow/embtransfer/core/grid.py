@@ -66,13 +66,16 @@ def gpu_declared(config: dict[str, Any]) -> bool:
     return config["transfer"].get("device") == "cuda"
 
 
+def _left_to_gpu(config: dict[str, Any], run: Run) -> bool:
+    """Whether ``run`` is in one of ``transfer.gpu_only``'s groups."""
+    return any(_chosen(run, g) for g in config["transfer"].get("gpu_only") or [])
+
+
 def gpu_only_runs(config: dict[str, Any]) -> list[Run]:
     """The selected runs in ``transfer.gpu_only``'s groups: transfers too costly for a CPU
     run (OMP on the largest pair of config/real_text.yaml), planned only where
     :func:`gpu_declared`."""
-    groups = config["transfer"].get("gpu_only")
-    return [run for run in _selected_runs(config)
-            if groups and any(_chosen(run, g) for g in groups)]
+    return [run for run in _selected_runs(config) if _left_to_gpu(config, run)]
 
 
 def gpu_only_note(config: dict[str, Any]) -> str | None:
@@ -90,8 +93,10 @@ def transfer_runs(config: dict[str, Any]) -> list[Run]:
     """Every transferred checkpoint: the union of ``transfer.select``'s groups of the product
     language x source x target PLM x method (no groups: the whole product), less
     :func:`gpu_only_runs` where the run declares no GPU."""
-    left = set() if gpu_declared(config) else set(gpu_only_runs(config))
-    return [run for run in _selected_runs(config) if run not in left]
+    runs = _selected_runs(config)
+    if gpu_declared(config):
+        return runs
+    return [run for run in runs if not _left_to_gpu(config, run)]
 
 
 def lapt_runs(config: dict[str, Any]) -> list[Run]:
