@@ -199,7 +199,7 @@ def print_rules(rules: dict[str, dict[str, Any]], per_job: bool) -> None:
 def salt_figures(work: Path) -> list[tuple[str, int, int]]:
     """(target, tokens solved, tokens whose neighbour set was capped) of every regression."""
     out = []
-    for meta in sorted((work / "results" / "regression").glob("*/*/*/projected.json")):
+    for meta in sorted((work / "results").glob("seed*/regression/*/*/*/projected.json")):
         stats = json.loads(meta.read_text())["stats"]
         out.append((meta.parent.name, int(stats["n_tokens"]), int(stats["n_capped"])))
     return out
@@ -227,7 +227,7 @@ def neighbor_figures(work: Path, read: set[str]) -> list[tuple[str, int, int, bo
     from embtransfer.neighbors.search import read_neighbors
 
     out = []
-    for path in sorted((work / "results" / "neighbors").glob("*/*/*/*.parquet")):
+    for path in sorted((work / "results").glob("seed*/neighbors/*/*/*/*.parquet")):
         stats = read_neighbors(path)[1]
         name = path.relative_to(work).as_posix()
         out.append((name, int(stats["n_with_neighbors"]), int(stats["degenerate"]), name in read))
@@ -246,7 +246,7 @@ def checkpoint_figures(work: Path, config: dict[str, Any]) -> tuple[int, list[st
         record = work / paths.ZEROSHOT.fill(**run._asdict())
         loss = json.loads(record.read_text()).get("loss") if record.is_file() else None
         if loss is None or not math.isfinite(loss):
-            bad.append("/".join(run))
+            bad.append("/".join(map(str, run)))
     return len(runs), bad
 
 
@@ -254,10 +254,11 @@ def regime_figures(work: Path) -> list[tuple[str, float, float]]:
     """(setting, median k/h, 99th percentile k/h) of SALT's least squares in every setting
     (the regression records' conditioning)."""
     out = []
-    for meta in sorted((work / "results" / "regression").glob("*/*/*/projected.json")):
+    for meta in sorted((work / "results").glob("seed*/regression/*/*/*/projected.json")):
         k_over_h = json.loads(meta.read_text())["stats"]["conditioning"]["k_over_h"]
-        setting = "/".join(meta.relative_to(work / "results" / "regression").parts[:3])
-        out.append((setting, float(k_over_h["median"]), float(k_over_h["p99"])))
+        seed, _, lang, source, target = meta.relative_to(work / "results").parts[:5]
+        out.append((f"{lang}/{source}/{target}/{seed}", float(k_over_h["median"]),
+                    float(k_over_h["p99"])))
     return out
 
 
@@ -287,7 +288,7 @@ def lapt_languages(work: Path, config: dict[str, Any]) -> tuple[list[str], list[
     from embtransfer.core import paths
 
     scored = {paths.LAPT_ZEROSHOT.parse(p.relative_to(work).as_posix())["lang"]
-              for p in (work / "results" / "lapt_zeroshot").glob("*/*/*/*.json")}
+              for p in (work / "results").glob("seed*/lapt_zeroshot/*/*/*/*.json")}
     return sorted(scored), sorted(config["targets"])
 
 

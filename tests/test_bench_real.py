@@ -267,7 +267,7 @@ def test_shared_search_is_the_search_each_method_would_make(tmp_path, monkeypatc
 
 
 class _W:
-    lang, source, target = "de", "gemma3", "gpt2_de"
+    lang, source, target, seed = "de", "gemma3", "gpt2_de", "1"
 
     def __init__(self, method: str) -> None:
         self.method = method
@@ -276,7 +276,7 @@ class _W:
 def test_search_inputs_only_for_the_searching_methods_when_shared():
     config = {"aligned": {"share_search": True}}
     assert search_inputs(config, _W("ofa")) == {
-        "aligned_search": "results/aligned/de/gemma3/gpt2_de.search.safetensors"
+        "aligned_search": "results/seed1/aligned/de/gemma3/gpt2_de.search.safetensors"
     }
     assert search_inputs(config, _W("salt")) == {}
     assert search_inputs({"aligned": {"share_search": False}}, _W("wechsel")) == {}
@@ -324,7 +324,7 @@ def test_bench_goal_counts_the_tables_methods_read():
     read = _bench().tables_methods_read(load_config_file(CONFIG))
     # SALT (its regression) reads word tables, FOCUS token tables, of the three method targets
     assert read == {
-        f"results/neighbors/{lang}/gemma3/{plm}/{kind}.parquet"
+        f"results/seed1234/neighbors/{lang}/gemma3/{plm}/{kind}.parquet"
         for lang, plm in (("de", "gpt2_de"), ("ar", "bert_ar"), ("de", "t5_de"))
         for kind in ("word", "token")
     }
@@ -349,7 +349,7 @@ def _real_small_run(work: Path, k_over_h: dict[str, tuple[float, float]], carrie
     import pandas as pd
 
     for setting, (median, p99) in k_over_h.items():
-        meta = work / "results" / "regression" / setting / "projected.json"
+        meta = work / "results" / "seed0" / "regression" / setting / "projected.json"
         meta.parent.mkdir(parents=True)
         meta.write_text(json.dumps({"stats": {"conditioning": {"k_over_h": {
             "median": median, "p90": p99, "p99": p99, "max": p99}}}}))
@@ -365,8 +365,8 @@ def _real_small_run(work: Path, k_over_h: dict[str, tuple[float, float]], carrie
                   "method": ["salt", "focus"], "flags": [salt_flags, "rows flagged: 3"]}).to_csv(
         report / "summaries.csv", index=False)
     for lang in lapt_langs:
-        record = work / "results" / "lapt_zeroshot" / lang / "llama_en" / f"gpt2_{lang}" / (
-            "salt.json")
+        record = (work / "results" / "seed0" / "lapt_zeroshot" / lang / "llama_en"
+                  / f"gpt2_{lang}" / "salt.json")
         record.parent.mkdir(parents=True)
         record.write_text("{}")
 
@@ -380,14 +380,14 @@ def test_real_small_goals_hold_salt_to_its_regime_and_its_plms_to_meaning(tmp_pa
     good = tmp_path / "good"
     _real_small_run(good, {"de/llama_en/gpt2_de": (0.2, 0.6), "vi/llama_en/t5_vi": (0.5, 0.8)},
                     [True, True], "better", "", ["de", "ar", "vi"])
-    assert bench.regime_figures(good) == [("de/llama_en/gpt2_de", 0.2, 0.6),
-                                          ("vi/llama_en/t5_vi", 0.5, 0.8)]
+    assert bench.regime_figures(good) == [("de/llama_en/gpt2_de/seed0", 0.2, 0.6),
+                                          ("vi/llama_en/t5_vi/seed0", 0.5, 0.8)]
     assert bench.soundness_figures(good) == ([], [])
     assert bench.lapt_languages(good, config) == (["ar", "de", "vi"], ["ar", "de", "vi"])
     bad = tmp_path / "bad"
     _real_small_run(bad, {"vi/llama_en/gpt2_vi": (1.08, 3.42)}, [True, False], "worse",
                     "rows flagged: 12", ["de"])
-    assert bench.regime_figures(bad) == [("vi/llama_en/gpt2_vi", 1.08, 3.42)]
+    assert bench.regime_figures(bad) == [("vi/llama_en/gpt2_vi/seed0", 1.08, 3.42)]
     meaningless, unsound = bench.soundness_figures(bad)
     assert meaningless == ["vi/t5_vi"]
     assert unsound == ["vi/gpt2_vi (zeroshot: rows flagged)",

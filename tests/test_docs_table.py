@@ -81,7 +81,9 @@ def rules(tmp_path_factory) -> dict[str, Rule]:
         name, outputs, script, snakefile = json.loads(line[5:])
         if not script or not outputs:
             continue  # a target rule (all, evaluation, download_all, ...)
-        dirs = frozenset("/".join(o.split("/")[:2]) + "/" for o in outputs)
+        # a seeded artifact's folder is the one below results/seed<N>/
+        dirs = frozenset("/".join(re.sub(r"^results/seed\{seed[^}]*\}/", "results/", o)
+                                  .split("/")[:2]) + "/" for o in outputs)
         script_path = REPO / "workflow" / "scripts" / script.removeprefix("../scripts/")
         found[name] = Rule(name, Path(snakefile).stem, dirs, _script_packages(script_path))
     return found

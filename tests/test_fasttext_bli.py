@@ -267,20 +267,21 @@ def load(name: str) -> dict:
 def test_the_default_and_real_small_runs_score_every_language_wechsel_and_ofa_run_in():
     default = load("config.yaml")
     assert all_fasttext_bli(default) == [
-        paths.FASTTEXT_BLI.fill(lang=lang) for lang in ("ar_mini", "vi_mini")]
-    inputs = fasttext_bli_inputs(default, {"lang": "vi_mini"})
+        paths.FASTTEXT_BLI.fill(lang=lang, seed=1234) for lang in ("ar_mini", "vi_mini")]
+    inputs = fasttext_bli_inputs(default, {"lang": "vi_mini", "seed": "1234"})
     assert inputs == {
-        "source_fasttext": paths.FASTTEXT_WORD.fill(lang="en_mini"),
-        "target_fasttext": paths.FASTTEXT_WORD.fill(lang="vi_mini"),
+        "source_fasttext": paths.FASTTEXT_WORD.fill(lang="en_mini", seed=1234),
+        "target_fasttext": paths.FASTTEXT_WORD.fill(lang="vi_mini", seed=1234),
         # WECHSEL and OFA run with the GPT-2 PLM only
         "aligned": [paths.ALIGNED.fill(lang="vi_mini", source="llama_mini",
-                                       target="gpt2_vi_mini")],
+                                       target="gpt2_vi_mini", seed=1234)],
         "world": paths.WORLD,
     }
     assert report_inputs(default)["fasttext_bli"] == all_fasttext_bli(default)
     real = load("real_small.yaml")  # vi has no dictionary: no WECHSEL, no OFA
-    assert all_fasttext_bli(real) == [paths.FASTTEXT_BLI.fill(lang=lang) for lang in ("de", "ar")]
-    assert "world" not in fasttext_bli_inputs(real, {"lang": "de"})
+    assert all_fasttext_bli(real) == [paths.FASTTEXT_BLI.fill(lang=lang, seed=seed)
+                                      for seed in real["seeds"] for lang in ("de", "ar")]
+    assert "world" not in fasttext_bli_inputs(real, {"lang": "de", "seed": "1235"})
     # without WECHSEL and OFA, or without a held-out half, nothing is scored
     assert all_fasttext_bli({**real, "dictionary_held_out": 0}) == []
     only_salt = {**real, "transfer": {**real["transfer"], "select": [{"methods": ["salt"]}]}}

@@ -773,6 +773,25 @@ def test_salt_against_omp_is_one_line_per_k_with_the_stages_apart():
                             "checkpoints.")
 
 
+def test_the_lines_after_lapt_say_how_far_lapt_moved_the_rows():
+    decided, summaries = omp_run()
+    movement = pd.DataFrame({
+        "lang": "xx", "source": "src", "target": "gpt2_xx",
+        "method": ["salt", "salt", "omp_salt_k", "omp_salt_k", "omp", "random"],
+        "side": ["input", "output"] * 3, "median_cosine": [0.9991, 0.99, 0.9995, 0.98, 0.5, 0.1]})
+    text = findings_markdown(decided, summaries, movement=movement)
+    at_k = line_of(text, "SALT against OMP at SALT's k")
+    # SALT's and this rival's runs only (Random's and the other OMP's are not these tests')
+    assert ("after LAPT (the new rows' median cosine to their rows before LAPT: input "
+            "0.9991-0.9995, output 0.9800-0.9900, over 2 runs), 1 paired test:") in at_k
+    default = line_of(text, "SALT against OMP at the tool's default k")
+    assert "input 0.5000-0.9991, output 0.9900, over 2 runs" in default
+    # the transfer stage says nothing of it; without the table neither stage does
+    assert "transfer stage, 2 paired tests" in at_k
+    assert "median cosine" not in line_of(findings_markdown(decided, summaries),
+                                          "SALT against OMP at SALT's k")
+
+
 def test_a_broken_checkpoint_takes_no_rank_and_no_lead():
     """clp's rows are flagged and its bits per byte are the setting's best by summaries that
     still rank it (a report from before the spine left flagged checkpoints unranked): the

@@ -81,7 +81,11 @@ def test_the_package_top_level_reads_as_the_pipeline() -> None:
 
 def test_every_artifact_directory_is_mapped_to_its_stage_in_the_design() -> None:
     templates = [v for v in vars(paths).values() if isinstance(v, paths.Template)]
-    dirs = {t.split("/")[1] for t in templates if t.startswith("results/")}
+    # a seeded artifact's directory is the one below results/seed<N>/
+    seeded = {t.removeprefix(paths.SEEDED + "/").split("/")[0] for t in templates
+              if t.startswith(paths.SEEDED + "/")}
+    dirs = {t.split("/")[1] for t in templates if t.startswith("results/")} - {
+        paths.SEEDED.split("/")[1]} | seeded
     assert len(dirs) > 10, "found too few artifact directories in embtransfer.core.paths"
     design = (ROOT / "docs" / "design.md").read_text()
     rows = dict(re.findall(r"^\| `results/(\w+)/` \| (\w+) \|", design, flags=re.M))
@@ -89,3 +93,13 @@ def test_every_artifact_directory_is_mapped_to_its_stage_in_the_design() -> None
     assert not missing, f"docs/design.md's artifact table lacks results/{missing}/"
     for directory, stage in rows.items():
         assert stage in stages(), f"docs/design.md maps results/{directory}/ to {stage!r}"
+
+
+def test_the_design_lists_the_seeded_artifact_directories() -> None:
+    templates = [v for v in vars(paths).values() if isinstance(v, paths.Template)]
+    seeded = {t.removeprefix(paths.SEEDED + "/").split("/")[0] for t in templates
+              if t.startswith(paths.SEEDED + "/")}
+    design = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    listed = re.search(r"`results/seed<N>/`: seeded: ([\w, ]+)", design)
+    assert listed, "docs/design.md does not list the seeded artifact directories"
+    assert set(listed.group(1).replace(" ", "").split(",")) == seeded

@@ -62,13 +62,13 @@ def test_a_partial_fill_keeps_the_other_wildcards(name):
 
 
 def test_a_path_of_another_template_does_not_parse():
-    lapt = paths.LAPT_METRICS.fill(lang="de", source="s", target="t", method="salt")
+    lapt = paths.LAPT_METRICS.fill(lang="de", source="s", target="t", method="salt", seed=0)
     assert paths.ZEROSHOT.parse(lapt) is None
     assert paths.LAPT_METRICS.parse(lapt.removesuffix(".metrics.jsonl")) is None
-    assert paths.NEIGHBORS.parse("results/neighbors/de/s/t/x/word.parquet") is None  # one
+    assert paths.NEIGHBORS.parse("results/seed0/neighbors/de/s/t/x/word.parquet") is None  # one
     # path component per wildcard
     assert paths.EVAL.parse("results/eval/source/de/s/arc.json") is None
-    with pytest.raises(MalformedResultError, match="is not results/lapt/"):
+    with pytest.raises(MalformedResultError, match="is not results/seed{seed}/lapt/"):
         lapt_path_identity("results/other/de/s/t/salt.metrics.jsonl")
     with pytest.raises(MalformedResultError):
         zeroshot_identity("results/zeroshot/de/s/source_model.json")
@@ -77,13 +77,15 @@ def test_a_path_of_another_template_does_not_parse():
 def test_the_report_parsers_read_what_the_templates_write():
     run = {"lang": "de", "source": "gemma", "target": "gpt2_de", "method": "salt"}
     for stage in ("transfer", "lapt"):
-        path = paths.EVAL.at("x/results").fill(stage=stage, task="arc", **run)
-        assert eval_path_identity(path) == {"stage": stage, **run, "task": "arc"}
+        path = paths.EVAL.at("x/results").fill(stage=stage, task="arc", seed=3, **run)
+        assert eval_path_identity(path) == {"seed": "3", "stage": stage, **run, "task": "arc"}
+        assert paths.seed_of(path) == 3
     source = paths.EVAL_SOURCE.fill(lang="de", source="gemma", task="arc")
     assert eval_path_identity(source) == {"stage": "source", "lang": "de", "source": "gemma",
                                           "target": None, "method": None, "task": "arc"}
-    assert lapt_path_identity(paths.LAPT_METRICS.fill(**run)) == run
-    assert zeroshot_identity(paths.ZEROSHOT.fill(**run)) == tuple(run.values())
+    assert lapt_path_identity(paths.LAPT_METRICS.fill(**run, seed=0)) == {"seed": "0", **run}
+    assert zeroshot_identity(paths.ZEROSHOT.fill(**run, seed=0)) == tuple(run.values())
+    assert paths.seed_of(source) is None  # the source model's records are drawn once
     assert coverage_identity(paths.COVERAGE.fill(source="gemma", target="gpt2_de")) == (
         "gemma", "gpt2_de")
 

@@ -60,7 +60,9 @@ def test_lapt_trains_every_gpt2_checkpoint_of_every_language_with_evaluations(co
     number of steps, with the held-out loss at three fractions after the warm-up."""
     runs, lapt = lapt_runs(config), config["lapt"]
     family = {m: spec["family"] for m, spec in config["models"].items()}
-    gpt2 = [r for r in transfer_runs(config) if family[r.target] == "gpt2"]
+    # of the primary seed: the replicate seeds repeat the transfer, not LAPT
+    gpt2 = [r for r in transfer_runs(config) if family[r.target] == "gpt2"
+            and r.seed == config["seeds"][0]]
     assert runs == gpt2 and {r.lang for r in runs} == {"de", "ar", "vi"}
     assert lapt["max_steps"] >= 40  # one number of steps for every method
     after_warmup = [f for f in lapt["eval_fractions"] if f > lapt["warmup_ratio"]]
@@ -110,7 +112,11 @@ def test_each_pair_of_a_held_out_dictionary_gets_its_truth(config) -> None:
     assert {(lang, target) for lang, _, target in pairs} == {
         (lang, f"{family}_{lang}") for lang in ("de", "ar") for family in FAMILIES
     }
-    assert "results/truth_dictionary/de/llama_en/gpt2_de.json" in all_dictionary_truth(config)
+    # one truth per replicate seed: each draws its own split of the dictionary
+    truths = all_dictionary_truth(config)
+    assert len(truths) == 3 * len(pairs) and config["seeds"] == [1234, 1235, 1236]
+    assert {f"results/seed{s}/truth_dictionary/de/llama_en/gpt2_de.json"
+            for s in config["seeds"]} <= set(truths)
     world = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     assert all_dictionary_truth(world) == []
 
@@ -122,16 +128,20 @@ def test_alignment_scores_every_checkpoint_of_a_held_out_dictionary_pair(config)
     from embtransfer.evaluation.inputs import alignment_inputs, all_alignment
 
     files = all_alignment(config)
-    transfer = {f for f in files if f.startswith("results/alignment/transfer/")}
-    assert len(transfer) == 2 * len(FAMILIES) and not any("/vi/" in f for f in files)
+    transfer = {f for f in files if "/alignment/transfer/" in f}
+    assert len(transfer) == 3 * 2 * len(FAMILIES) and not any("/vi/" in f for f in files)
+    # LAPT runs for the primary seed only
     assert sorted(f for f in files if "/lapt/" in f) == [
-        f"results/alignment/lapt/{lang}/llama_en/gpt2_{lang}.parquet" for lang in ("ar", "de")
+        f"results/seed1234/alignment/lapt/{lang}/llama_en/gpt2_{lang}.parquet"
+        for lang in ("ar", "de")
     ]
-    wildcards = {"stage": "transfer", "lang": "ar", "source": "llama_en", "target": "bert_ar"}
+    wildcards = {"stage": "transfer", "lang": "ar", "source": "llama_en", "target": "bert_ar",
+                 "seed": "1235"}
     inputs = alignment_inputs(config, wildcards)
-    assert inputs["truth"] == "results/truth_dictionary/ar/llama_en/bert_ar.parquet"
+    assert inputs["truth"] == "results/seed1235/truth_dictionary/ar/llama_en/bert_ar.parquet"
     assert inputs["checkpoints"] == [
-        f"results/transfer/ar/llama_en/bert_ar/{m}" for m in ("salt", "omp", "omp_salt_k")
+        f"results/seed1235/transfer/ar/llama_en/bert_ar/{m}"
+        for m in ("salt", "omp", "omp_salt_k")
     ]
 
 
@@ -150,8 +160,8 @@ def test_every_plm_gets_the_span_probe_and_its_shared_token_figures(config) -> N
 
     pairs = target_pairs(config)
     assert len(pairs) == 3 * len(FAMILIES)
-    assert all_plm_probes(config) == [f"results/probes/{lang}/{s}/{t}.json"
-                                      for lang, s, t in pairs]
+    assert all_plm_probes(config) == [f"results/seed{seed}/probes/{lang}/{s}/{t}.json"
+                                      for seed in config["seeds"] for lang, s, t in pairs]
     salt = {(r.lang, r.source, r.target) for r in transfer_runs(config) if r.method == "salt"}
     assert salt == set(pairs)  # SALT's neighbour tables are built for every PLM anyway
     for lang, source, target in pairs:

@@ -79,16 +79,16 @@ def fixture_inputs(root: Path = FIXTURES, config: dict | None = None,
     results = root / "results"
     runs = [(lang, s, t, m) for lang, plms in config["targets"].items()
             for s in config["sources"] for t in plms for m in config["transfer"]["methods"]]
-    evaluation = {str(p.relative_to(root)) for p in results.glob("eval/**/*.json")}
-    lapt = {str(p.relative_to(root)) for p in results.glob("lapt/**/*.metrics.jsonl")}
+    evaluation = {str(p.relative_to(root)) for p in results.glob("**/eval/**/*.json")}
+    lapt = {str(p.relative_to(root)) for p in results.glob("seed0/lapt/**/*.metrics.jsonl")}
     if planned:
-        evaluation |= {f"results/eval/lapt/{lang}/{s}/{t}/{m}/{task}.json"
+        evaluation |= {f"results/seed0/eval/lapt/{lang}/{s}/{t}/{m}/{task}.json"
                        for lang, s, t, m in runs for task in TASKS[lang]}
         if "source" in config.get("evaluation", {}).get("stages", []):
             evaluation |= {f"results/eval/source/{lang}/{s}/{task}.json"
                            for lang in config["targets"] for s in config["sources"]
                            for task in TASKS[lang]}
-        lapt |= {f"results/lapt/{lang}/{s}/{t}/{m}.metrics.jsonl" for lang, s, t, m in runs}
+        lapt |= {f"results/seed0/lapt/{lang}/{s}/{t}/{m}.metrics.jsonl" for lang, s, t, m in runs}
     return Inputs(
         evaluation=sorted(evaluation),
         lapt=sorted(lapt),
@@ -181,7 +181,7 @@ def _pair(n: int, only_a: int, only_b: int, both: int) -> tuple[list[int], list[
     return a + [0] * (n - len(a)), b + [0] * (n - len(b))
 
 
-#: Per-question scores added to fixture evaluation files (path under results/eval/lapt/,
+#: Per-question scores added to fixture evaluation files (path under results/seed0/eval/lapt/,
 #: metric, salt's and focus's discordant and common items): McNemar p of 0.03, 0.017 and
 #: 0.099, apart at family-wise 0.5 and not at 0.001.
 PER_QUESTION = (
@@ -203,7 +203,7 @@ def marked_inputs(root: Path) -> Inputs:
     for pattern, metric, n, only_salt, only_focus, both in PER_QUESTION:
         salt, focus = _pair(n, only_salt, only_focus, both)
         for method, scores in (("salt", salt), ("focus", focus)):
-            path = root / "results/eval/lapt" / pattern.format(method)
+            path = root / "results/seed0/eval/lapt" / pattern.format(method)
             record = json.loads(path.read_text())
             record["per_document"] = {metric: scores}
             path.write_text(json.dumps(record))
@@ -215,9 +215,8 @@ def marked_inputs(root: Path) -> Inputs:
               "random": base * 1.5, "source_model": base * 0.8}
     zeroshot = []
     for method, bits in losses.items():
-        folder = root / "results/zeroshot" / EXTRA["lang"] / EXTRA["source"]
-        path = folder / (f"{method}.json" if method == "source_model"
-                         else f"{EXTRA['target']}/{method}.json")
+        path = root / (paths.ZEROSHOT_SOURCE.fill(**EXTRA) if method == "source_model"
+                       else paths.ZEROSHOT.fill(**EXTRA, method=method, seed=0))
         path.parent.mkdir(parents=True, exist_ok=True)
         nats = bits * math.log(2)
         path.write_text(json.dumps({
@@ -236,7 +235,7 @@ def marked_inputs(root: Path) -> Inputs:
         "cos_oracle": cosine * (2 if method == "world_oracle" else 1) + 0.1 * np.array(hit),
         "cos_centred": cosine + 0.05 * np.array(hit)}) for method, hit in hits.items()],
         ignore_index=True)
-    alignment = paths.ALIGNMENT.fill(stage="transfer", **EXTRA)
+    alignment = paths.ALIGNMENT.fill(stage="transfer", seed=0, **EXTRA)
     (root / alignment).parent.mkdir(parents=True, exist_ok=True)
     scores.to_parquet(root / alignment)
     inputs = fixture_inputs(root)
@@ -400,7 +399,7 @@ def test_a_flagged_checkpoint_and_what_is_trained_from_it_carry_the_flag(fixture
         # the LAPT checkpoints, trained from these: the same losses (no row check of their own)
         if record.get("target"):
             del record["row_check"]
-            lapt = root / paths.LAPT_ZEROSHOT.fill(**{k: record[k] for k in (
+            lapt = root / paths.LAPT_ZEROSHOT.fill(seed=0, **{k: record[k] for k in (
                 "lang", "source", "target", "method")})
             lapt.parent.mkdir(parents=True, exist_ok=True)
             lapt.write_text(json.dumps(record))
@@ -408,7 +407,7 @@ def test_a_flagged_checkpoint_and_what_is_trained_from_it_carry_the_flag(fixture
     # de's SALT checkpoint (Tables 1 and 2 score its LAPT checkpoint per question): flagged
     de = {"lang": "de", "source": "gemma", "target": "gpt2_de"}
     for method, rows in (("salt", 3), ("focus", 0)):
-        path = root / paths.ZEROSHOT.fill(**de, method=method)
+        path = root / paths.ZEROSHOT.fill(**de, method=method, seed=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(de | {
             "method": method, "loss": 1.0, "bits_per_byte": 1.0, "tokens": 5, "bytes": 7,
@@ -416,7 +415,8 @@ def test_a_flagged_checkpoint_and_what_is_trained_from_it_carry_the_flag(fixture
             "row_check": {"flagged": bool(rows), "flagged_rows": rows}}))
         inputs.transfer_zeroshot.append(str(path.relative_to(root)))
     tables, *_ = build_tables(config, inputs)
-    decided, summaries, _, _ = compare(config, inputs, tables)
+    compared = compare(config, inputs, tables)
+    decided, summaries = compared.decided, compared.summaries
     salt = summaries[summaries["method"] == "salt"]
     flags = {(line.family, line.stage, line.lang): line.flags for line in salt.itertuples()}
     assert flags[("zeroshot", "transfer", "xx_mini")] == "12 rows flagged"
@@ -558,7 +558,7 @@ def test_tables_name_the_protocol_that_scored_the_answers(fixture_copy):
     assert note in tables[2].markdown() and note in tables[3].markdown()
     assert "Answer scoring" not in tables[1].markdown()  # no extractive QA there
     # A run scored by the other protocol is named beside the first, not hidden.
-    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
+    path = fixture_copy / "results/seed0/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
     record = json.loads(path.read_text())
     record["scoring"]["protocol"] = "squad_v1.1"
     path.write_text(json.dumps(record))
@@ -567,7 +567,7 @@ def test_tables_name_the_protocol_that_scored_the_answers(fixture_copy):
 
 
 def test_a_malformed_standard_error_names_the_file(fixture_copy):
-    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
+    path = fixture_copy / "results/seed0/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
     record = json.loads(path.read_text())
     for bad in (float("nan"), -1.0):
         record["stderr"] = dict.fromkeys(record["scores"], bad)
@@ -644,7 +644,7 @@ def test_table5_shows_bits_per_byte_beside_the_loss(in_fixtures):
     assert cell(t5, "bits per byte @30% steps", source="gemma", target="bert_de") == (
         f"{3.5 * 4200 / 12000 / math.log(2):.4f}")
     # Same conversion as the zero-shot table's: its loss in bits per byte is its bits_per_byte.
-    record = json.loads(Path("results/zeroshot/de/gemma/gpt2_de/salt.json").read_text())
+    record = json.loads(Path("results/seed0/zeroshot/de/gemma/gpt2_de/salt.json").read_text())
     from embtransfer.report.tables import bits_per_byte
 
     assert bits_per_byte(record["loss"], record) == pytest.approx(record["bits_per_byte"])
@@ -658,14 +658,14 @@ def test_table5_shows_bits_per_byte_beside_the_loss(in_fixtures):
 
 
 def test_table5_without_the_zero_shot_record_reports_bits_per_byte_missing(fixture_copy):
-    (fixture_copy / "results/zeroshot/de/gemma/bert_de/salt.json").unlink()
+    (fixture_copy / "results/seed0/zeroshot/de/gemma/bert_de/salt.json").unlink()
     tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
     t5 = tables[5]
     kw = {"source": "gemma", "target": "bert_de"}
     assert cell(t5, "eval loss @30% steps", **kw) == "3.5000"
     assert cell(t5, "bits per byte @30% steps", **kw) == "missing"
     assert ("bits per byte (no zero-shot record for the tokens per byte: "
-            "results/zeroshot/de/gemma/bert_de/salt.json)") in t5.markdown()
+            "results/seed0/zeroshot/de/gemma/bert_de/salt.json)") in t5.markdown()
 
 
 def test_default_stages_follow_the_evaluation_and_lapt_config():
@@ -723,8 +723,8 @@ def test_paper_names_defaults():
 
 
 def test_a_missing_result_is_reported_as_missing(fixture_copy):
-    (fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json").unlink()
-    (fixture_copy / "results/lapt/de/gemma/gpt2_de/salt.metrics.jsonl").unlink()
+    (fixture_copy / "results/seed0/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json").unlink()
+    (fixture_copy / "results/seed0/lapt/de/gemma/gpt2_de/salt.metrics.jsonl").unlink()
     (fixture_copy / "results/overlap/gemma/gpt2_de.coverage.json").unlink()
     tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
     t1 = tables[1]
@@ -733,11 +733,11 @@ def test_a_missing_result_is_reported_as_missing(fixture_copy):
     assert cell(t1, "Avg", **kw) == "missing"  # never an average of what is there
     assert cell(t1, "ARC", **kw) == "30.50 ± 4.62"
     assert cell(t1, "HellaSwag (paper)", **kw) == "42.58"  # the paper's number still shown
-    assert ("HellaSwag (no result file: results/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json)"
-            in t1.markdown())
+    assert ("HellaSwag (no result file: "
+            "results/seed0/eval/lapt/de/gemma/gpt2_de/salt/hellaswag.json)" in t1.markdown())
     assert cell(tables[8], "final train loss", source="gemma", method="salt",
                 target="gpt2_de") == "missing"
-    assert "no LAPT metrics file (results/lapt/de/gemma/gpt2_de/salt.metrics.jsonl)" in (
+    assert "no LAPT metrics file (results/seed0/lapt/de/gemma/gpt2_de/salt.metrics.jsonl)" in (
         tables[8].markdown())
     assert cell(tables[6], "copied", source="gemma", target="gpt2_de") == "missing"
     assert "results/overlap/gemma/gpt2_de.coverage.json" in tables[6].markdown()
@@ -756,7 +756,7 @@ def test_no_results_at_all_gives_tables_of_missing_cells(tmp_path, monkeypatch):
 
 
 def test_a_score_a_file_lacks_names_the_file(fixture_copy):
-    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
+    path = fixture_copy / "results/seed0/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json"
     record = json.loads(path.read_text())
     record["scores"] = {"MLQA EM": 18.0}
     record["stderr"] = {"MLQA EM": 1.0}
@@ -764,7 +764,7 @@ def test_a_score_a_file_lacks_names_the_file(fixture_copy):
     tables, *_ = build_tables(fixture_config(), fixture_inputs(fixture_copy))
     assert cell(tables[2], "MLQA F1", source="gemma", method="focus", lang="de",
                 **{"eval language": "target"}) == "missing"
-    assert ("MLQA F1 (not in results/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json)"
+    assert ("MLQA F1 (not in results/seed0/eval/lapt/de/gemma/gpt2_de/focus/mlqa.json)"
             in tables[2].markdown())
 
 
@@ -777,7 +777,7 @@ def test_a_score_a_file_lacks_names_the_file(fixture_copy):
     json.dumps({"kind": "knowledge", "stage": "during", "scores": {"ARC": 1.0}}),
 ])
 def test_a_malformed_evaluation_file_is_named(fixture_copy, content):
-    path = "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
+    path = "results/seed0/eval/lapt/de/gemma/gpt2_de/salt/arc.json"
     (fixture_copy / path).write_text(content)
     with pytest.raises(MalformedResultError, match=path):
         build_tables(fixture_config(), fixture_inputs(fixture_copy))
@@ -792,14 +792,14 @@ def test_an_evaluation_file_outside_the_path_pattern_needs_its_identity(tmp_path
 
 
 def test_two_files_with_one_score_for_one_run_are_named(fixture_copy):
-    path = fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc2.json"
-    shutil.copy(fixture_copy / "results/eval/lapt/de/gemma/gpt2_de/salt/arc.json", path)
+    path = fixture_copy / "results/seed0/eval/lapt/de/gemma/gpt2_de/salt/arc2.json"
+    shutil.copy(fixture_copy / "results/seed0/eval/lapt/de/gemma/gpt2_de/salt/arc.json", path)
     with pytest.raises(MalformedResultError, match="arc2.json"):
         build_tables(fixture_config(), fixture_inputs(fixture_copy))
 
 
 def test_malformed_lapt_coverage_and_reference_files_are_named(fixture_copy, tmp_path):
-    lapt = fixture_copy / "results/lapt/de/gemma/gpt2_de/salt.metrics.jsonl"
+    lapt = fixture_copy / "results/seed0/lapt/de/gemma/gpt2_de/salt.metrics.jsonl"
     lines = lapt.read_text().splitlines()
     lapt.write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
     with pytest.raises(MalformedResultError, match=rf"{lapt}, line 2"):
@@ -825,11 +825,11 @@ def test_malformed_lapt_coverage_and_reference_files_are_named(fixture_copy, tmp
 
 def test_identity_comes_from_the_file_else_from_the_path(in_fixtures):
     records, absent = read_eval_records([
-        "results/eval/lapt/de/gemma/gpt2_de/focus/arc.json",  # no identity keys inside
+        "results/seed0/eval/lapt/de/gemma/gpt2_de/focus/arc.json",  # no identity keys inside
         "results/eval/source/de/gemma/arc.json",
-        "results/eval/lapt/de/gemma/gpt2_de/focus/nothing.json",
+        "results/seed0/eval/lapt/de/gemma/gpt2_de/focus/nothing.json",
     ])
-    assert absent == ["results/eval/lapt/de/gemma/gpt2_de/focus/nothing.json"]
+    assert absent == ["results/seed0/eval/lapt/de/gemma/gpt2_de/focus/nothing.json"]
     focus, source = records
     assert (focus.stage, focus.lang, focus.source, focus.target, focus.method, focus.task) == (
         "lapt", "de", "gemma", "gpt2_de", "focus", "arc")
@@ -840,7 +840,7 @@ def test_identity_comes_from_the_file_else_from_the_path(in_fixtures):
 
 
 def test_lapt_metrics_are_parsed_into_curve_evals_and_final(in_fixtures):
-    run = read_lapt_metrics("results/lapt/de/gemma/bert_de/salt.metrics.jsonl")
+    run = read_lapt_metrics("results/seed0/lapt/de/gemma/bert_de/salt.metrics.jsonl")
     assert (run.lang, run.source, run.target, run.method) == ("de", "gemma", "bert_de", "salt")
     assert run.train[0] == (10, 5.2) and len(run.train) == 10
     assert run.evals == {0.3: 3.5, 0.6: 3.1}
@@ -962,4 +962,6 @@ def test_the_findings_read_the_runs_seed_and_omp_k():
     config["transfer"].setdefault("options", {})
     assert findings_run(config)["omp_k"] == 64
     config["transfer"]["options"]["omp"] = {"k": 16}
-    assert findings_run(config) == {"seed": config.get("seed", 0), "omp_k": 16}
+    assert findings_run(config) == {"seed": config.get("seed", 0), "seeds": [0], "omp_k": 16}
+    config["seeds"] = [3, 1]
+    assert findings_run(config)["seeds"] == [3, 1]

@@ -98,7 +98,7 @@ def test_the_real_run_reads_its_floor_and_its_final_lapt_checkpoints() -> None:
     # dictionary, so no WECHSEL or OFA)
     assert len(inputs["lapt_zeroshot"]) == len(inputs["lapt"]) == 15 + 15 + 13
     for lang in ("de", "ar", "vi"):
-        assert f"results/lapt_zeroshot/{lang}/llama_en/gpt2_{lang}/salt.json" in inputs[
+        assert f"results/seed1234/lapt_zeroshot/{lang}/llama_en/gpt2_{lang}/salt.json" in inputs[
             "lapt_zeroshot"]
     assert config["lapt"]["eval_fractions"] == [0.3, 0.6, 0.9, 1.0]
 

@@ -122,7 +122,7 @@ def snakemake_wildcards(**values: str) -> Any:
     return Wildcards(fromdict=values)
 
 
-RUN = {"lang": "vi", "source": "src", "target": "gpt2_vi"}
+RUN = {"lang": "vi", "source": "src", "target": "gpt2_vi", "seed": "0"}
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ def test_plm_probes_of_the_world_pairs_with_salts_rcond(config):
     from embtransfer.transfer.method_catalog import resolve_options
 
     assert evaluation.all_plm_probes(config) == [
-        f"results/probes/{lang}/{s}/{t}.json" for lang, s, t in world_pairs(config)
+        f"results/seed0/probes/{lang}/{s}/{t}.json" for lang, s, t in world_pairs(config)
     ] != []
     assert report.report_inputs(config)["plm_probes"] == evaluation.all_plm_probes(config)
     lang, source, target = world_pairs(config)[0]
@@ -257,21 +257,26 @@ def test_coverage_and_neighbor_targets(config):
     neighbors = all_neighbors(config)
     assert len(neighbors) == 6
     assert neighbors[:2] == [
-        "results/neighbors/vi/src/gpt2_vi/word.parquet",
-        "results/neighbors/vi/src/gpt2_vi/token.parquet",
+        "results/seed0/neighbors/vi/src/gpt2_vi/word.parquet",
+        "results/seed0/neighbors/vi/src/gpt2_vi/token.parquet",
     ]
 
 
 def test_fasttext_models_by_type(config):
-    assert fasttext_word_bin(config, "vi") == "results/fasttext/vi/word.bin"
+    assert fasttext_word_bin(config, "vi") == "results/seed0/fasttext/vi/word.bin"
     assert fasttext_word_bin(config, "de") == "vectors/de.bin"
     assert fasttext_word_bin(config, "en") == "resources/fasttext/cc.en.300.bin"
     assert fasttext_word_bin(config, "sw") == "resources/fasttext/cc.swh.300.bin"
-    token = snakemake_wildcards(lang="vi", vectors="token", model="gpt2_vi")
-    assert fasttext_bin(config, token) == "results/fasttext/vi/token/gpt2_vi.bin"
-    assert fasttext_bin(config, {"lang": "de", "vectors": "word", "model": "x"}) == (
+    token = snakemake_wildcards(lang="vi", vectors="token", model="gpt2_vi", seed="0")
+    assert fasttext_bin(config, token) == "results/seed0/fasttext/vi/token/gpt2_vi.bin"
+    assert fasttext_bin(config, {"lang": "de", "vectors": "word", "model": "x", "seed": "0"}) == (
         "vectors/de.bin"
     )
+    # a replicate seed's vectors are trained apart; crawl and user vectors are one download
+    assert fasttext_word_bin(config, "vi", "2") == "results/seed2/fasttext/vi/word.bin"
+    assert fasttext_bin(config, {"lang": "vi", "vectors": "word", "model": "x", "seed": "2"}) == (
+        "results/seed2/fasttext/vi/word.bin")
+    assert fasttext_word_bin(config, "en", "2") == "resources/fasttext/cc.en.300.bin"
 
 
 # --- transfer ---------------------------------------------------------------------------------
@@ -286,12 +291,14 @@ def test_transfer_inputs_follow_the_method_needs(config):
         "overlap": "results/overlap/src/gpt2_vi.parquet",
     }
     salt = transfer.transfer_inputs(config, snakemake_wildcards(**RUN, method="salt"))
-    assert salt == base | {"projected": "results/regression/vi/src/gpt2_vi/projected.safetensors"}
+    assert salt == base | {
+        "projected": "results/seed0/regression/vi/src/gpt2_vi/projected.safetensors"}
     # FOCUS reads the token-space neighbours (its default vectors option)
     focus = transfer.transfer_inputs(config, {**RUN, "method": "focus"})
-    assert focus == base | {"neighbors_token": "results/neighbors/vi/src/gpt2_vi/token.parquet"}
+    assert focus == base | {
+        "neighbors_token": "results/seed0/neighbors/vi/src/gpt2_vi/token.parquet"}
     wechsel = transfer.transfer_inputs(config, {**RUN, "method": "wechsel"})
-    assert wechsel == base | {"aligned": "results/aligned/vi/src/gpt2_vi.safetensors"}
+    assert wechsel == base | {"aligned": "results/seed0/aligned/vi/src/gpt2_vi.safetensors"}
 
 
 def test_method_options_and_code(config):
@@ -328,7 +335,7 @@ def test_aligned_tokenizers_only_to_decode(config):
 def test_zeroshot_targets(config):
     files = transfer.all_zeroshot(config)
     assert len(files) == 3 * 3 + 2
-    assert files[0] == "results/zeroshot/vi/src/gpt2_vi/salt.json"
+    assert files[0] == "results/seed0/zeroshot/vi/src/gpt2_vi/salt.json"
     assert files[-2:] == [
         "results/zeroshot/de/src/source_model.json",
         "results/zeroshot/vi/src/source_model.json",
@@ -341,16 +348,16 @@ def test_zeroshot_targets(config):
 def test_blocks_share_the_first_selected_method_tokenizer(config):
     blocks = snakemake_wildcards(**RUN, text="train")
     # lapt.select keeps grid order: salt comes before focus in transfer.methods
-    assert lapt.blocks_tokenizer(config, blocks) == "results/transfer/vi/src/gpt2_vi/salt"
+    assert lapt.blocks_tokenizer(config, blocks) == "results/seed0/transfer/vi/src/gpt2_vi/salt"
     assert lapt.blocks_text(config, blocks) == "results/corpus/vi/train.txt"
     config["lapt"]["select"] = [{"methods": ["focus"]}]
-    assert lapt.blocks_tokenizer(config, blocks) == "results/transfer/vi/src/gpt2_vi/focus"
+    assert lapt.blocks_tokenizer(config, blocks) == "results/seed0/transfer/vi/src/gpt2_vi/focus"
 
 
 def test_lapt_inputs_with_and_without_replay(config):
     run = {**RUN, "method": "salt"}
     inputs = {
-        "model": "results/transfer/vi/src/gpt2_vi/salt",
+        "model": "results/seed0/transfer/vi/src/gpt2_vi/salt",
         "train": "results/lapt_blocks/vi/src/gpt2_vi/train.npy",
         "valid": "results/lapt_blocks/vi/src/gpt2_vi/valid.npy",
     }
@@ -366,12 +373,12 @@ def test_lapt_inputs_with_and_without_replay(config):
 
 def test_lapt_targets_and_settings(config):
     assert lapt.all_lapt_metrics(config) == [
-        "results/lapt/vi/src/gpt2_vi/salt.metrics.jsonl",
-        "results/lapt/vi/src/gpt2_vi/focus.metrics.jsonl",
+        "results/seed0/lapt/vi/src/gpt2_vi/salt.metrics.jsonl",
+        "results/seed0/lapt/vi/src/gpt2_vi/focus.metrics.jsonl",
     ]
     assert lapt.all_lapt(config) == [
-        "results/lapt/vi/src/gpt2_vi/salt",
-        "results/lapt/vi/src/gpt2_vi/focus",
+        "results/seed0/lapt/vi/src/gpt2_vi/salt",
+        "results/seed0/lapt/vi/src/gpt2_vi/focus",
         *lapt.all_lapt_metrics(config),
     ]
     assert lapt.training_settings(config) == {"replay": None, "max_length": 32}
@@ -393,7 +400,7 @@ def test_one_evaluate_job_per_checkpoint_or_per_task(config):
         "results/eval/source/{lang}/{source}/{task}.json"
     ]
     assert evaluation.job_name(config, evaluation.CHECKPOINT_JOB) == (
-        "{stage}/{lang}/{source}/{target}/{method}/{task}"
+        "seed{seed}/{stage}/{lang}/{source}/{target}/{method}/{task}"
     )
 
 
@@ -406,11 +413,11 @@ def test_eval_inputs_by_stage_and_task(config):
     )
     lapt_run = snakemake_wildcards(stage="lapt", **RUN, method="salt", task="belebele")
     assert evaluation.eval_inputs(config, lapt_run) == (
-        {"model": "results/lapt/vi/src/gpt2_vi/salt"} | datasets
+        {"model": "results/seed0/lapt/vi/src/gpt2_vi/salt"} | datasets
     )
     transferred = {"stage": "transfer", **RUN, "method": "salt", "task": "world_facts"}
     assert evaluation.eval_inputs(config, transferred) == (
-        {"model": "results/transfer/vi/src/gpt2_vi/salt"} | benchmarks
+        {"model": "results/seed0/transfer/vi/src/gpt2_vi/salt"} | benchmarks
     )
     assert evaluation.job_tasks(config, transferred) == ["world_facts"]
     assert evaluation.job_tasks(config, source) == ["world_facts", "belebele"]
@@ -482,12 +489,13 @@ def test_alignment_of_each_stage_methods(config):
     assert evaluation.alignment_inputs(config, lapt_group) == {
         "source": "resources/models/src",
         "source_vocab": "results/vocab/src.parquet",
-        "truth": "results/truth/vi/src/gpt2_vi.parquet",
-        "checkpoints": ["results/lapt/vi/src/gpt2_vi/salt", "results/lapt/vi/src/gpt2_vi/focus"],
+        "truth": "results/seed0/truth/vi/src/gpt2_vi.parquet",
+        "checkpoints": ["results/seed0/lapt/vi/src/gpt2_vi/salt",
+                        "results/seed0/lapt/vi/src/gpt2_vi/focus"],
     }
     assert evaluation.all_alignment(config) == [
-        "results/alignment/transfer/vi/src/gpt2_vi.parquet",
-        "results/alignment/lapt/vi/src/gpt2_vi.parquet",
+        "results/seed0/alignment/transfer/vi/src/gpt2_vi.parquet",
+        "results/seed0/alignment/lapt/vi/src/gpt2_vi.parquet",
     ]
 
 
@@ -495,11 +503,11 @@ def test_evaluation_and_intrinsic_targets(config):
     files = evaluation.all_evaluation(config)
     # transfer and lapt: the two LAPT runs, then the source model of both languages, x 2 tasks
     assert len(files) == (2 + 2 + 2) * 2
-    assert files[0] == "results/eval/transfer/vi/src/gpt2_vi/salt/world_facts.json"
+    assert files[0] == "results/seed0/eval/transfer/vi/src/gpt2_vi/salt/world_facts.json"
     assert files[-1] == "results/eval/source/de/src/belebele.json"
     assert evaluation.all_intrinsic(config) == [
-        "results/lapt_zeroshot/vi/src/gpt2_vi/salt.json",
-        "results/lapt_zeroshot/vi/src/gpt2_vi/focus.json",
+        "results/seed0/lapt_zeroshot/vi/src/gpt2_vi/salt.json",
+        "results/seed0/lapt_zeroshot/vi/src/gpt2_vi/focus.json",
         "results/intrinsic/tokenizers/vi.json",
         "results/intrinsic/tokenizers/de.json",
     ]
@@ -513,8 +521,8 @@ def test_evaluation_and_intrinsic_targets(config):
 def test_report_inputs(config):
     inputs = report.report_inputs(config)
     assert inputs["zeroshot"] == [
-        "results/zeroshot/vi/src/gpt2_vi/salt.json",
-        "results/zeroshot/vi/src/gpt2_vi/focus.json",
+        "results/seed0/zeroshot/vi/src/gpt2_vi/salt.json",
+        "results/seed0/zeroshot/vi/src/gpt2_vi/focus.json",
     ]
     assert inputs["lapt"] == lapt.all_lapt_metrics(config)
     assert inputs["reference"] == "resources/reference/paper.csv"
@@ -525,16 +533,16 @@ def test_report_inputs(config):
     ]
     # the BLI of the aligned fastText spaces: vi's world dictionary keeps a held-out half,
     # de's MUSE file none
-    assert inputs["fasttext_bli"] == ["results/fasttext_bli/vi.json"]
+    assert inputs["fasttext_bli"] == ["results/seed0/fasttext_bli/vi.json"]
     # SALT's regression records, once per setting with a method that reads its coefficients
     assert inputs["salt_regression"] == [
-        f"results/regression/{lang}/src/{target}/projected.json"
+        f"results/seed0/regression/{lang}/src/{target}/projected.json"
         for lang, target in (("vi", "gpt2_vi"), ("de", "hub_de"), ("de", "local_de"))
     ]
     # the final LAPT checkpoints' records are the evaluation stage's (one place)
     assert inputs["lapt_zeroshot"] == evaluation.all_lapt_zeroshot(config) == [
-        "results/lapt_zeroshot/vi/src/gpt2_vi/salt.json",
-        "results/lapt_zeroshot/vi/src/gpt2_vi/focus.json",
+        "results/seed0/lapt_zeroshot/vi/src/gpt2_vi/salt.json",
+        "results/seed0/lapt_zeroshot/vi/src/gpt2_vi/focus.json",
     ]
     # every checkpoint's zero-shot record and the source models', for the comparison
     assert inputs["transfer_zeroshot"] == transfer.all_zeroshot(config)

@@ -586,7 +586,7 @@ def test_eval_records_keep_their_per_question_scores(tmp_path):
 
     from embtransfer.report.records import read_eval_records
 
-    path = tmp_path / "results/eval/transfer/xx/src/tgt/salt/world_words.json"
+    path = tmp_path / "results/seed0/eval/transfer/xx/src/tgt/salt/world_words.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({
         "task": "world_words", "stage": "transfer", "lang": "xx", "source": "src",

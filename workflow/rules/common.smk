@@ -127,3 +127,4 @@ wildcard_constraints:
     method=wildcard_alternatives(METHOD_CATALOG),
     task=wildcard_alternatives(EVAL_CATALOG),
     stage="transfer|lapt",
+    seed=r"\d+",

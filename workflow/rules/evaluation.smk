@@ -65,6 +65,9 @@ rule lapt_zeroshot:
     # transfer stage's are results/zeroshot/..., the source LLMs' .../source_model.json).
     input:
         model=paths.LAPT_MODEL,
+        # the transferred checkpoint it was trained from: how far LAPT moved the new rows
+        before=paths.TRANSFER_MODEL,
+        overlap=paths.OVERLAP,
         text=paths.CORPUS.fill(split="valid"),
     output:
         paths.LAPT_ZEROSHOT,
@@ -76,7 +79,7 @@ rule lapt_zeroshot:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/lapt_zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/seed{{seed}}/lapt_zeroshot/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     script:
         "../scripts/evaluation/lapt_zeroshot.py"
 
@@ -144,7 +147,7 @@ rule alignment:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/alignment/{{stage}}/{{lang}}/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/seed{{seed}}/alignment/{{stage}}/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/evaluation/alignment.py"
 
@@ -158,13 +161,13 @@ rule plm_probe:
     output:
         paths.PLM_PROBE,
     params:
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         rcond=salt_rcond(config),
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("evaluation/plm_probe.py"),
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/probes/{{lang}}/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/seed{{seed}}/probes/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/evaluation/plm_probe.py"

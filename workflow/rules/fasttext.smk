@@ -9,15 +9,15 @@ rule fasttext_word:
         paths.FASTTEXT_WORD,
     params:
         params=config["fasttext"]["word"],
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         code=script_hash("fasttext/fasttext_train.py"),
     threads: config["fasttext"]["threads"]
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/fasttext/{{lang}}/word.log",
+        f"{paths.LOGS}/seed{{seed}}/fasttext/{{lang}}/word.log",
     benchmark:
-        f"{paths.BENCHMARKS}/fasttext_word/{{lang}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/fasttext_word/{{lang}}.tsv"
     script:
         "../scripts/fasttext/fasttext_train.py"
 
@@ -48,12 +48,12 @@ use rule fasttext_word as fasttext_token with:
         paths.FASTTEXT_TOKEN,
     params:
         params=config["fasttext"]["token"],
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         code=script_hash("fasttext/fasttext_train.py"),
     log:
-        f"{paths.LOGS}/fasttext/{{lang}}/token_{{model}}.log",
+        f"{paths.LOGS}/seed{{seed}}/fasttext/{{lang}}/token_{{model}}.log",
     benchmark:
-        f"{paths.BENCHMARKS}/fasttext_token/{{lang}}/{{model}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/fasttext_token/{{lang}}/{{model}}.tsv"
 
 
 rule token_vectors:
@@ -68,8 +68,8 @@ rule token_vectors:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
+        f"{paths.LOGS}/seed{{seed}}/token_vectors/{{lang}}/{{vectors}}/{{model}}.log",
     benchmark:
-        f"{paths.BENCHMARKS}/token_vectors/{{lang}}/{{vectors}}/{{model}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/token_vectors/{{lang}}/{{vectors}}/{{model}}.tsv"
     script:
         "../scripts/fasttext/token_vectors.py"

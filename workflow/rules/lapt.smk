@@ -32,7 +32,7 @@ rule lapt:
         metrics=paths.LAPT_METRICS,
     params:
         lapt=training_settings(config),
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         work=paths.LAPT_WORK,
         code=script_hash("lapt/lapt.py"),
     threads: config["threads"]
@@ -43,8 +43,8 @@ rule lapt:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/seed{{seed}}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     benchmark:
-        f"{paths.BENCHMARKS}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/lapt/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/lapt/lapt.py"

@@ -19,8 +19,8 @@ rule neighbors:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
+        f"{paths.LOGS}/seed{{seed}}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
     benchmark:
-        f"{paths.BENCHMARKS}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.tsv"
     script:
         "../scripts/neighbors/neighbors.py"

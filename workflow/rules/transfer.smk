@@ -24,17 +24,17 @@ rule salt_regression:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/regression/{{lang}}/{{source}}/{{target}}/projected.log",
+        f"{paths.LOGS}/seed{{seed}}/regression/{{lang}}/{{source}}/{{target}}/projected.log",
     benchmark:
-        f"{paths.BENCHMARKS}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/salt_regression/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/transfer/salt_regression.py"
 
 
 rule aligned_vectors:
     input:
-        source_fasttext=lambda w: fasttext_word_bin(config, config["source_language"]),
-        target_fasttext=lambda w: fasttext_word_bin(config, w.lang),
+        source_fasttext=lambda w: fasttext_word_bin(config, config["source_language"], w.seed),
+        target_fasttext=lambda w: fasttext_word_bin(config, w.lang, w.seed),
         source_vocab=paths.VOCAB.fill(model="{source}"),
         target_vocab=paths.VOCAB.fill(model="{target}"),
         dictionary=lambda w: dictionary_input(config, w.lang),
@@ -46,7 +46,7 @@ rule aligned_vectors:
         # a world dictionary, or a real one with held_out: its held-out half is left out
         # (world/split.py, data/dictionary_split.py)
         held_out=config["dictionary_held_out"],
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         source_language=config.get("source_language"),
         # the keys this job reads (share_search is the aligned_search rule's)
         aligned={k: config["aligned"][k] for k in ("token_strings", "duplicate_variants")},
@@ -55,9 +55,9 @@ rule aligned_vectors:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/seed{{seed}}/aligned/{{lang}}/{{source}}/{{target}}.log",
     benchmark:
-        f"{paths.BENCHMARKS}/aligned_vectors/{{lang}}/{{source}}/{{target}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/aligned_vectors/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/transfer/aligned_vectors.py"
 
@@ -78,9 +78,9 @@ rule aligned_search:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/aligned/{{lang}}/{{source}}/{{target}}.search.log",
+        f"{paths.LOGS}/seed{{seed}}/aligned/{{lang}}/{{source}}/{{target}}.search.log",
     benchmark:
-        f"{paths.BENCHMARKS}/aligned_search/{{lang}}/{{source}}/{{target}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/aligned_search/{{lang}}/{{source}}/{{target}}.tsv"
     script:
         "../scripts/transfer/aligned_search.py"
 
@@ -98,7 +98,7 @@ rule fasttext_bli:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/fasttext_bli/{{lang}}.log",
+        f"{paths.LOGS}/seed{{seed}}/fasttext_bli/{{lang}}.log",
     script:
         "../scripts/transfer/fasttext_bli.py"
 
@@ -115,7 +115,7 @@ rule transfer:
     params:
         options=lambda w: method_options(config, w.method),
         mode=TRANSFER["vocab_mode"],
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         trust_remote_code=config["trust_remote_code"],
         allow_pickle=config["allow_pickle"],
         zeroshot=config["zeroshot"],
@@ -127,9 +127,9 @@ rule transfer:
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+        f"{paths.LOGS}/seed{{seed}}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
     benchmark:
-        f"{paths.BENCHMARKS}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
+        f"{paths.BENCHMARKS}/seed{{seed}}/transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/transfer/transfer.py"
 

@@ -55,13 +55,13 @@ rule world_truth:
         counts=paths.WORLD_TRUTH_COUNTS,
     params:
         held_out=config["dictionary_held_out"],  # each row's split (world/split.py)
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("vocab/truth.py"),
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/truth/{{lang}}/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/seed{{seed}}/truth/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/vocab/truth.py"
 
@@ -81,13 +81,13 @@ rule dictionary_truth:
     params:
         dictionary=lambda w: dictionary_spec(config, w.lang),
         held_out=config["dictionary_held_out"],
-        seed=config["seed"],
+        seed=lambda w: int(w.seed),
         trust_remote_code=config["trust_remote_code"],
         code=script_hash("vocab/dictionary_truth.py"),
     conda:
         CONDA_ENV
     log:
-        f"{paths.LOGS}/truth_dictionary/{{lang}}/{{source}}/{{target}}.log",
+        f"{paths.LOGS}/seed{{seed}}/truth_dictionary/{{lang}}/{{source}}/{{target}}.log",
     script:
         "../scripts/vocab/dictionary_truth.py"
 

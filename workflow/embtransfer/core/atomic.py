@@ -166,7 +166,7 @@ class DiskFullError(OSError):
             f"{human_bytes(free)} free on its file system now"
             f"{' (the quota can leave less)' if code == errno.EDQUOT else ''}. The partial "
             f"file was removed{kept}. Free space, then rerun: older LAPT checkpoints in "
-            f"results/lapt/**/*.work/, the results/ of finished runs, stray temporaries of "
+            f"results/seed*/lapt/**/*.work/, the results/ of finished runs, stray temporaries of "
             f"killed writers (--config clean_temporaries=True)."
         )
         return cls(code, message, final, written, expected, free)

@@ -21,6 +21,20 @@ class Run(NamedTuple):
     source: str
     target: str
     method: str
+    #: The replicate seed the run's seed-dependent artifacts are drawn with (:func:`seeds`).
+    seed: int
+
+
+def seeds(config: dict[str, Any]) -> list[int]:
+    """The replicate seeds (``seeds``; absent: ``[seed]``), the primary first. Every stage
+    that depends on a draw but not on pretraining runs once per seed (paths under
+    ``results/seed<N>/``); the world, the corpora and the pretrained models stay fixed."""
+    return [int(s) for s in config.get("seeds") or [config.get("seed", 0)]]
+
+
+def primary_seed(config: dict[str, Any]) -> int:
+    """The seed LAPT, the lm-eval benchmarks and the paper tables run for."""
+    return seeds(config)[0]
 
 
 def target_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -51,9 +65,10 @@ def _selected(runs: list[Run], groups: list[dict[str, Any]] | None) -> list[Run]
 
 def _selected_runs(config: dict[str, Any]) -> list[Run]:
     """The union of ``transfer.select``'s groups of the product language x source x target
-    PLM x method (no groups: the whole product)."""
+    PLM x method (no groups: the whole product), once per seed (the primary's first)."""
     grid = [
-        Run(lang, source, target, method)
+        Run(lang, source, target, method, seed)
+        for seed in seeds(config)
         for lang, source, target in target_pairs(config)
         for method in config["transfer"]["methods"]
     ]
@@ -84,7 +99,8 @@ def gpu_only_note(config: dict[str, Any]) -> str | None:
     left = [] if gpu_declared(config) else gpu_only_runs(config)
     if not left:
         return None
-    names = ", ".join(f"{r.lang} {r.target} {r.method}" for r in left)
+    # one name per combination, however many seeds repeat it
+    names = ", ".join(dict.fromkeys(f"{r.lang} {r.target} {r.method}" for r in left))
     return (f"transfer.gpu_only: {len(left)} transfer(s) left out, as transfer.device is not "
             f"cuda: {names}")
 
@@ -92,7 +108,7 @@ def gpu_only_note(config: dict[str, Any]) -> str | None:
 def transfer_runs(config: dict[str, Any]) -> list[Run]:
     """Every transferred checkpoint: the union of ``transfer.select``'s groups of the product
     language x source x target PLM x method (no groups: the whole product), less
-    :func:`gpu_only_runs` where the run declares no GPU."""
+    :func:`gpu_only_runs` where the run declares no GPU; once per seed."""
     runs = _selected_runs(config)
     if gpu_declared(config):
         return runs
@@ -101,12 +117,13 @@ def transfer_runs(config: dict[str, Any]) -> list[Run]:
 
 def lapt_runs(config: dict[str, Any]) -> list[Run]:
     """The transferred checkpoints that are trained further: the union of ``lapt.select``'s
-    groups (each a product of sources x targets x methods; null = all), in grid order.
-    Empty when LAPT is disabled."""
+    groups (each a product of sources x targets x methods; null = all), in grid order, of
+    the primary seed only. Empty when LAPT is disabled."""
     lapt = config.get("lapt", {})
     if not lapt.get("enabled", True):
         return []
-    return _selected(transfer_runs(config), lapt.get("select"))
+    primary = [run for run in transfer_runs(config) if run.seed == primary_seed(config)]
+    return _selected(primary, lapt.get("select"))
 
 
 def world_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -155,7 +172,7 @@ def held_out_dictionary(config: dict[str, Any], lang: str) -> bool:
 def alignment_groups(config: dict[str, Any]) -> list[tuple[str, Run]]:
     """(stage, run with method ``*``) of every checkpoint group the alignment metric scores:
     the transferred and LAPT checkpoints of each world pair and of each pair whose language's
-    dictionary keeps a held-out half, one group per (stage, language, source, target)."""
+    dictionary keeps a held-out half, one group per (stage, seed, language, source, target)."""
     pairs = set(world_pairs(config)) | {
         pair for pair in target_pairs(config) if held_out_dictionary(config, pair[0])
     }
@@ -163,10 +180,11 @@ def alignment_groups(config: dict[str, Any]) -> list[tuple[str, Run]]:
     for stage, runs in (("transfer", transfer_runs(config)), ("lapt", lapt_runs(config))):
         seen = []
         for run in runs:
-            key = (run.lang, run.source, run.target)
-            if key in pairs and key not in seen:
+            key = (run.lang, run.source, run.target, run.seed)
+            if key[:3] in pairs and key not in seen:
                 seen.append(key)
-        groups += [(stage, Run(*key, "*")) for key in seen]
+        groups += [(stage, Run(lang, source, target, "*", seed))
+                   for lang, source, target, seed in seen]
     return groups
 
 
@@ -188,7 +206,8 @@ def evaluated_runs(config: dict[str, Any], stage: str) -> list[Run]:
 
     ``lapt``: the runs LAPT trains (:func:`lapt_runs`). ``transfer``: the
     same runs before LAPT, so every LAPT checkpoint has its before/after pair; when LAPT is
-    disabled (no LAPT runs), every transferred checkpoint. Both are then narrowed by
+    disabled (no LAPT runs), every transferred checkpoint of the primary seed. Both are
+    then narrowed by
     ``evaluation.select`` (sources/targets/methods; null keeps all).
     """
     if stage not in config["evaluation"]["stages"]:
@@ -196,7 +215,8 @@ def evaluated_runs(config: dict[str, Any], stage: str) -> list[Run]:
     if stage == "lapt":
         base = lapt_runs(config)
     elif stage == "transfer":
-        base = lapt_runs(config) or transfer_runs(config)
+        base = lapt_runs(config) or [run for run in transfer_runs(config)
+                                     if run.seed == primary_seed(config)]
     else:
         raise ValueError(f"evaluated_runs: stage {stage!r} has no transfer runs")
     return [
@@ -272,6 +292,8 @@ class Grid:
     planned_lapt: frozenset[tuple] | None = None
     #: ``evaluation.stages`` has ``source``: Tables 1-3 open with the source model's rows.
     source_control: bool = True
+    #: The primary seed (:func:`primary_seed`), whose checkpoints the paper tables read.
+    seed: int = 0
 
     def wants_eval(self, stage: str, lang: str, source: str, target: str | None,
                    method: str | None) -> bool:
@@ -298,4 +320,5 @@ class Grid:
             overlap_match=config.get("overlap", {}).get("match", "fuzzy"),
             results_dir=results_dir,
             source_control="source" in evaluated_stages(config),
+            seed=primary_seed(config),
         )

@@ -26,6 +26,17 @@ RESULTS = "results"
 #: benchmark tasks).
 LOGS = "results/logs"
 BENCHMARKS = f"{LOGS}/benchmark"
+#: Where the artifacts of the stages repeated per replicate seed (``seeds``) lie:
+#: results/seed<N>/, mirroring results/ (embtransfer.core.grid.seeds). The world, the
+#: corpora, the vocabularies and the pretrained models are drawn once, under results/.
+SEEDED = "results/seed{seed}"
+_SEED_FOLDER = re.compile(r"(?:^|/)seed(\d+)/")
+
+
+def seed_of(path: Any) -> int | None:
+    """The replicate seed of a path under :data:`SEEDED`; None for an artifact drawn once."""
+    match = _SEED_FOLDER.search(str(path))
+    return None if match is None else int(match.group(1))
 
 
 class _KeepMissing(dict):
@@ -119,54 +130,54 @@ CALIBRATION_CSV = "results/report/calibration.csv"
 CALIBRATION_MD = "results/report/calibration.md"
 #: The miniature world's ground truth: each target token's translation as source ids
 #: (embtransfer.world.truth), and its counts.
-WORLD_TRUTH = Template("results/truth/{lang}/{source}/{target}.parquet")
-WORLD_TRUTH_COUNTS = Template("results/truth/{lang}/{source}/{target}.json")
+WORLD_TRUTH = Template(SEEDED + "/truth/{lang}/{source}/{target}.parquet")
+WORLD_TRUTH_COUNTS = Template(SEEDED + "/truth/{lang}/{source}/{target}.json")
 # the held-out half of a real dictionary as the alignment truth (data/dictionary_split.py)
-DICTIONARY_TRUTH = Template("results/truth_dictionary/{lang}/{source}/{target}.parquet")
-DICTIONARY_TRUTH_COUNTS = Template("results/truth_dictionary/{lang}/{source}/{target}.json")
+DICTIONARY_TRUTH = Template(SEEDED + "/truth_dictionary/{lang}/{source}/{target}.parquet")
+DICTIONARY_TRUTH_COUNTS = Template(SEEDED + "/truth_dictionary/{lang}/{source}/{target}.json")
 
 # --- fastText and token vectors (fasttext.smk) ------------------------------------------------
-FASTTEXT_WORD = Template("results/fasttext/{lang}/word.bin")
+FASTTEXT_WORD = Template(SEEDED + "/fasttext/{lang}/word.bin")
 FASTTEXT_TOKEN_TEXT = Template("results/fasttext/{lang}/token/{model}.txt")
-FASTTEXT_TOKEN = Template("results/fasttext/{lang}/token/{model}.bin")
-TOKEN_VECTORS = Template("results/token_vectors/{lang}/{vectors}/{model}.npy")
-TOKEN_VECTORS_MISSING = Template("results/token_vectors/{lang}/{vectors}/{model}.missing.npy")
+FASTTEXT_TOKEN = Template(SEEDED + "/fasttext/{lang}/token/{model}.bin")
+TOKEN_VECTORS = Template(SEEDED + "/token_vectors/{lang}/{vectors}/{model}.npy")
+TOKEN_VECTORS_MISSING = Template(SEEDED + "/token_vectors/{lang}/{vectors}/{model}.missing.npy")
 
 # --- neighbours (neighbors.smk) ---------------------------------------------------------------
-NEIGHBORS = Template("results/neighbors/{lang}/{source}/{target}/{vectors}.parquet")
+NEIGHBORS = Template(SEEDED + "/neighbors/{lang}/{source}/{target}/{vectors}.parquet")
 
 # --- regression, aligned vectors, transfer, zero-shot (transfer.smk) --------------------------
-REGRESSION = Template("results/regression/{lang}/{source}/{target}/projected.safetensors")
-REGRESSION_META = Template("results/regression/{lang}/{source}/{target}/projected.json")
-ALIGNED = Template("results/aligned/{lang}/{source}/{target}.safetensors")
+REGRESSION = Template(SEEDED + "/regression/{lang}/{source}/{target}/projected.safetensors")
+REGRESSION_META = Template(SEEDED + "/regression/{lang}/{source}/{target}/projected.json")
+ALIGNED = Template(SEEDED + "/aligned/{lang}/{source}/{target}.safetensors")
 #: WECHSEL's and OFA's top-k search in the aligned space, shared by both (aligned.share_search)
-ALIGNED_SEARCH = Template("results/aligned/{lang}/{source}/{target}.search.safetensors")
+ALIGNED_SEARCH = Template(SEEDED + "/aligned/{lang}/{source}/{target}.search.safetensors")
 #: Per language WECHSEL or OFA runs in: bilingual lexicon induction in the aligned fastText
 #: spaces they search, on the dictionary's held-out half (embtransfer.transfer.fasttext_bli)
-FASTTEXT_BLI = Template("results/fasttext_bli/{lang}.json")
-TRANSFER_MODEL = Template("results/transfer/{lang}/{source}/{target}/{method}")
-ZEROSHOT = Template("results/zeroshot/{lang}/{source}/{target}/{method}.json")
+FASTTEXT_BLI = Template(SEEDED + "/fasttext_bli/{lang}.json")
+TRANSFER_MODEL = Template(SEEDED + "/transfer/{lang}/{source}/{target}/{method}")
+ZEROSHOT = Template(SEEDED + "/zeroshot/{lang}/{source}/{target}/{method}.json")
 ZEROSHOT_SOURCE = Template("results/zeroshot/{lang}/{source}/source_model.json")
 
 # --- LAPT (lapt.smk) --------------------------------------------------------------------------
 LAPT_BLOCKS = Template("results/lapt_blocks/{lang}/{source}/{target}/{text}.npy")
 LAPT_BLOCKS_META = Template("results/lapt_blocks/{lang}/{source}/{target}/{text}.json")
-LAPT_MODEL = Template("results/lapt/{lang}/{source}/{target}/{method}")
-LAPT_METRICS = Template("results/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl")
+LAPT_MODEL = Template(SEEDED + "/lapt/{lang}/{source}/{target}/{method}")
+LAPT_METRICS = Template(SEEDED + "/lapt/{lang}/{source}/{target}/{method}.metrics.jsonl")
 #: The trainer's resumable state (checkpoint, metrics so far) while a LAPT job runs.
-LAPT_WORK = Template("results/lapt/{lang}/{source}/{target}/{method}.work")
+LAPT_WORK = Template(SEEDED + "/lapt/{lang}/{source}/{target}/{method}.work")
 
 # --- evaluation (evaluation.smk) --------------------------------------------------------------
 WORLD_BENCHMARKS = Template("results/benchmarks/{lang}")
-EVAL = Template("results/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json")
+EVAL = Template(SEEDED + "/eval/{stage}/{lang}/{source}/{target}/{method}/{task}.json")
 EVAL_SOURCE = Template("results/eval/source/{lang}/{source}/{task}.json")
 #: Per token of the world's truth: retrieval hits and cosine to the oracle row of every
 #: method's checkpoint of one (stage, language, source, target) (embtransfer.evaluation.alignment)
-ALIGNMENT = Template("results/alignment/{stage}/{lang}/{source}/{target}.parquet")
+ALIGNMENT = Template(SEEDED + "/alignment/{stage}/{lang}/{source}/{target}.parquet")
 #: Per target PLM of the miniature world: do its input rows carry meaning (the span and
 #: class probes of embtransfer.evaluation.plm_probes)
-PLM_PROBE = Template("results/probes/{lang}/{source}/{target}.json")
-LAPT_ZEROSHOT = Template("results/lapt_zeroshot/{lang}/{source}/{target}/{method}.json")
+PLM_PROBE = Template(SEEDED + "/probes/{lang}/{source}/{target}.json")
+LAPT_ZEROSHOT = Template(SEEDED + "/lapt_zeroshot/{lang}/{source}/{target}/{method}.json")
 TOKENIZER_STATS = Template("results/intrinsic/tokenizers/{lang}.json")
 # a source LLM pretrained here on real text against count models of its tokens
 SOURCE_FLOOR = Template("results/intrinsic/source_floor/{source}.json")
@@ -181,10 +192,12 @@ REPORT_FILES = {
        for kind in ("md", "csv")},
     "comparisons_csv": "comparisons.csv",
     "summaries_csv": "summaries.csv",
+    # every seed's own tests, each decided in its seed (comparisons.csv: across seeds)
+    "seeds_csv": "seeds.csv",
     **{f"{name}_md": f"{name}.md" for name in ("comparisons", "alignment", "zeroshot",
                                                "lapt_zeroshot")},
     **{f"{name}_{kind}": f"{name}.{kind}" for name in (
-        "plm_probes", "fasttext_bli", "source_floor", "salt_conditioning")
+        "plm_probes", "fasttext_bli", "source_floor", "salt_conditioning", "lapt_movement")
        for kind in ("md", "csv")},
     "figure2": "figure2.png",
     "methods": "methods.png",

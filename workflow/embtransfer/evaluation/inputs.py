@@ -18,6 +18,7 @@ from embtransfer.core.grid import (
     held_out_dictionary,
     lapt_runs,
     real_pairs,
+    seeds,
     transfer_runs,
     world_pairs,
 )
@@ -30,7 +31,7 @@ from embtransfer.evaluation.task_catalog import (
 from embtransfer.models.inputs import model_dir, tokenizer_dir
 
 # The name (log and benchmark paths) of one evaluated checkpoint's job, and a source model's.
-CHECKPOINT_JOB = "{stage}/{lang}/{source}/{target}/{method}"
+CHECKPOINT_JOB = "seed{seed}/{stage}/{lang}/{source}/{target}/{method}"
 SOURCE_JOB = "source/{lang}/{source}"
 # The evaluate rule's knobs the evaluation script takes as one dict.
 OPTION_KEYS = ("device", "batch_size", "limit", "max_length")
@@ -176,8 +177,8 @@ def all_evaluation(config: dict[str, Any]) -> list[str]:
 def alignment_methods(config: dict[str, Any], wildcards: Mapping[str, str]) -> list[str]:
     """The methods of one alignment job's (stage, language, source, target), in run order."""
     runs = transfer_runs(config) if wildcards["stage"] == "transfer" else lapt_runs(config)
-    pair = (wildcards["lang"], wildcards["source"], wildcards["target"])
-    return [r.method for r in runs if (r.lang, r.source, r.target) == pair]
+    pair = (wildcards["lang"], wildcards["source"], wildcards["target"], int(wildcards["seed"]))
+    return [r.method for r in runs if (r.lang, r.source, r.target, r.seed) == pair]
 
 
 def alignment_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict:
@@ -206,7 +207,8 @@ def all_plm_probes(config: dict[str, Any]) -> list[str]:
     """The target-PLM probes (evaluation/plm_probes.py) of every world pair, and of every
     pair of a real-text run (the span probe only: real text has no concept classes)."""
     return [
-        paths.PLM_PROBE.fill(lang=lang, source=source, target=target)
+        paths.PLM_PROBE.fill(lang=lang, source=source, target=target, seed=seed)
+        for seed in seeds(config)
         for lang, source, target in world_pairs(config) + real_pairs(config)
     ]
 

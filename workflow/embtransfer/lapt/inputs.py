@@ -33,8 +33,8 @@ def blocks_tokenizer(config: dict[str, Any], wildcards: Mapping[str, str]) -> st
     # Every method of a (language, source, target) writes the same tokenizer; the first
     # selected one lends it (the trainer checks each run's tokenizer hash against it).
     pair = (wildcards["lang"], wildcards["source"], wildcards["target"])
-    method = next(r.method for r in lapt_runs(config) if (r.lang, r.source, r.target) == pair)
-    return paths.TRANSFER_MODEL.fill(**wildcards, method=method)
+    run = next(r for r in lapt_runs(config) if (r.lang, r.source, r.target) == pair)
+    return paths.TRANSFER_MODEL.fill(**{**dict(wildcards), "method": run.method, "seed": run.seed})
 
 
 def blocks_text(config: dict[str, Any], wildcards: Mapping[str, str]) -> str:

@@ -6,13 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.core.grid import target_pairs
+from embtransfer.core.grid import seeds, target_pairs
 
 
 def all_neighbors(config: dict[str, Any]) -> list[str]:
-    """Every (language, source, target) pair's table, per vector space (`neighbors.vectors`)."""
+    """Every (language, source, target) pair's table, per vector space (`neighbors.vectors`),
+    per replicate seed."""
     return [
-        paths.NEIGHBORS.fill(lang=lang, source=s, target=t, vectors=v)
+        paths.NEIGHBORS.fill(lang=lang, source=s, target=t, vectors=v, seed=seed)
+        for seed in seeds(config)
         for lang, s, t in target_pairs(config)
         for v in config["neighbors"]["vectors"]
     ]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path, write_table, write_text_lines
-from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages
+from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages, seeds
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report import diagnostics, records, setting_tables
 from embtransfer.report import tables as paper_tables
@@ -28,6 +28,7 @@ from embtransfer.report.comparisons import (
 from embtransfer.report.figures import Curves, write_figure2, write_methods_figure
 from embtransfer.report.findings import findings_markdown, headline_of
 from embtransfer.report.paper import PaperNames
+from embtransfer.report.seeds import combine, several
 from embtransfer.report.texts import prose
 from embtransfer.transfer.method_catalog import resolve_options
 
@@ -77,8 +78,9 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
         "transfer": {"methods": list(config.get("transfer", {}).get("methods", []))},
         "overlap": {"match": config.get("overlap", {}).get("match", "fuzzy")},
         "report": {**(config.get("report") or {}), "stages": report_stages(config)},
-        # the paired bootstrap of the zero-shot comparison
+        # the paired bootstraps of the comparisons, and the replicate seeds
         "seed": config.get("seed", 0),
+        "seeds": seeds(config),
         "evaluation": {"stages": evaluated_stages(config)},
         # a real-text run: its own report category, Table 5 for every LAPT run, the findings'
         # real-text variant (a config without languages, as tests pass, has no real text)
@@ -87,10 +89,10 @@ def config_subset(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def findings_run(config: dict[str, Any]) -> dict[str, Any]:
-    """What the findings' headline says of the run beyond its tables: its seed and OMP's
+    """What the findings' headline says of the run beyond its tables: its seeds and OMP's
     configured k (the SALT-against-OMP line at the tool's default k names it)."""
     omp = resolve_options("omp", config["transfer"].get("options", {}).get("omp", {}))
-    return {"seed": config.get("seed", 0), "omp_k": omp["k"]}
+    return {"seed": config.get("seed", 0), "seeds": seeds(config), "omp_k": omp["k"]}
 
 
 def build_tables(config: dict[str, Any], inputs: Inputs, results_dir: str = "results"
@@ -129,31 +131,65 @@ SETTING_FILES = (
 )
 
 
-def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, paper_tables.Table]
-            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(comparisons, summaries, probes, BLI): every paired test of the run, decided at the
-    config's family-wise level (``report.family_alpha``), and the paper tables marked."""
-    seed = config.get("seed", 0)
-    transfer = setting_tables.zeroshot_lines(inputs.transfer_zeroshot, seed)
+def of_seed(files: list[str], seed: int) -> list[str]:
+    """The files of replicate ``seed`` (:data:`paths.SEEDED`), and those drawn once (the
+    source model's records), which every seed's comparison reads."""
+    return [f for f in files if paths.seed_of(f) in (seed, None)]
+
+
+@dataclass
+class Compared:
+    """Every paired test of the run: ``decided`` and ``summaries`` state a verdict only
+    where it holds in every seed (:func:`embtransfer.report.seeds.combine`), ``per_seed``
+    holds each seed's own tests; ``probes`` and ``bli`` are the primary seed's."""
+
+    decided: pd.DataFrame
+    summaries: pd.DataFrame
+    probes: pd.DataFrame
+    bli: pd.DataFrame
+    per_seed: pd.DataFrame
+
+
+def _compare_seed(config: dict[str, Any], inputs: Inputs, tables: dict[int, paper_tables.Table],
+                  seed: int, primary: bool
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(decided, summaries, probes, BLI) of one replicate seed, decided at the config's
+    family-wise level (``report.family_alpha``); the paired bootstraps draw with ``seed``.
+    LAPT and the paper tables run for the primary seed only."""
+    transfer = setting_tables.zeroshot_lines(of_seed(inputs.transfer_zeroshot, seed), seed)
     # the transferred checkpoints' records carry the row check: its flag marks every table of
     # such a checkpoint and of the LAPT checkpoint trained from it
     flagged = flagged_checkpoints(transfer[0])
-    parts = [transfer,
-             setting_tables.zeroshot_lines(inputs.lapt_zeroshot, seed, "lapt", flagged),
-             setting_tables.alignment_lines(inputs.alignment, seed, flagged),
-             *(paper_tables.table_tests(n, tables[n].rows, tables[n].metrics, seed, flagged)
-               for n in (1, 2, 3, 4))]
-    probes = diagnostics.probe_frame(inputs.plm_probes)
-    bli = diagnostics.bli_frame(inputs.fasttext_bli)
+    parts = [transfer, setting_tables.alignment_lines(of_seed(inputs.alignment, seed), seed,
+                                                      flagged)]
+    if primary:
+        parts += [
+            setting_tables.zeroshot_lines(of_seed(inputs.lapt_zeroshot, seed), seed, "lapt",
+                                          flagged),
+            *(paper_tables.table_tests(n, tables[n].rows, tables[n].metrics, seed, flagged)
+              for n in (1, 2, 3, 4))]
+    probes = diagnostics.probe_frame(of_seed(inputs.plm_probes, seed))
+    bli = diagnostics.bli_frame(of_seed(inputs.fasttext_bli, seed))
     tests = [t for _, made in parts for t in made]
     tests += diagnostics.probe_tests(probes) + diagnostics.bli_tests(bli)
     alpha = (config.get("report") or {}).get("family_alpha", FAMILY_ALPHA)
     decided = decide(frame_of(tests, TEST_COLUMNS), alpha)
     decided.attrs["alpha"] = alpha
     summaries = frame_of((s for made, _ in parts for s in made), SUMMARY_COLUMNS)
+    return decided, summaries, probes, bli
+
+
+def compare(config: dict[str, Any], inputs: Inputs, tables: dict[int, paper_tables.Table]
+            ) -> Compared:
+    """Every paired test of the run, per replicate seed and across them, and the paper
+    tables marked."""
+    chosen = seeds(config)
+    made = [_compare_seed(config, inputs, tables, seed, seed == chosen[0]) for seed in chosen]
+    decided, summaries, per_seed = combine(
+        [(seed, d, s) for seed, (d, s, _, _) in zip(chosen, made, strict=True)])
     for n in (1, 2, 3, 4):
         paper_tables.apply_marks(tables[n], decided)
-    return decided, summaries, probes, bli
+    return Compared(decided, summaries, made[0][2], made[0][3], per_seed)
 
 
 def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
@@ -172,7 +208,8 @@ def _write_comparisons(decided: pd.DataFrame, summaries: pd.DataFrame,
         part = summaries[summaries["family"] == family]
         body = setting_tables.setting_sections(part, tests, details=True) if len(part) else [
             "", "(no such results in this run)"]
-        write_text_lines(outputs[name], [f"# {title}", "", setting_tables.LEGEND, *body])
+        write_text_lines(outputs[name], [f"# {title}", "", setting_tables.legend(several(decided)),
+                                          *body])
 
 
 def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str],
@@ -180,7 +217,9 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
                  ) -> tuple[dict[int, paper_tables.Table], Curves]:
     """Write every output named in ``outputs`` (see :func:`output_names`), atomically."""
     tables, grid, names, runs = build_tables(config, inputs, results_dir)
-    decided, summaries, probes, bli = compare(config, inputs, tables)
+    compared = compare(config, inputs, tables)
+    decided, summaries, probes, bli = (compared.decided, compared.summaries, compared.probes,
+                                       compared.bli)
 
     def csv_md(name: str) -> tuple[str, str]:  # a table's CSV and Markdown outputs
         return outputs[f"{name}_csv"], outputs[f"{name}_md"]
@@ -188,16 +227,23 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
     for n, table in tables.items():
         write_table(table.long(), table.markdown(), *csv_md(f"table{n}"))
     _write_comparisons(decided, summaries, outputs)
+    with atomic_path(outputs["seeds_csv"]) as tmp:
+        compared.per_seed.to_csv(tmp, index=False)
     diagnostics.write_probes(probes, decided, *csv_md("plm_probes"))
     diagnostics.write_fasttext_bli(bli, decided, *csv_md("fasttext_bli"))
     languages = {key: spec.get("language", "") for key, spec in config["models"].items()}
     diagnostics.write_source_floor(inputs.source_floor, languages, inputs.transfer_zeroshot,
                                    *csv_md("source_floor"))
-    conditioning = diagnostics.write_salt_conditioning(inputs.salt_regression,
+    # the primary seed's, as the paper tables and LAPT
+    primary = seeds(config)[0]
+    conditioning = diagnostics.write_salt_conditioning(of_seed(inputs.salt_regression, primary),
                                                        *csv_md("salt_conditioning"))
+    movement = diagnostics.write_lapt_movement(of_seed(inputs.lapt_zeroshot, primary),
+                                               *csv_md("lapt_movement"))
     write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
     findings = findings_markdown(decided, summaries, findings_run(config),
-                                 real=bool(config.get("real_text")), conditioning=conditioning)
+                                 real=bool(config.get("real_text")), conditioning=conditioning,
+                                 movement=movement)
     write_text_lines(outputs["findings"], [findings])  # it ends in one newline
     curves, lacking = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     here = Path(outputs["report_md"]).parent

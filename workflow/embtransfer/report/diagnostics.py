@@ -248,6 +248,43 @@ def write_salt_conditioning(files: list[str], csv_path: str | os.PathLike,
     return _write(frame, "conditioning", [markdown(pd.DataFrame(columns))], csv_path, md_path)
 
 
+# -- how far LAPT moved the new rows -----------------------------------------------------------
+
+
+MOVEMENT_COLUMNS = [*SETTING, "method", "side", "rows", "median_cosine", "p10_cosine",
+                    "median_relative_change"]
+
+
+def movement_frame(files: list[str]) -> pd.DataFrame:
+    """One line per (LAPT run, side) of the final checkpoints' zero-shot records in ``files``
+    (``rows_moved``, embtransfer.evaluation.row_movement), sorted by setting and method."""
+    lines = []
+    for record in read_records(files, required=("lang", "source", "target", "method")):
+        moved = record.get("rows_moved")
+        if not isinstance(moved, dict):
+            raise MalformedResultError(
+                f"LAPT zero-shot record {record.get('_path')} lacks rows_moved: it predates "
+                "the movement of the new rows; delete it and rerun the lapt_zeroshot rule")
+        lines += [{key: record[key] for key in (*SETTING, "method")} | {"side": side} | {
+            k: stats.get(k) for k in MOVEMENT_COLUMNS[5:]} for side, stats in moved.items()]
+    frame = pd.DataFrame(lines, columns=MOVEMENT_COLUMNS)
+    return frame.sort_values([*SETTING, "method", "side"], kind="stable").reset_index(drop=True)
+
+
+def write_lapt_movement(files: list[str], csv_path: str | os.PathLike,
+                        md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = movement_frame(files)
+    table = pd.DataFrame({
+        "language": frame["lang"], "source": frame["source"], "target PLM": frame["target"],
+        "method": frame["method"], "side": frame["side"], "new rows": frame["rows"],
+        "median cosine": frame["median_cosine"].map(lambda v: _number(v, 4)),
+        "10th percentile cosine": frame["p10_cosine"].map(lambda v: _number(v, 4)),
+        "median relative change": frame["median_relative_change"].map(
+            lambda v: _number(v, 4)),
+    })
+    return _write(frame, "lapt_movement", [markdown(table)], csv_path, md_path)
+
+
 # -- the source's quality floor --------------------------------------------------------------------
 
 

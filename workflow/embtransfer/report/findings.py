@@ -37,7 +37,8 @@ from embtransfer.report.comparisons import (
     with_decisions,
 )
 from embtransfer.report.diagnostics import carries_meaning
-from embtransfer.report.setting_tables import LEGEND, setting_sections
+from embtransfer.report.seeds import several
+from embtransfer.report.setting_tables import legend, setting_sections
 from embtransfer.report.tables import markdown
 from embtransfer.report.texts import prose
 from embtransfer.transfer.method_catalog import COMPETING_ROLES, METHODS
@@ -49,6 +50,7 @@ RUN_JSON = "run.json"
 #: SALT's conditioning (its k/h and the PLM width h per setting), where a report folder or
 #: reference has it: the SALT-against-OMP lines read k/h from it.
 CONDITIONING = paths.REPORT_FILES["salt_conditioning_csv"]
+MOVEMENT = paths.REPORT_FILES["lapt_movement_csv"]
 README = Path("README.md")
 #: The docs page of each reference: the whole of docs/findings.md; a block of real_text.md.
 PAGES = {False: Path("docs/findings.md"), True: Path("docs/real_text.md")}
@@ -97,12 +99,20 @@ SETTING = [k for k in KEYS if k != "family"]
 def read_run(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(comparisons, summaries) of a report folder or a reference."""
     text = {k: str for k in [*KEYS, "method", "versus", "other", "test", "relation", "role",
-                             "flags"]}
+                             "flags", "in_seeds"]}
     decided, summaries = (
         pd.read_csv(Path(directory) / paths.REPORT_FILES[name], keep_default_na=False,
                     na_values=[""], dtype=text) for name in ("comparisons_csv", "summaries_csv"))
     return (decided.fillna({c: "" for c in text if c in decided}),
             summaries.fillna({c: "" for c in text if c in summaries}))
+
+
+def read_movement(directory: str | Path) -> pd.DataFrame | None:
+    """How far LAPT moved the new rows, from a report folder or a reference, if it has it."""
+    path = Path(directory) / MOVEMENT
+    if not path.is_file():
+        return None
+    return pd.read_csv(path, dtype={k: str for k in ("lang", "source", "target", "method")})
 
 
 def read_conditioning(directory: str | Path) -> pd.DataFrame | None:
@@ -383,6 +393,29 @@ def _k_over_h(rival: str, tests: pd.DataFrame, conditioning: pd.DataFrame | None
     return f"{k}, k/h {_span(ratio)}"
 
 
+def _moved(rival: str, tests: pd.DataFrame, movement: pd.DataFrame | None) -> str:
+    """How far LAPT moved SALT's and the rival's new rows in the settings of ``tests``: the
+    span of the runs' median cosines to their rows before LAPT, per side ("" where the run
+    scored no LAPT checkpoint)."""
+    if movement is None or movement.empty:
+        return ""
+    plms = tests[["lang", "source", "target"]].drop_duplicates()
+    runs = movement[movement["method"].isin(["salt", rival])].merge(
+        plms, on=["lang", "source", "target"])
+    runs = runs[runs["median_cosine"].notna()]
+    if runs.empty:
+        return ""
+    sides = [f"{side} {_span4(part['median_cosine'])}"
+             for side, part in runs.groupby("side", sort=True)]
+    return (f" (the new rows' median cosine to their rows before LAPT: {', '.join(sides)}, "
+            f"over {_plural(len(runs.drop_duplicates(['lang', 'target', 'method'])), 'run')})")
+
+
+def _span4(values: Iterable[float]) -> str:
+    values = sorted({round(float(v), 4) for v in values})
+    return f"{values[0]:.4f}" if len(values) == 1 else f"{values[0]:.4f}-{values[-1]:.4f}"
+
+
 def _where(tests: pd.DataFrame) -> str:
     """The measures of ``tests`` with their counts, the alignment's splits before its:
     ``2 in bits per byte, 4 in dictionary and held-out output-row cos to oracle``."""
@@ -395,9 +428,11 @@ def _where(tests: pd.DataFrame) -> str:
 
 def salt_omp_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
                    conditioning: pd.DataFrame | None = None,
-                   omp_k: int = OMP_DEFAULT_K) -> list[str]:
+                   omp_k: int = OMP_DEFAULT_K, movement: pd.DataFrame | None = None
+                   ) -> list[str]:
     """SALT against OMP at SALT's k and against OMP at the tool's default k, one line each,
-    from SALT's side (OMP better is SALT worse), the transfer stage apart from LAPT's; a
+    from SALT's side (OMP better is SALT worse), the transfer stage apart from LAPT's, which
+    says how far LAPT moved the rows (``movement``: the report's lapt_movement table); a
     test with a broken checkpoint (:func:`broken_checkpoints`) counts in neither."""
     broken = broken_checkpoints(summaries) if summaries is not None else set()
     lines = []
@@ -416,7 +451,9 @@ def salt_omp_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
             # OMP worse is SALT better
             better = tests[tests["relation"] == "worse"]
             worse = tests[tests["relation"] == "better"]
-            said = f"{_stage(str(stage))}, {_plural(len(tests), 'paired test')}: SALT better in "
+            moved = _moved(rival, tests, movement) if stage == "lapt" else ""
+            said = (f"{_stage(str(stage))}{moved}, {_plural(len(tests), 'paired test')}: "
+                    "SALT better in ")
             said += f"{len(better)}" + (f" ({_where(better)})" if len(better) else "")
             said += f", worse in {len(worse)}" + (f" ({_where(worse)})" if len(worse) else "")
             said += f", not apart in {int((tests['relation'] == 'not apart').sum())}"
@@ -513,17 +550,32 @@ def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
     return [line for line in lines if line]
 
 
-def seed_line(run: dict[str, Any] | None) -> str:
-    """How many seeds the run's verdicts rest on, as its run.json (or the config) says."""
+def seed_line(run: dict[str, Any] | None, decided: pd.DataFrame | None = None) -> str:
+    """How many seeds the run's verdicts rest on, as its run.json (or the config) says; with
+    several seeds and a consensus table (:func:`embtransfer.report.seeds.combine`), how
+    many of the primary seed's clearing tests hold in every seed, how many in only some,
+    and how many tests lie near their threshold, each pair of lines one test."""
     run = run or {}
     seeds = run.get("seeds", [run["seed"]] if "seed" in run else [])
-    if isinstance(seeds, list) and len(seeds) > 1:
-        return prose("findings.seeds", n=len(seeds), seeds=", ".join(map(str, seeds)))
+    listed = seeds if isinstance(seeds, list) else []
+    if decided is not None and "seeds" in decided and (several(decided) or len(listed) > 1):
+        once = decided[~pair_ids(decided).duplicated()]
+        held, made = once["held"].astype(int), once["seeds"].astype(int)
+        n = max(len(listed), int(made.max()))
+        named = f" ({', '.join(map(str, listed))}; `seed` {listed[0]} the primary)" if (
+            len(listed) > 1) else ""
+        return prose("findings.seeds_held", n=n, seeds=named, tests=len(once),
+                     clear=int((held > 0).sum()), every=int(((held > 0) & (held == made)).sum()),
+                     some=int(((held > 0) & (held < made)).sum()),
+                     near=int(once["borderline"].astype(bool).sum()))
+    if len(listed) > 1:
+        return prose("findings.seeds", n=len(listed), seeds=", ".join(map(str, listed)))
     return prose("findings.seed", seed=f" (`seed` {seeds[0]})" if seeds else "")
 
 
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any] | None = None,
-             conditioning: pd.DataFrame | None = None) -> list[str]:
+             conditioning: pd.DataFrame | None = None, movement: pd.DataFrame | None = None
+             ) -> list[str]:
     """The findings' opening lines (at most eleven: 3 leaders, the paper tables' in one
     line, SALT against OMP at its two k, 4 kinds of anomaly and the seeds)."""
     if decided.empty:
@@ -537,8 +589,8 @@ def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any]
     if benchmarks:
         lines.append("**Benchmarks**: " + "; ".join(c.rstrip(".") for c in benchmarks) + ".")
     omp_k = int((run or {}).get("omp_k", OMP_DEFAULT_K))
-    lines += [*salt_omp_lines(decided, summaries, conditioning, omp_k),
-              *anomaly_lines(decided, summaries), seed_line(run)]
+    lines += [*salt_omp_lines(decided, summaries, conditioning, omp_k, movement),
+              *anomaly_lines(decided, summaries), seed_line(run, decided)]
     return [line for line in lines if line]
 
 
@@ -568,19 +620,22 @@ def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, A
 
 def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                       run: dict[str, Any] | None = None, real: bool = False,
-                      conditioning: pd.DataFrame | None = None) -> str:
+                      conditioning: pd.DataFrame | None = None,
+                      movement: pd.DataFrame | None = None) -> str:
     """The text of findings.md. ``run``: the run's run.json (commit, date, note, seeds,
     ``omp_k``: OMP's configured k where it is not the tool's default);
     ``real``: a real-text run's; ``conditioning``: SALT's conditioning table, where the run
-    has one (the SALT-against-OMP lines give k/h from it)."""
+    has one (the SALT-against-OMP lines give k/h from it); ``movement``: how far LAPT moved
+    the new rows, where the run scored its LAPT checkpoints (the lines after LAPT say so)."""
     summaries = with_decisions(summaries, decided)
     once = decided[~pair_ids(decided).duplicated()]  # a pair held twice is one test
     template = jinja2.Template(TEMPLATE.read_text(encoding="utf-8"), trim_blocks=True,
                                lstrip_blocks=True, keep_trailing_newline=True)
     return template.render(
-        real=real, run=run, headline=headline(decided, summaries, run, conditioning),
+        real=real, run=run,
+        headline=headline(decided, summaries, run, conditioning, movement),
         tests=len(once), clear=int(once["clears"].sum()), correction=CORRECTION,
-        alpha=float(decided.attrs.get("alpha", FAMILY_ALPHA)), legend=LEGEND,
+        alpha=float(decided.attrs.get("alpha", FAMILY_ALPHA)), legend=legend(several(decided)),
         sections=sections(decided, summaries))
 
 
@@ -591,7 +646,8 @@ def reference_text(reference: Path, real: bool = False) -> str:
     """findings.md of a committed reference."""
     run = json.loads((reference / RUN_JSON).read_text())
     return findings_markdown(*read_run(reference), run, real=real,
-                             conditioning=read_conditioning(reference))
+                             conditioning=read_conditioning(reference),
+                             movement=read_movement(reference))
 
 
 def headline_of(text: str) -> str:
@@ -631,7 +687,7 @@ def refresh_reference(report_dir: Path, real: bool = False, readme: Path = READM
         shutil.rmtree(reference)
     reference.mkdir(parents=True)
     sources = [report_dir / paths.REPORT_FILES[n] for n in ("comparisons_csv", "summaries_csv")]
-    for source in [*sources, report_dir / CONDITIONING]:
+    for source in [*sources, report_dir / CONDITIONING, report_dir / MOVEMENT]:
         if source in sources or source.is_file():
             shutil.copyfile(source, reference / source.name)
     date = dt.datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), dt.UTC).date()

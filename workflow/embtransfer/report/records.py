@@ -80,6 +80,7 @@ class LaptRun:
     source: str
     target: str
     method: str
+    seed: str = ""  # the replicate seed (paths.SEEDED)
     train: list[tuple[int, float]] = field(default_factory=list)  # (step, train_loss)
     evals: dict[float, float] = field(default_factory=dict)  # fraction -> eval_loss
     final: dict[str, Any] | None = None
@@ -107,13 +108,14 @@ def identity(template: paths.Template, path: str | os.PathLike, what: str) -> di
 
 
 def lapt_path_identity(path: str | os.PathLike) -> dict[str, str]:
-    """(lang, source, target, method) of a LAPT metrics file (:data:`paths.LAPT_METRICS`)."""
+    """(seed, lang, source, target, method) of a LAPT metrics file (:data:`paths.LAPT_METRICS`)."""
     return identity(paths.LAPT_METRICS, path, "a LAPT metrics file")
 
 
 def zeroshot_identity(path: str | os.PathLike) -> tuple[str, ...]:
     """(lang, source, target, method) of a zero-shot record (:data:`paths.ZEROSHOT`)."""
-    return tuple(identity(paths.ZEROSHOT, path, "a zero-shot record").values())
+    ident = identity(paths.ZEROSHOT, path, "a zero-shot record")
+    return tuple(ident[k] for k in ("lang", "source", "target", "method"))
 
 
 def coverage_identity(path: str | os.PathLike) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from embtransfer.report.comparisons import (
     row_check_flag,
 )
 from embtransfer.report.records import ZEROSHOT_KEYS, MalformedResultError, identity, read_records
+from embtransfer.report.seeds import fraction, primary_relation
 from embtransfer.report.tables import format_p, markdown
 from embtransfer.report.texts import prose
 from embtransfer.world.split import SPLITS
@@ -158,24 +159,62 @@ def alignment_lines(files: list[str], seed: int = 0,
 #: worse than Random).
 MARKS = {"best": "▲", "vs_best": "▽", "better_random": "ʳ", "worse_random": "!"}
 LEGEND = prose("legend", **MARKS)
+#: What the marks of a run with several seeds add (:func:`legend`).
+SEEDS_LEGEND = prose("legend_seeds", example=MARKS["vs_best"] + fraction(2, 3), near="~")
+NEAR = "~"
 SETTING = [k for k in KEYS if k not in ("family", "metric")]
+
+
+def legend(several: bool = False) -> str:
+    """The marks' legend; with several seeds, with what a fraction and ``~`` say."""
+    return f"{LEGEND} {SEEDS_LEGEND}" if several else LEGEND
+
+
+def several_seeds(tests: dict[tuple, Any]) -> bool:
+    """Whether the decided tests of :func:`embtransfer.report.comparisons.lookup` are a
+    consensus over several seeds (:func:`embtransfer.report.seeds.combine`)."""
+    return any(int(test.get("seeds", 1)) > 1 for test in tests.values())
 
 
 def _number(value: float, digits: int) -> str:
     return "" if pd.isna(value) else f"{value:.{digits}f}"
 
 
-def _cells(line: Any, tests: dict[tuple, Any], versus: tuple[str, ...]) -> dict[str, str]:
+def _in_some(test: Any) -> bool:
+    """A test that cleared in the primary seed but not in every seed that made it."""
+    return isinstance(value := test.get("in_seeds", ""), str) and bool(value)
+
+
+def _mark(test: Any, marks: dict[str, str]) -> str:
+    """The mark of ``test``'s relation; where it held in some seeds only, the primary's mark
+    and in how many seeds it held (it is no verdict, so it has no mark of its own)."""
+    if test is None:
+        return ""
+    if _in_some(test):
+        mark = marks.get(primary_relation(test), "")
+        return mark + fraction(int(test["held"]), int(test["seeds"])) if mark else ""
+    return marks.get(test["relation"], "")
+
+
+def _near(test: Any) -> bool:
+    return test is not None and bool(test.get("borderline", False))
+
+
+def _cells(line: Any, tests: dict[tuple, Any], versus: tuple[str, ...],
+           several: bool = False) -> dict[str, str]:
     """A summary line's cell (value ± se, its rank, its marks) and, per name in ``versus``,
-    its difference from that method ± se (p), ``*`` where the test clears."""
+    its difference from that method ± se (p), ``*`` where the test clears. ``several``: the
+    tests are a consensus over several seeds, whose marks say where a test held in some
+    seeds only and where one lies near its threshold (:data:`SEEDS_LEGEND`)."""
     spec = metric_spec(line["metric"])
     found = {v: tests.get((*(line[k] for k in KEYS), line["method"], v))
              for v in ("best", "random", *versus)}
-    relation = {v: "" if test is None else test["relation"] for v, test in found.items()}
     marks = MARKS["best"] if line["rank"] == 1 else ""
-    marks += MARKS["vs_best"] if relation["best"] == "worse" else ""
-    marks += {"better": MARKS["better_random"],
-              "worse": MARKS["worse_random"]}.get(relation["random"], "")
+    marks += _mark(found["best"], {"worse": MARKS["vs_best"]})
+    marks += _mark(found["random"], {"better": MARKS["better_random"],
+                                     "worse": MARKS["worse_random"]})
+    # one ~ for the cell: its marks stay short
+    marks += NEAR if several and (_near(found["best"]) or _near(found["random"])) else ""
     rank = "" if pd.isna(line["rank"]) else f" ({int(line['rank'])})"
     cells = {spec.label: f"{_number(line['value'], spec.digits)} ± "
                          f"{_number(line['se'], spec.digits)}{rank} {marks}".rstrip()}
@@ -183,7 +222,9 @@ def _cells(line: Any, tests: dict[tuple, Any], versus: tuple[str, ...]) -> dict[
         test, d = found[other], spec.digits
         cells[f"{spec.label} vs {other}"] = "" if test is None else (
             f"{test['diff']:+.{d}f} ± {test['se']:.{d}f} ({format_p(test['p'])})"
-            + (" *" if test["clears"] else ""))
+            + (" *" if test["clears"] else "")
+            + (f" {fraction(int(test['held']), int(test['seeds']))}" if _in_some(test) else "")
+            + (f" {NEAR}" if several and _near(test) else ""))
     return cells
 
 
@@ -198,8 +239,11 @@ def table_order(group: pd.DataFrame) -> pd.DataFrame:
 
 
 def setting_table(group: pd.DataFrame, tests: dict[tuple, Any], details: bool = False,
-                  versus: tuple[str, ...] = ("best", "random", "salt")) -> str:
-    """The Markdown table of one setting's summary lines (one or more metrics)."""
+                  versus: tuple[str, ...] = ("best", "random", "salt"),
+                  several: bool | None = None) -> str:
+    """The Markdown table of one setting's summary lines (one or more metrics); ``several``:
+    whether ``tests`` span several seeds (by default, read from them)."""
+    several = several_seeds(tests) if several is None else several
     rows = []
     for method in table_order(group)["method"]:
         row = {"method": method}
@@ -209,7 +253,7 @@ def setting_table(group: pd.DataFrame, tests: dict[tuple, Any], details: bool = 
             if line.empty:
                 row[metric_spec(metric).label] = ""
             else:
-                row |= _cells(line.iloc[0], tests, versus if details else ())
+                row |= _cells(line.iloc[0], tests, versus if details else (), several)
         flags = sorted({flag for flag in mine["flags"].dropna() if flag})
         if flags:
             row["flags"] = "; ".join(flags)
@@ -236,7 +280,8 @@ def setting_sections(summaries: pd.DataFrame, tests: dict[tuple, Any], level: in
                      details: bool = False) -> list[str]:
     """A heading and a table per setting of ``summaries``, in their order."""
     parts: list[str] = []
+    several = several_seeds(tests)
     for _, group in summaries.groupby(SETTING, sort=False):
         parts += ["", f"{'#' * level} {heading(group.iloc[0])}", "",
-                  setting_table(group, tests, details).rstrip("\n")]
+                  setting_table(group, tests, details, several=several).rstrip("\n")]
     return parts

@@ -438,7 +438,7 @@ def _describe_missing(grid: Grid, key: tuple, lacking: list[str], per: dict[str,
     parts = []
     for metric in lacking:
         tasks = sorted(per.get(metric, ()))
-        where = [template.fill(**run, task=t) for t in tasks]
+        where = [template.fill(**run, task=t, seed=grid.seed) for t in tasks]
         present = [w for w, t in zip(where, tasks, strict=True) if t in read]
         parts.append(f"{metric} (not in {', '.join(present)})" if present
                      else f"{metric} (no result file: {', '.join(where)})")
@@ -469,7 +469,7 @@ def _lapt_rows(runs: list[LaptRun], grid: Grid, names: PaperNames, keys: list[tu
             row.keys["arch"] = names.arch(target) or "?"
         row.keys["method"] = method
         if (run := by_key.get(key)) is None:
-            path = paths.LAPT_METRICS.at(grid.results_dir).fill(**row.keys)
+            path = paths.LAPT_METRICS.at(grid.results_dir).fill(**row.keys, seed=grid.seed)
             row.missing.append(f"no LAPT metrics file ({path})")
         out.append((key, run, row))
     return out
@@ -505,7 +505,7 @@ def table5(runs: list[LaptRun], grid: Grid, names: PaperNames,
         if counts is None and any(f in evals for f in seen):
             row.missing.append(
                 "bits per byte (no zero-shot record for the tokens per byte: "
-                f"{paths.ZEROSHOT.at(grid.results_dir).fill(**row.keys)})")
+                f"{paths.ZEROSHOT.at(grid.results_dir).fill(**row.keys, seed=grid.seed)})")
         rows.append(row)
     return Table(5, "eval loss during LAPT by target-PLM architecture",
                  prose("tables.description_5_every" if every_method else "tables.description_5"),

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from embtransfer.core import codehash, paths
-from embtransfer.core.grid import held_out_dictionary, target_pairs, transfer_runs
+from embtransfer.core.grid import held_out_dictionary, seeds, target_pairs, transfer_runs
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir, tokenizer_dir
@@ -67,7 +67,8 @@ def dictionary_truth_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]
 
 def all_dictionary_truth(config: dict[str, Any]) -> list[str]:
     return [
-        paths.DICTIONARY_TRUTH_COUNTS.fill(lang=lang, source=source, target=target)
+        paths.DICTIONARY_TRUTH_COUNTS.fill(lang=lang, source=source, target=target, seed=seed)
+        for seed in seeds(config)
         for lang, source, target in dictionary_truth_pairs(config)
     ]
 
@@ -109,7 +110,7 @@ def aligned_pairs(config: dict[str, Any], lang: str) -> list[tuple[str, str]]:
     """The (source, target) pairs of ``lang`` with a method on the aligned fastText spaces
     (WECHSEL, OFA: ``needs: aligned``), in grid order."""
     pairs: list[tuple[str, str]] = []
-    for r in transfer_runs(config):
+    for r in transfer_runs(config):  # the same pairs in every seed
         aligned = "aligned" in method_needs(r.method, method_options(config, r.method))
         if aligned and r.lang == lang and (r.source, r.target) not in pairs:
             pairs.append((r.source, r.target))
@@ -131,18 +132,19 @@ def fasttext_bli_languages(config: dict[str, Any]) -> list[str]:
 
 
 def all_fasttext_bli(config: dict[str, Any]) -> list[str]:
-    return [paths.FASTTEXT_BLI.fill(lang=lang) for lang in fasttext_bli_languages(config)]
+    return [paths.FASTTEXT_BLI.fill(lang=lang, seed=seed) for seed in seeds(config)
+            for lang in fasttext_bli_languages(config)]
 
 
 def fasttext_bli_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict:
     """What one language's BLI reads: both fastText models, the aligned artifact of every
     pair WECHSEL or OFA runs with (one map), and a world dictionary's world."""
-    lang = wildcards["lang"]
+    lang, seed = wildcards["lang"], wildcards["seed"]
     inputs: dict[str, Any] = {
-        "source_fasttext": fasttext_word_bin(config, config["source_language"]),
-        "target_fasttext": fasttext_word_bin(config, lang),
+        "source_fasttext": fasttext_word_bin(config, config["source_language"], seed),
+        "target_fasttext": fasttext_word_bin(config, lang, seed),
         "aligned": [
-            paths.ALIGNED.fill(lang=lang, source=source, target=target)
+            paths.ALIGNED.fill(lang=lang, source=source, target=target, seed=seed)
             for source, target in aligned_pairs(config, lang)
         ],
     }
@@ -163,10 +165,10 @@ def all_zeroshot(config: dict[str, Any]) -> list[str]:
 
 def all_salt_regression(config: dict[str, Any]) -> list[str]:
     """The regression record (:data:`paths.REGRESSION_META`) of every (language, source,
-    target) with a method that reads SALT's coefficients, once each, in grid order."""
+    target, seed) with a method that reads SALT's coefficients, once each, in grid order."""
     settings = dict.fromkeys(
-        (r.lang, r.source, r.target) for r in transfer_runs(config)
+        (r.lang, r.source, r.target, r.seed) for r in transfer_runs(config)
         if "projected" in method_needs(r.method, method_options(config, r.method))
     )
-    return [paths.REGRESSION_META.fill(lang=lang, source=source, target=target)
-            for lang, source, target in settings]
+    return [paths.REGRESSION_META.fill(lang=lang, source=source, target=target, seed=seed)
+            for lang, source, target, seed in settings]

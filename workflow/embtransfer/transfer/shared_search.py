@@ -35,5 +35,5 @@ def search_inputs(config: dict[str, Any], wildcards: Any) -> dict[str, str]:
     methods when it is shared; nothing otherwise."""
     if not config["aligned"]["share_search"] or wildcards.method not in SEARCHING:
         return {}
-    keys = ("lang", "source", "target")
+    keys = ("lang", "source", "target", "seed")
     return {"aligned_search": paths.ALIGNED_SEARCH.fill(**{k: getattr(wildcards, k) for k in keys})}
