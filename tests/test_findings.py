@@ -253,9 +253,12 @@ def names_of(keys: list[dict], sources: bool) -> str:
 
 
 def leader_claims(settings: list[pd.DataFrame], methods: list[str],
-                  relations: dict[tuple, str]) -> list[str]:
+                  relations: dict[tuple, str], partial: set[tuple] = frozenset()) -> list[str]:
+    """``partial``: (KEYS..., method) of the tests against the best that held in some seeds
+    only (their tie is said apart)."""
     s, m = len(settings), len(methods)
     alone, tied = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0)
+    split = dict.fromkeys(methods, 0)
     outside = 0
     for rows in settings:
         top = [r["method"] for _, r in rows.iterrows()
@@ -264,6 +267,9 @@ def leader_claims(settings: list[pd.DataFrame], methods: list[str],
         outside += not mine
         for t in mine:
             (alone if len(top) == 1 else tied)[t] += 1
+        for _, r in rows.iterrows():
+            if r["method"] in mine and (*r[KEYS], r["method"]) in partial:
+                split[r["method"]] += 1
     if all(tied[x] == s for x in methods):
         return [f"all {m} methods tied for best in {s} of {s}: no test separates them"]
     groups: dict[tuple[int, int], list[str]] = {}
@@ -281,6 +287,9 @@ def leader_claims(settings: list[pd.DataFrame], methods: list[str],
                       f"best in at most {max(a + t for a, t in order[4:])} of {s}")
     if outside:
         claims.append(f"in {outside} of {s} the best is none of these {m}")
+    if any(split.values()):
+        claims.append("worse than the best in some seeds but not all: " + ", ".join(
+            f"{x} in {split[x]}" for x in sorted(methods) if split[x]))
     return claims
 
 
@@ -327,12 +336,14 @@ def kind_claims(decided, summaries, family, select, table, broken, cells, source
         claims.append(f"{table}, {label(first['metric'])} of the whole model, "
                       + joined([STAGE_WORDS.get(s, s) for s in stages]))
     relations = {(*t[KEYS], t["method"]): t["relation"] for _, t in best.iterrows()}
+    partial = {(*t[KEYS], t["method"]) for _, t in best.iterrows()
+               if str(t.get("in_seeds", "") or "")}
     full = [tuple(r.iloc[0][KEYS]) for r in rows]
     dicts = [dict(zip(KEYS, k, strict=True)) for k in full]
     weak = [i for i, k in enumerate(full) if k in cells and cells[k][0] < cells[k][1]]
     strong = [i for i in range(n) if i not in weak]
     if not weak:
-        return claims + leader_claims(rows, methods, relations)
+        return claims + leader_claims(rows, methods, relations, partial)
     items = "questions" if table else "tokens"  # a paper table's tests count questions
     why = (f"there, {max(cells[full[i]][0] for i in weak)} {items}, is below the "
            f"{needs_of(cells[full[i]][1] for i in weak)} discordant {items} a test needs")
@@ -341,7 +352,7 @@ def kind_claims(decided, summaries, family, select, table, broken, cells, source
     return claims + [
         f"a test has power in {len(strong)} of {n}{names_of([dicts[i] for i in strong], sources)}",
         f"No power in {len(weak)} of {n}{names_of([dicts[i] for i in weak], sources)}", why,
-        *leader_claims([rows[i] for i in strong], methods, relations)]
+        *leader_claims([rows[i] for i in strong], methods, relations, partial)]
 
 
 def omp_claims(decided, broken) -> dict[str, list[str]]:
@@ -479,7 +490,21 @@ def expected(decided, summaries, run=None) -> dict[str, list[str]]:
         if claims is not None:
             out[words] = claims
     seed = (run or {}).get("seed")
-    out["One seed"] = [f"**One seed** (`seed` {seed})" if seed is not None else "**One seed**:"]
+    several = "seeds" in decided and len(decided) and int(decided["seeds"].max()) > 1
+    if not several:
+        out["One seed"] = [f"**One seed** (`seed` {seed})" if seed is not None
+                           else "**One seed**:"]
+        return out
+    # once per test: a pair of methods in a setting, in either order
+    pair = decided.apply(lambda t: (*t[KEYS], *sorted([t["method"], t["other"]])), axis=1)
+    once = decided[~pair.duplicated()]
+    held, made = once["held"].astype(int), once["seeds"].astype(int)
+    clear = int((held > 0).sum())
+    every = int(((held > 0) & (held == made)).sum())
+    out[f"{int(made.max())} seeds"] = [
+        f"**{int(made.max())} seeds**", f"of the primary seed's {len(once)} tests",
+        f"{clear} clear", f"{every} of these {clear}", f"{clear - every} in only some",
+        f"{int(once['borderline'].astype(bool).sum())} of the {len(once)}"]
     return out
 
 
@@ -833,8 +858,8 @@ def test_every_line_names_its_metric_side_and_stage():
     for real in (False, True):
         reference = REPO / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
         for line in opening(reference_text(reference, real)):
-            if any(w in line for w in ("Rows blown up", "PLMs without", "One seed")):
-                continue  # a checkpoint or a PLM, not a measure
+            if any(w in line for w in ("Rows blown up", "PLMs without", "One seed", " seeds**")):
+                continue  # a checkpoint, a PLM or the seeds, not a measure
             assert re.search(r"transfer stage|after LAPT|side and stage", line, re.I), line
             assert re.search(r"P@1|bits per byte|cos|acc", line, re.I), line
             # the side: rows of one side, or the whole model (bits per byte, benchmarks)

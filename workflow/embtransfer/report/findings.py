@@ -289,11 +289,25 @@ def counted(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
     return Counted(total, sorted(top), settings, left_out, broken_best)
 
 
-def _leaders(settings: list[pd.DataFrame], methods: list[str]) -> str:
+def _apart_in_some_seeds(decided: pd.DataFrame) -> set[tuple[str, ...]]:
+    """(KEYS..., method) of every method whose test against the best cleared in some seeds
+    but not all (:mod:`embtransfer.report.seeds`): "not apart" only for want of agreement."""
+    if "in_seeds" not in decided:
+        return set()
+    partial = decided[(decided["versus"] == "best") & (decided["in_seeds"].astype(str) != "")]
+    return {tuple(map(str, line)) for line in partial[[*KEYS, "method"]].itertuples(
+        index=False, name=None)}
+
+
+def _leaders(settings: list[pd.DataFrame], methods: list[str],
+             partial: set[tuple[str, ...]] | None = None) -> str:
     """Who is best (alone) or tied for best, in how many of ``settings``: methods with the
-    same counts share a phrase; a setting whose best is none of ``methods`` names none."""
+    same counts share a phrase; a setting whose best is none of ``methods`` names none.
+    ``partial`` (:func:`_apart_in_some_seeds`): the ties that stand only because a verdict
+    apart from the best held in some seeds but not all, which the line counts apart."""
     s = len(settings)
     alone, tied = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0)
+    split = dict.fromkeys(methods, 0)
     outside = 0
     for group in settings:
         # tied with the setting's best, among every working method there
@@ -303,6 +317,10 @@ def _leaders(settings: list[pd.DataFrame], methods: list[str]) -> str:
             outside += 1
         for m in mine:
             (alone if len(top) == 1 else tied)[m] += 1
+        lines = group[group["method"].isin(mine)]
+        for line in lines[[*KEYS, "method"]].itertuples(index=False, name=None):
+            if tuple(map(str, line)) in (partial or set()):
+                split[line[-1]] += 1
     if all(tied[m] == s for m in methods):
         return f"all {len(methods)} methods tied for best in {s} of {s}: no test separates them"
     phrases: dict[tuple[int, int], list[str]] = {}
@@ -319,6 +337,9 @@ def _leaders(settings: list[pd.DataFrame], methods: list[str]) -> str:
         f"{max(a + t for a, t in rest)} of {s}" if more else "")
     if outside:
         text += f"; in {outside} of {s} the best is none of these {len(methods)}"
+    if any(split.values()):
+        named = ", ".join(f"{m} in {split[m]}" for m in sorted(methods) if split[m])
+        text += f" (of these ties, worse than the best in some seeds but not all: {named})"
     return text
 
 
@@ -351,7 +372,7 @@ def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
         weak = {i for i, k in enumerate(keys) if bool(index.get(tuple(k.values()), False))}
     strong = [i for i in range(n) if i not in weak]
     if not weak:
-        return head + _leaders(found.settings, found.methods) + "."
+        return head + _leaders(found.settings, found.methods, _apart_in_some_seeds(decided)) + "."
     lines = cells.set_index(KEYS).loc[[tuple(keys[i].values()) for i in sorted(weak)]]
     items = "questions" if kind in TABLES else "tokens"  # what a paper table's tests count
     why = (f"the largest net difference between two working methods there, "
@@ -362,7 +383,8 @@ def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
                        "method is named best.")
     return head + (
         f"a test has power in {len(strong)} of {n}{_names([keys[i] for i in strong], sources)}: "
-        + _leaders([found.settings[i] for i in strong], found.methods)
+        + _leaders([found.settings[i] for i in strong], found.methods,
+                   _apart_in_some_seeds(decided))
         + f". No power in {len(weak)} of {n}{_names([keys[i] for i in sorted(weak)], sources)}"
         + f": {why}, so no method is named there.")
 
@@ -562,7 +584,7 @@ def seed_line(run: dict[str, Any] | None, decided: pd.DataFrame | None = None) -
         once = decided[~pair_ids(decided).duplicated()]
         held, made = once["held"].astype(int), once["seeds"].astype(int)
         n = max(len(listed), int(made.max()))
-        named = f" ({', '.join(map(str, listed))}; `seed` {listed[0]} the primary)" if (
+        named = f" ({', '.join(map(str, listed))}; {listed[0]} the primary)" if (
             len(listed) > 1) else ""
         return prose("findings.seeds_held", n=n, seeds=named, tests=len(once),
                      clear=int((held > 0).sum()), every=int(((held > 0) & (held == made)).sum()),
@@ -571,6 +593,14 @@ def seed_line(run: dict[str, Any] | None, decided: pd.DataFrame | None = None) -
     if len(listed) > 1:
         return prose("findings.seeds", n=len(listed), seeds=", ".join(map(str, listed)))
     return prose("findings.seed", seed=f" (`seed` {seeds[0]})" if seeds else "")
+
+
+def seed_count(run: dict[str, Any] | None, decided: pd.DataFrame) -> int:
+    """How many seeds the run drew its seed-dependent stages with: the consensus table's,
+    else the run's ``seeds``, else one."""
+    listed = (run or {}).get("seeds")
+    made = int(decided["seeds"].max()) if "seeds" in decided and len(decided) else 1
+    return max(made, len(listed) if isinstance(listed, list) else 1)
 
 
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any] | None = None,
@@ -634,6 +664,7 @@ def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
     return template.render(
         real=real, run=run,
         headline=headline(decided, summaries, run, conditioning, movement),
+        draws="one seed" if (n := seed_count(run, decided)) == 1 else f"{n} seeds",
         tests=len(once), clear=int(once["clears"].sum()), correction=CORRECTION,
         alpha=float(decided.attrs.get("alpha", FAMILY_ALPHA)), legend=legend(several(decided)),
         sections=sections(decided, summaries))
