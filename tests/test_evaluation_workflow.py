@@ -160,7 +160,8 @@ def test_evaluation_rules_write_the_contract_files(eval_run):
     workdir, config = eval_run
     results = workdir / "results"
     tasks = config["evaluation"]["tasks"]
-    paths = [results / "eval" / "transfer" / LANG / "llama_mini" / plm / m / f"{t}.json"
+    paths = [results / "seed1234" / "eval" / "transfer" / LANG / "llama_mini" / plm / m
+             / f"{t}.json"
              for plm in ("gpt2_ar_mini", "bert_ar_mini") for m in ("random", "mean")
              for t in tasks]
     paths += [results / "eval" / "source" / LANG / "llama_mini" / f"{t}.json" for t in tasks]

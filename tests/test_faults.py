@@ -392,8 +392,9 @@ def test_kill_9_during_a_write_leaves_nothing_a_rerun_would_trust(tmp_path, kind
 
 LANG, SOURCE, TARGET = "ar_mini", "gemma_mini", "gpt2_ar_mini"
 METHODS = ["salt", "random"]  # a projection and a seeded draw; word-level neighbours only
-TRANSFERS = [f"results/transfer/{LANG}/{SOURCE}/{TARGET}/{m}" for m in METHODS]
-LOCAL_TRANSFER = f"results/transfer/{LANG}/{SOURCE}/plm_local/salt"
+SEEDED = "results/seed1234"  # the seed-dependent artifacts of the config's one seed
+TRANSFERS = [f"{SEEDED}/transfer/{LANG}/{SOURCE}/{TARGET}/{m}" for m in METHODS]
+LOCAL_TRANSFER = f"{SEEDED}/transfer/{LANG}/{SOURCE}/plm_local/salt"
 
 
 def one_target_config() -> dict:
@@ -440,8 +441,8 @@ def test_the_same_config_twice_gives_byte_identical_artifacts(one_target_run, tm
     assert not differ, differ
     names = set(first)
     for must in (f"results/vocab/{TARGET}.parquet",
-                 f"results/neighbors/{LANG}/{SOURCE}/{TARGET}/word.parquet",
-                 f"results/regression/{LANG}/{SOURCE}/{TARGET}/projected.json",
+                 f"{SEEDED}/neighbors/{LANG}/{SOURCE}/{TARGET}/word.parquet",
+                 f"{SEEDED}/regression/{LANG}/{SOURCE}/{TARGET}/projected.json",
                  *(f"{t}/{f}" for t in TRANSFERS for f in ("model.safetensors", "transfer.json"))):
         assert must in names, must
     meta = json.loads((one_target_run / TRANSFERS[0] / "transfer.json").read_text())
@@ -457,16 +458,16 @@ def test_nan_in_a_target_plm_stops_the_workflow_naming_it(one_target_run, tmp_pa
     model = workdir / "resources" / "models" / TARGET
     _poison(model, "transformer.wte.weight", [3], float("nan"))
     token = AutoTokenizer.from_pretrained(model).convert_ids_to_tokens(3)
-    shutil.rmtree(workdir / "results" / "regression")
-    shutil.rmtree(workdir / "results" / "transfer")
-    projected = f"results/regression/{LANG}/{SOURCE}/{TARGET}/projected.safetensors"
+    shutil.rmtree(workdir / SEEDED / "regression")
+    shutil.rmtree(workdir / SEEDED / "transfer")
+    projected = f"{SEEDED}/regression/{LANG}/{SOURCE}/{TARGET}/projected.safetensors"
     proc = snakemake(workdir, "--cores", "1", projected, check=False)
     assert proc.returncode != 0
     logs = "".join(p.read_text() for p in (workdir / "results" / "logs").rglob("*.log")
                    if "regression" in p.parts)
     assert f"{model.relative_to(workdir)}: the embedding matrix" in logs, logs[-3000:]
     assert f"3 {token!r}" in logs
-    assert not list((workdir / "results" / "regression").rglob("*.safetensors"))
+    assert not list((workdir / SEEDED / "regression").rglob("*.safetensors"))
 
 
 @pytest.mark.slow

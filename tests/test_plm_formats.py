@@ -329,7 +329,8 @@ def test_vietnamese_bert_column_runs_in_the_workflow(tmp_path):
     config["lapt"]["select"] = [{"sources": ["llama_mini"], "targets": ["phobert_vi"],
                                  "methods": ["salt"]}]
     (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
-    wanted = [f"results/transfer/vi_mini/llama_mini/phobert_vi/{m}" for m in ("salt", "focus")]
+    wanted = [f"results/seed1234/transfer/vi_mini/llama_mini/phobert_vi/{m}"
+              for m in ("salt", "focus")]
     snakemake(workdir, "--cores", "2", *wanted,
               "results/overlap/llama_mini/phobert_vi.coverage.json")
     cov = json.loads((workdir / "results/overlap/llama_mini/phobert_vi.coverage.json").read_text())

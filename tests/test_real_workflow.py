@@ -54,6 +54,7 @@ def sliced_config() -> dict:
     config["models"] = {"llama_en": source, "gpt2_de": gpt2}
     config["targets"] = {"de": ["gpt2_de"]}
     config["transfer"]["select"] = [{"methods": ["salt", "random"]}]
+    config["seeds"] = [config["seed"]]  # one draw keeps the run short (seeds: tests/test_seeds*)
     config["zeroshot"] = {"max_length": 32, "batch_size": 8, "max_lines": 30}
     for level in ("word", "token"):
         config["fasttext"][level] |= {"dim": 16, "epoch": 1, "min_count": 1, "bucket": 2000}
@@ -92,12 +93,12 @@ def test_the_report_writes_the_real_text_outputs(real_run: Path) -> None:
     assert list(lapt["method"]) == ["salt"] and lapt["n"].iloc[0] >= 2
     # the alignment of both stages against the dictionary's held-out half (the fixtures'
     # 300 lines give a 500-token vocabulary few of the held-out words are whole tokens of)
-    truth = json.loads((real_run / "results" / "truth_dictionary" / "de" / "llama_en"
-                        / "gpt2_de.json").read_text())
+    seeded = real_run / "results" / "seed1234"
+    truth = json.loads((seeded / "truth_dictionary" / "de" / "llama_en" / "gpt2_de.json"
+                        ).read_text())
     assert truth["held_out_pairs"] > 0
     for stage in ("transfer", "lapt"):
-        assert (real_run / "results" / "alignment" / stage / "de" / "llama_en"
-                / "gpt2_de.parquet").is_file()
+        assert (seeded / "alignment" / stage / "de" / "llama_en" / "gpt2_de.parquet").is_file()
     assert (report / "alignment.md").is_file()
     findings = (report / "findings.md").read_text()
     assert findings.startswith("# What real text shows") and "one seed" in findings
@@ -155,7 +156,7 @@ def test_the_dictionary_halves_are_disjoint(real_run: Path) -> None:
     assert fitted and held and not fitted & held
     assert not {word_key(t) for _, t in split.dictionary} & {word_key(t)
                                                             for _, t in split.held_out}
-    results = real_run / "results"
+    results = real_run / "results" / "seed1234"
     truth = pd.read_parquet(results / "truth_dictionary" / "de" / "llama_en" / "gpt2_de.parquet")
     meant = {word_key(m.removeprefix("word:")) for m in truth["meaning"].dropna()}
     assert meant <= held and not meant & fitted

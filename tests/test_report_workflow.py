@@ -30,8 +30,9 @@ EVALUATE_STUB = '''# test stub: the fixture evaluation files
 import embtransfer.report.inputs as report_inputs_module
 
 
-def all_evaluation(config):
-    return sorted(str(p) for p in Path("results/eval").rglob("*.json"))
+def all_evaluation(config):  # the source model's, and seed 0's checkpoints'
+    return sorted(str(p) for folder in ("results/eval", "results/seed0/eval")
+                  for p in Path(folder).rglob("*.json"))
 
 
 def all_intrinsic(config):
@@ -47,7 +48,7 @@ def all_plm_probes(config):
 
 
 def all_zeroshot(config):  # the records with per-document losses (workdir below)
-    return sorted(str(p) for p in Path("results/zeroshot/ar_mini/gemma").rglob("*.json"))
+    return sorted(str(p) for p in Path("results/seed0/zeroshot/ar_mini/gemma").rglob("*.json"))
 
 
 # the report rule's inputs (report/inputs.py) read these stubs, not the stages' functions
@@ -72,7 +73,7 @@ def all_lapt(config):
 
 
 def all_lapt_metrics(config):
-    return sorted(str(p) for p in Path("results/lapt").rglob("*.metrics.jsonl"))
+    return sorted(str(p) for p in Path("results/seed0/lapt").rglob("*.metrics.jsonl"))
 
 
 report_inputs_module.all_lapt_metrics = all_lapt_metrics
@@ -110,6 +111,7 @@ def workdir(tmp_path_factory) -> Path:
         "de": {"corpus": {"type": "local", "train": "de.txt"}},
     }
     config["evaluation"] = {"tasks": []}  # the stub lists the fixtures instead
+    config["seed"] = 0  # the fixtures' checkpoints are seed 0's (results/seed0/)
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     shutil.copytree(FIXTURES / "results", work / "results")
     # Every coverage file the rule lists must exist for Snakemake (the fixtures leave one out).
@@ -117,7 +119,7 @@ def workdir(tmp_path_factory) -> Path:
         json.dumps({"copied": 1, "initialized": 1, "coverage_pct": 50.0}))
     # ... and every zero-shot record of a LAPT run (Table 5's bits per byte), with Random's
     # beside it for the zero-shot comparison (per-document losses: 2 and 3 bits per byte).
-    folder = work / "results/zeroshot/ar_mini/gemma/gpt2_ar_mini"
+    folder = work / "results/seed0/zeroshot/ar_mini/gemma/gpt2_ar_mini"
     folder.mkdir(parents=True)
     for method, bpb, noise in (("salt", 2.0, (0.1, -0.1)), ("random", 3.0, (0.2, -0.2))):
         nll = [(bpb + noise[i % 2]) * 700 * math.log(2) for i in range(2)]
@@ -139,12 +141,13 @@ def test_the_report_rule_writes_the_tables_of_its_inputs(workdir, monkeypatch):
     monkeypatch.chdir(workdir)
     config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     inputs = Inputs(
-        evaluation=sorted(str(p) for p in Path("results/eval").rglob("*.json")),
-        lapt=sorted(str(p) for p in Path("results/lapt").rglob("*.metrics.jsonl")),
+        evaluation=sorted(str(p) for folder in ("results/eval", "results/seed0/eval")
+                          for p in Path(folder).rglob("*.json")),
+        lapt=sorted(str(p) for p in Path("results/seed0/lapt").rglob("*.metrics.jsonl")),
         coverage=sorted(f"results/overlap/{s}/{t}.coverage.json" for s in config["sources"]
                         for plms in config["targets"].values() for t in plms),
         reference="resources/reference/salt_paper_tables.csv",
-        zeroshot=zeroshot_paths(sorted(str(p) for p in Path("results/lapt").rglob(
+        zeroshot=zeroshot_paths(sorted(str(p) for p in Path("results/seed0/lapt").rglob(
             "*.metrics.jsonl"))),
     )
     tables, *_ = build_tables(config, inputs)

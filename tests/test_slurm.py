@@ -45,7 +45,8 @@ ACCOUNT = "testaccount"
 # Everything up to the zero-shot table (SALT regression included); LAPT and lm-eval
 # are left out to keep the test within minutes on two cores.
 # The transfer part of the DAG and one LAPT run: both GPU-declared rules go through sbatch.
-TARGETS = ("zeroshot_only", "results/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
+TARGETS = ("zeroshot_only",
+           "results/seed1234/lapt/ar_mini/gemma_mini/gpt2_ar_mini/salt.metrics.jsonl")
 #: The rules run locally before the cluster's run (`--until`, with what they need): the
 #: world, the corpora, the tokenizers and models, the vocabularies and their overlap, the
 #: word and token fastText models.
@@ -406,7 +407,7 @@ def test_workflow_runs_through_sbatch_like_locally(slurm_cluster, tmp_path):
     compared = _compare_runs(local, cluster, config)
     assert compared > 15
     for method in config["transfer"]["methods"]:
-        ckpt = Path("results/transfer/ar_mini/gemma_mini/gpt2_ar_mini") / method
+        ckpt = Path("results/seed1234/transfer/ar_mini/gemma_mini/gpt2_ar_mini") / method
         assert (cluster / ckpt / "model.safetensors").exists()
     print(f"\nSLURM run {cluster_s:.0f} s ({len(submitted)} sbatch jobs), "
           f"local run {local_s:.0f} s, {compared} artifacts identical")

@@ -28,6 +28,9 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 pytestmark = pytest.mark.slow
 
+#: The folder of the seed-dependent artifacts of the default config's one seed (`seed` 1234).
+SEEDED = "results/seed1234"
+
 
 def small_config() -> dict:
     """The default config, shrunk so the upstream half runs in well under a minute."""
@@ -108,9 +111,10 @@ def test_artifacts_have_their_schemas_and_counts(workflow_run):
         for target in plms:
             vocab = pd.read_parquet(results / "vocab" / f"{target}.parquet")
             for vectors in config["neighbors"]["vectors"]:
-                vec = np.load(results / "token_vectors" / lang / vectors / f"{target}.npy")
+                vec = np.load(workdir / SEEDED / "token_vectors" / lang / vectors
+                              / f"{target}.npy")
                 missing = np.load(
-                    results / "token_vectors" / lang / vectors / f"{target}.missing.npy"
+                    workdir / SEEDED / "token_vectors" / lang / vectors / f"{target}.missing.npy"
                 )
                 assert vec.shape[0] == len(vocab) and missing.shape == (len(vocab),)
                 assert np.isfinite(vec).all()
@@ -127,7 +131,8 @@ def test_artifacts_have_their_schemas_and_counts(workflow_run):
                 shared = dict(zip(pairs["target_id"], pairs["source_id"], strict=True))
                 nonshared = sorted(set(range(len(vocab))) - set(shared))
                 for vectors in config["neighbors"]["vectors"]:
-                    path = results / "neighbors" / lang / source / target / f"{vectors}.parquet"
+                    path = (workdir / SEEDED / "neighbors" / lang / source / target
+                            / f"{vectors}.parquet")
                     table = pd.read_parquet(path)
                     meta = read_parquet_metadata(path)
                     assert sorted(table["target_id"]) == nonshared
@@ -256,13 +261,14 @@ def test_bad_inputs_fail_clearly_and_leave_no_artifact(tmp_path):
     assert "only 300 embedding rows" in log
     assert not (workdir / "results/vocab/bad_local.parquet").exists()
 
-    target = "results/token_vectors/ar_mini/word/gpt2_ar_mini.npy"
+    target = f"{SEEDED}/token_vectors/ar_mini/word/gpt2_ar_mini.npy"
     proc = snakemake(workdir, "--cores", "2", target, check=False)
     assert proc.returncode != 0
-    log = (workdir / "results/logs/token_vectors/ar_mini/word/gpt2_ar_mini.log").read_text()
+    log = (workdir / "results/logs/seed1234/token_vectors/ar_mini/word/gpt2_ar_mini.log"
+           ).read_text()
     assert "is not a fastText model" in log and "languages.ar_mini.fasttext" in log
     assert not (workdir / target).exists()
-    assert not list((workdir / "results" / "token_vectors").rglob("*.npy"))
+    assert not list((workdir / SEEDED / "token_vectors").rglob("*.npy"))
 
 
 def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):
@@ -278,7 +284,7 @@ def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):
                 vocab = pd.read_parquet(results / "vocab" / f"{target}.parquet")
                 pairs = pd.read_parquet(results / "overlap" / source / f"{target}.parquet")
                 for method in methods:
-                    ckpt = results / "transfer" / lang / source / target / method
+                    ckpt = workdir / SEEDED / "transfer" / lang / source / target / method
                     report = json.loads((ckpt / "transfer.json").read_text())
                     assert sum(report["counts"].values()) == len(vocab)
                     # random copies nothing; WECHSEL, like its reference, copies only
@@ -299,7 +305,8 @@ def test_transferred_checkpoints_load_and_the_table_ranks_them(workflow_run):
     # every checkpoint's zero-shot record, each ranked among its setting's methods
     from embtransfer.report.setting_tables import zeroshot_lines
 
-    records = [str(p) for p in (results / "zeroshot").rglob("*.json")]
+    records = [str(p) for folder in (results, workdir / SEEDED)
+               for p in (folder / "zeroshot").rglob("*.json")]
     summaries, tests = zeroshot_lines(records, seed=0)
     table = pd.DataFrame(summaries)
     n_pairs = sum(len(p) for p in config["targets"].values()) * len(config["sources"])
@@ -313,7 +320,7 @@ def test_lapt_jobs_declare_a_gpu_and_write_metrics_and_checkpoints(workflow_run)
     from transformers import AutoModelForCausalLM
 
     workdir, config = workflow_run
-    targets = [f"results/lapt/ar_mini/llama_mini/gpt2_ar_mini/{m}.metrics.jsonl"
+    targets = [f"{SEEDED}/lapt/ar_mini/llama_mini/gpt2_ar_mini/{m}.metrics.jsonl"
                for m in ("salt", "random")]
     out = snakemake(workdir, "-n", "--forceall", *targets)
     # Each planned job is printed as "rule lapt:" and its indented fields.
@@ -323,7 +330,7 @@ def test_lapt_jobs_declare_a_gpu_and_write_metrics_and_checkpoints(workflow_run)
         assert re.search(r"resources:.*\bgpu=1\b", block, re.S), block
     snakemake(workdir, "--cores", "2", *targets)  # no-op when an earlier test ran them
     for method in ("salt", "random"):
-        base = workdir / "results" / "lapt" / "ar_mini" / "llama_mini" / "gpt2_ar_mini"
+        base = workdir / SEEDED / "lapt" / "ar_mini" / "llama_mini" / "gpt2_ar_mini"
         metrics = (base / f"{method}.metrics.jsonl").read_text().splitlines()
         lines = [json.loads(x) for x in metrics]
         train = [r for r in lines if "train_loss" in r]
@@ -336,6 +343,6 @@ def test_lapt_jobs_declare_a_gpu_and_write_metrics_and_checkpoints(workflow_run)
         assert summary["total_steps"] == 6 and summary["config"]["lr"] == 1e-3
         assert not (base / f"{method}.work").exists()  # the resume state is cleaned up
         AutoModelForCausalLM.from_pretrained(base / method)
-        log = (workdir / "results" / "logs" / "lapt" / "ar_mini" / "llama_mini" / "gpt2_ar_mini"
-               / f"{method}.log").read_text()
+        log = (workdir / "results" / "logs" / "seed1234" / "lapt" / "ar_mini" / "llama_mini"
+               / "gpt2_ar_mini" / f"{method}.log").read_text()
         assert "eta" in log and "done: 6 steps" in log
