@@ -29,6 +29,7 @@ from embtransfer.report.findings import (
     RUN_JSON,
     findings_markdown,
     read_conditioning,
+    read_movement,
     read_run,
     reference_text,
     seed_line,
@@ -325,8 +326,8 @@ def test_a_reference_reads_the_same_through_a_one_seed_consensus():
     decided, summaries = read_run(reference)
     consensus, spread, _ = combine([(0, decided, summaries)])
     run = json.loads((reference / RUN_JSON).read_text())
-    assert findings_markdown(consensus, spread, run, conditioning=read_conditioning(
-        reference)) == reference_text(reference)
+    assert findings_markdown(consensus, spread, run, conditioning=read_conditioning(reference),
+                             movement=read_movement(reference)) == reference_text(reference)
 
 
 def setting(seeds_held: tuple[int, ...]) -> tuple[pd.DataFrame, pd.DataFrame]:
