@@ -87,6 +87,8 @@ rule all:
         all_calibration(config),
         # a real dictionary's held-out half as each pair's alignment truth
         all_dictionary_truth(config),
+        # the shared tokens held out from every method (transfer.holdout)
+        all_holdout(config),
 
 
 rule zeroshot_only:

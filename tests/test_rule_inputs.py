@@ -584,3 +584,24 @@ def test_report_entries_caption_every_output():
     shown = [name for name in report.output_names() if name != "environment"]
     entries = {repr(sorted(report.report_entry(name).items())) for name in shown}
     assert len(entries) == len(shown)
+
+
+def test_the_held_out_split_is_asked_for_only_with_transfer_holdout(config):
+    from embtransfer.vocab.inputs import all_holdout, holdout_inputs, holdout_share
+
+    assert holdout_share(config) is None and all_holdout(config) == []
+    config["transfer"]["holdout"] = {"share": 0.15}
+    config["seeds"] = [3, 4]
+    files = all_holdout(config)
+    pairs = [(lang, s, t) for lang, plms in config["targets"].items()
+             for s in config["sources"] for t in plms]
+    assert files == [f"results/seed{seed}/holdout/{lang}/{s}/{t}.json"
+                     for seed in (3, 4) for lang, s, t in pairs]
+    # the world's lexicon reads the world; a real language's reads wordfreq, no file
+    world = holdout_inputs(config, {**RUN, "seed": "3"})
+    assert world == {"target_vocab": "results/vocab/gpt2_vi.parquet",
+                     "overlap": "results/overlap/src/gpt2_vi.parquet",
+                     "world": "results/world/world.json"}
+    real = holdout_inputs(config, {"lang": "de", "source": "src", "target": "hub_de",
+                                   "seed": "3"})
+    assert "world" not in real

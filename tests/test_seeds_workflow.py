@@ -24,7 +24,7 @@ def seeded_run(tmp_path_factory):
     config = small_config()
     config["seeds"] = SEEDS
     config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
-    config["transfer"] = {"methods": ["salt", "focus", "random"]}
+    config["transfer"] = {"methods": ["salt", "focus", "random"], "holdout": {"share": 0.15}}
     config["lapt"]["select"] = [{"methods": ["salt", "random"]}]
     config["evaluation"]["tasks"] = ["world_facts"]
     config["evaluation"]["lapt_zeroshot"] = True
@@ -79,3 +79,20 @@ def test_the_report_decides_each_seed_and_keeps_what_holds_in_every_seed(seeded_
     assert sorted(set(movement["method"])) == ["random", "salt"]
     assert len(movement) == 2 * movement["side"].nunique()
     assert (movement["median_cosine"].between(-1, 1)).all()
+
+
+def test_each_seed_holds_out_its_own_share_of_each_kind_of_shared_token(seeded_run):
+    held = {}
+    for seed in SEEDS:
+        split = pd.read_parquet(seeded_run / paths.HOLDOUT.fill(**RUN, seed=seed))
+        counts = pd.read_json(seeded_run / paths.HOLDOUT_COUNTS.fill(**RUN, seed=seed),
+                              typ="series")
+        text = split[split["kind"] != ""]
+        assert counts["held_out"] == int(text["held_out"].sum()) > 0
+        # one source id is held out with every target token that shares it
+        assert (text.groupby("source_id")["held_out"].nunique() == 1).all()
+        for line in counts["by_kind"]:
+            if line["shared"] >= 20:  # rounding aside, the share of each kind
+                assert abs(line["share"] - 0.15) < 0.05, line
+        held[seed] = set(text.loc[text["held_out"], "source_id"])
+    assert held[SEEDS[0]] != held[SEEDS[1]]

@@ -86,7 +86,11 @@ from embtransfer.transfer.shared_search import search_inputs, search_options
 from embtransfer.vocab.inputs import (
     all_calibration,
     all_coverage,
+    all_holdout,
     all_shared_kinds,
+    holdout_inputs,
+    holdout_share,
+    lexicon_spec,
     overlap_text,
     shared_kinds_inputs,
     shared_kinds_params,

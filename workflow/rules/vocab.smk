@@ -92,6 +92,26 @@ rule dictionary_truth:
         "../scripts/vocab/dictionary_truth.py"
 
 
+rule holdout:
+    # The shared tokens hidden from every method (transfer.holdout), drawn per kind with the
+    # replicate seed, by source id (embtransfer/vocab/holdout.py).
+    input:
+        unpack(lambda w: holdout_inputs(config, w)),
+    output:
+        table=paths.HOLDOUT,
+        counts=paths.HOLDOUT_COUNTS,
+    params:
+        share=holdout_share(config),
+        lexicon=lambda w: lexicon_spec(config, w.lang, w.source, w.target),
+        code=script_hash("vocab/holdout.py"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/seed{{seed}}/holdout/{{lang}}/{{source}}/{{target}}.log",
+    script:
+        "../scripts/vocab/holdout.py"
+
+
 rule shared_kinds:
     # The world's pairs, or a real-text run's, measured as the real ones are
     # (analysis/real_shared_tokens.py): coverage and the kinds of shared tokens, beside the

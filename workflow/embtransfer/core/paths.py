@@ -132,6 +132,10 @@ CALIBRATION_MD = "results/report/calibration.md"
 #: (embtransfer.world.truth), and its counts.
 WORLD_TRUTH = Template(SEEDED + "/truth/{lang}/{source}/{target}.parquet")
 WORLD_TRUTH_COUNTS = Template(SEEDED + "/truth/{lang}/{source}/{target}.json")
+#: The shared tokens held out from every method (transfer.holdout, embtransfer.vocab.holdout):
+#: the overlap with each row's kind and ``held_out``, and the counts per kind.
+HOLDOUT = Template(SEEDED + "/holdout/{lang}/{source}/{target}.parquet")
+HOLDOUT_COUNTS = Template(SEEDED + "/holdout/{lang}/{source}/{target}.json")
 # the held-out half of a real dictionary as the alignment truth (data/dictionary_split.py)
 DICTIONARY_TRUTH = Template(SEEDED + "/truth_dictionary/{lang}/{source}/{target}.parquet")
 DICTIONARY_TRUTH_COUNTS = Template(SEEDED + "/truth_dictionary/{lang}/{source}/{target}.json")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from embtransfer.core import paths
-from embtransfer.core.grid import real_pairs, target_pairs, world_pairs
+from embtransfer.core.grid import real_pairs, seeds, target_pairs, world_pairs
 from embtransfer.models.inputs import model_language, tokenizer_dir
 
 
@@ -49,14 +49,46 @@ def shared_kinds_params(config: dict[str, Any]) -> list[dict[str, str]]:
     lexicon: ``world`` (the miniature world's words, names and foreign words) or
     ``wordfreq`` (a real language's, against the source's language, as
     analysis/real_shared_tokens.py measures the committed real figures)."""
-    world = set(world_pairs(config))
     return [
         {"lang": lang, "source": source, "target": target,
-         "lexicon": "world" if (lang, source, target) in world else "wordfreq",
-         # the source's language, English where the config names none (a hub source)
-         "other": config["models"][source].get("language") or "en"}
+         **lexicon_spec(config, lang, source, target)}
         for lang, source, target in shared_kinds_pairs(config)
     ]
+
+
+def lexicon_spec(config: dict[str, Any], lang: str, source: str, target: str) -> dict[str, str]:
+    """The lexicon the kinds of a pair's shared tokens are read with: ``world`` (a pair of the
+    miniature world) or ``wordfreq`` (a real language's, against the source's language,
+    English where the config names none)."""
+    world = (lang, source, target) in set(world_pairs(config))
+    return {"lexicon": "world" if world else "wordfreq",
+            "other": config["models"][source].get("language") or "en"}
+
+
+def holdout_share(config: dict[str, Any]) -> float | None:
+    """``transfer.holdout.share``, None where the run holds no shared token out."""
+    holdout = config["transfer"].get("holdout")
+    return float(holdout["share"]) if holdout else None
+
+
+def all_holdout(config: dict[str, Any]) -> list[str]:
+    """The held-out split of every (language, source, target) pair, per replicate seed,
+    where ``transfer.holdout`` is set."""
+    if holdout_share(config) is None:
+        return []
+    return [paths.HOLDOUT_COUNTS.fill(lang=lang, source=s, target=t, seed=seed)
+            for seed in seeds(config) for lang, s, t in target_pairs(config)]
+
+
+def holdout_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict[str, str]:
+    """What one pair's held-out split reads: the target vocabulary, the overlap, and the
+    world where the pair's lexicon is the world's."""
+    inputs = {"target_vocab": paths.VOCAB.fill(model=wildcards["target"]),
+              "overlap": paths.OVERLAP.fill(**wildcards)}
+    spec = lexicon_spec(config, wildcards["lang"], wildcards["source"], wildcards["target"])
+    if spec["lexicon"] == "world":
+        inputs["world"] = paths.WORLD
+    return inputs
 
 
 def all_shared_kinds(config: dict[str, Any]) -> list[str]:

@@ -12,23 +12,13 @@ from embtransfer.core.atomic import atomic_path, read_json
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import load_tokenizer
 from embtransfer.vocab.canonical import read_vocab
-from embtransfer.vocab.kinds import COLUMNS, shared_token_figures, wordfreq_lexicon
+from embtransfer.vocab.holdout import pair_lexicon
+from embtransfer.vocab.kinds import COLUMNS, shared_token_figures
 from embtransfer.vocab.overlap import count_tokens, read_overlap
-from embtransfer.world.lexicon import world_lexicon
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 world = read_json(sm.input.world) if "world" in sm.input.keys() else None
-lexicons = {}  # a wordfreq lexicon loads in seconds: once per (language, other language)
-
-
-def lexicon(pair):
-    if pair["lexicon"] == "world":
-        return world_lexicon(world, pair["lang"])
-    key = (pair["lang"], pair["other"])
-    if key not in lexicons:
-        lexicons[key] = wordfreq_lexicon(pair["lang"], other=pair["other"])
-    return lexicons[key]
 
 
 rows = []
@@ -47,7 +37,7 @@ for pair, vocab_path, overlap_path, tokenizer_path, valid in inputs:
         vocab,
         read_overlap(overlap_path),
         count_tokens(tokenizer, valid),
-        lexicon(pair),
+        pair_lexicon(pair, pair["lang"], world),
     )
     rows.append(
         {
