@@ -127,6 +127,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
         + len({r[:3] for r in runs if world_pair(config, r)}),
         # one table of every world pair's shared-token kinds (docs/calibration.md)
         "shared_kinds": 1 if any(world_pair(config, p) for p in pairs) else 0,
+        "holdout": len(pairs) if (config["transfer"].get("holdout") or {}).get("share") else 0,
         "calibration_table": 1 if any(world_pair(config, p) for p in pairs) else 0,
         # the target-PLM probes: every world pair (docs/world.md)
         "plm_probe": len([p for p in pairs if world_pair(config, p)]),

@@ -16,34 +16,13 @@ held out.
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
-from embtransfer.vocab.kinds import KINDS, Lexicon, wordfreq_lexicon
-from embtransfer.world.lexicon import world_lexicon
+from embtransfer.vocab.kinds import KINDS
 
 #: The columns :func:`holdout_split` adds to an overlap table.
 HOLDOUT_COLUMNS = ("kind", "held_out")
-
-
-@cache
-def _wordfreq(lang: str, other: str) -> Lexicon:
-    # a wordfreq lexicon loads in seconds: once per (language, other language)
-    return wordfreq_lexicon(lang, other=other)
-
-
-def pair_lexicon(spec: dict[str, str], lang: str, world: dict[str, Any] | None) -> Lexicon:
-    """The lexicon a pair's shared tokens are classified with
-    (:func:`embtransfer.vocab.inputs.lexicon_spec`): the miniature world's, or a real
-    language's wordfreq lexicon against the source's language."""
-    if spec["lexicon"] == "world":
-        if world is None:
-            raise ValueError(f"{lang}: the world's lexicon needs the world (results/world)")
-        return world_lexicon(world, lang)
-    return _wordfreq(lang, spec["other"])
 
 
 def source_kinds(overlap: pd.DataFrame, kinds: pd.Series) -> pd.Series:

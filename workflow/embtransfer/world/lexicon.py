@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from embtransfer.vocab.kinds import Lexicon, fold, script_of
+from embtransfer.vocab.kinds import Lexicon, fold, script_of, wordfreq_lexicon
 from embtransfer.world.truth import _grammar, _word_forms
 
 
@@ -23,3 +24,20 @@ def world_lexicon(world: dict[str, Any], lang: str) -> Lexicon:
     words = (frozenset(_word_forms(target)) | frozenset(free)) - foreign
     names = frozenset(fold(n) for lang_ in (target, source) for n in lang_["names"].values())
     return Lexicon(words, script_of(words), names, foreign)
+
+
+@cache
+def _wordfreq(lang: str, other: str) -> Lexicon:
+    # a wordfreq lexicon loads in seconds: once per (language, other language)
+    return wordfreq_lexicon(lang, other=other)
+
+
+def pair_lexicon(spec: dict[str, str], lang: str, world: dict[str, Any] | None) -> Lexicon:
+    """The lexicon a pair's shared tokens are classified with
+    (:func:`embtransfer.vocab.inputs.lexicon_spec`): the miniature world's, or a real
+    language's wordfreq lexicon against the source's language."""
+    if spec["lexicon"] == "world":
+        if world is None:
+            raise ValueError(f"{lang}: the world's lexicon needs the world (results/world)")
+        return world_lexicon(world, lang)
+    return _wordfreq(lang, spec["other"])

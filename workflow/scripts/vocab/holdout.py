@@ -8,9 +8,10 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 from embtransfer.core.atomic import read_json, write_json, write_parquet
 from embtransfer.core.logs import job_logger
 from embtransfer.vocab.canonical import read_vocab
-from embtransfer.vocab.holdout import counts_by_kind, holdout_split, pair_lexicon
+from embtransfer.vocab.holdout import counts_by_kind, holdout_split
 from embtransfer.vocab.kinds import shared_kinds
 from embtransfer.vocab.overlap import read_overlap
+from embtransfer.world.lexicon import pair_lexicon
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

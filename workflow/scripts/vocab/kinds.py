@@ -12,9 +12,9 @@ from embtransfer.core.atomic import atomic_path, read_json
 from embtransfer.core.logs import job_logger
 from embtransfer.models.loading import load_tokenizer
 from embtransfer.vocab.canonical import read_vocab
-from embtransfer.vocab.holdout import pair_lexicon
 from embtransfer.vocab.kinds import COLUMNS, shared_token_figures
 from embtransfer.vocab.overlap import count_tokens, read_overlap
+from embtransfer.world.lexicon import pair_lexicon
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
