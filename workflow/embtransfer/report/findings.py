@@ -371,8 +371,9 @@ def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
         index = cells.set_index(KEYS)["powerless"]
         weak = {i for i, k in enumerate(keys) if bool(index.get(tuple(k.values()), False))}
     strong = [i for i in range(n) if i not in weak]
+    partial = _apart_in_some_seeds(decided)
     if not weak:
-        return head + _leaders(found.settings, found.methods, _apart_in_some_seeds(decided)) + "."
+        return head + _leaders(found.settings, found.methods, partial) + "."
     lines = cells.set_index(KEYS).loc[[tuple(keys[i].values()) for i in sorted(weak)]]
     items = "questions" if kind in TABLES else "tokens"  # what a paper table's tests count
     why = (f"the largest net difference between two working methods there, "
@@ -383,8 +384,7 @@ def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
                        "method is named best.")
     return head + (
         f"a test has power in {len(strong)} of {n}{_names([keys[i] for i in strong], sources)}: "
-        + _leaders([found.settings[i] for i in strong], found.methods,
-                   _apart_in_some_seeds(decided))
+        + _leaders([found.settings[i] for i in strong], found.methods, partial)
         + f". No power in {len(weak)} of {n}{_names([keys[i] for i in sorted(weak)], sources)}"
         + f": {why}, so no method is named there.")
 
@@ -392,9 +392,12 @@ def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
 # -- SALT against OMP ----------------------------------------------------------------------------
 
 
-def _span(values: Iterable[float]) -> str:
-    values = sorted({round(float(v), 2) for v in values})
-    return f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g}-{values[-1]:g}"
+def _span(values: Iterable[float], digits: int = 2, fixed: bool = False) -> str:
+    """The range of ``values`` rounded to ``digits``: shortest form, or ``fixed`` digits."""
+    values = sorted({round(float(v), digits) for v in values})
+    form = f".{digits}f" if fixed else "g"
+    low, high = format(values[0], form), format(values[-1], form)
+    return low if len(values) == 1 else f"{low}-{high}"
 
 
 def _k_over_h(rival: str, tests: pd.DataFrame, conditioning: pd.DataFrame | None,
@@ -427,15 +430,10 @@ def _moved(rival: str, tests: pd.DataFrame, movement: pd.DataFrame | None) -> st
     runs = runs[runs["median_cosine"].notna()]
     if runs.empty:
         return ""
-    sides = [f"{side} {_span4(part['median_cosine'])}"
+    sides = [f"{side} {_span(part['median_cosine'], 4, fixed=True)}"
              for side, part in runs.groupby("side", sort=True)]
     return (f" (the new rows' median cosine to their rows before LAPT: {', '.join(sides)}, "
             f"over {_plural(len(runs.drop_duplicates(['lang', 'target', 'method'])), 'run')})")
-
-
-def _span4(values: Iterable[float]) -> str:
-    values = sorted({round(float(v), 4) for v in values})
-    return f"{values[0]:.4f}" if len(values) == 1 else f"{values[0]:.4f}-{values[-1]:.4f}"
 
 
 def _where(tests: pd.DataFrame) -> str:

@@ -176,7 +176,6 @@ def spread(per_seed: list[tuple[int, pd.DataFrame, pd.DataFrame]]) -> pd.DataFra
     out.attrs = dict(per_seed[0][2].attrs)
     lines = [values[line] for line in out[key].itertuples(index=False, name=None)]
     out["seeds"] = np.asarray([len(v) for v in lines], np.int64)
-    # a seed without a value (NaN) widens no range
     ranges = [np.asarray(list(v.values()), np.float64) for v in lines]
     # a seed without a value (NaN) widens no range
     out["value_min"] = [r[~np.isnan(r)].min() if (~np.isnan(r)).any() else math.nan
