@@ -87,8 +87,10 @@ rule all:
         all_calibration(config),
         # a real dictionary's held-out half as each pair's alignment truth
         all_dictionary_truth(config),
-        # the shared tokens held out from every method (transfer.holdout)
+        # the shared tokens held out from every method (transfer.holdout), and every
+        # method's rows for them scored against their true source rows
         all_holdout(config),
+        all_holdout_scores(config),
 
 
 rule zeroshot_only:

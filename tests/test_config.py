@@ -94,6 +94,10 @@ def test_misspelled_key_lists_the_allowed_ones():
             lambda c: c["models"]["llama_mini"].update(mix={"xx": 0.1}),
             "models.llama_mini: language 'xx'",
         ),
+        (
+            lambda c: c["transfer"].update(holdout={"share": 0.2, "by_language": {"de": 0.3}}),
+            "transfer.holdout.by_language.de: 'de' is not a target language",
+        ),
     ],
 )
 def test_reference_errors_name_the_key(mutate, needle):

@@ -15,6 +15,7 @@ import yaml
 from embtransfer.config.validation import validate_config
 from embtransfer.core import paths
 from embtransfer.core.atomic import write_json
+from embtransfer.core.paired import binomial_upper_tail
 from embtransfer.data.dictionary_split import split_dictionary, word_key
 from embtransfer.report.comparisons import TEST_COLUMNS, decide, frame_of
 from embtransfer.report.diagnostics import (
@@ -27,7 +28,6 @@ from embtransfer.report.diagnostics import (
 from embtransfer.report.inputs import report_inputs
 from embtransfer.transfer.aligned import AlignedVectors, align_from_dictionary, write_aligned
 from embtransfer.transfer.fasttext_bli import (
-    binomial_upper_tail,
     bli_record,
     held_out_half,
     language_map,

@@ -9,7 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from embtransfer.core.paired import Comparison, difference, paired_bootstrap, paired_ratio
+from embtransfer.core.paired import (
+    Comparison,
+    binomial_test,
+    difference,
+    paired_bootstrap,
+    paired_ratio,
+)
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -103,3 +109,14 @@ def test_a_difference_every_resample_agrees_on_is_p_zero():
     test = paired_ratio(b - 0.25 * x, b, x, seed=2)
     assert test.diff == pytest.approx(-0.25) and test.p == 0.0
     assert math.isclose(test.se, 0.0, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_binomial_test_against_a_rate_is_twice_the_smaller_exact_tail(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 60))
+    p = float(rng.uniform(0.01, 0.6))
+    pmf = [math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(n + 1)]
+    for hits in range(n + 1):
+        brute = min(1.0, 2 * min(sum(pmf[hits:]), sum(pmf[: hits + 1])))
+        assert binomial_test(hits, n, p) == pytest.approx(brute, rel=1e-9, abs=1e-12)

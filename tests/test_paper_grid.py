@@ -67,6 +67,10 @@ def held_out_half(config: dict, lang: str) -> bool:
         spec.get("type", "world") == "world" or bool(spec.get("held_out")))
 
 
+#: The neighbour table each method reads by default (SALT through its regression).
+TABLE_OF = {"salt": "word", "omp_salt_k": "word", "focus": "token"}
+
+
 def expected_jobs(config: dict) -> dict[str, int]:
     langs = config["languages"]
     targets = config["targets"]
@@ -93,6 +97,7 @@ def expected_jobs(config: dict) -> dict[str, int]:
     dictionaries = {langs[lang]["dictionary"]["path"] for lang in targets
                     if aligned and langs[lang].get("dictionary", {}).get("type") == "file"}
     wiki = [lang for lang in targets if langs[lang]["corpus"]["type"] == "wikipedia"]
+    held_out = bool((config["transfer"].get("holdout") or {}).get("share"))
     jobs = {
         "fetch_model": len(hub),
         "fetch_wikipedia": len(wiki),
@@ -127,7 +132,15 @@ def expected_jobs(config: dict) -> dict[str, int]:
         + len({r[:3] for r in runs if world_pair(config, r)}),
         # one table of every world pair's shared-token kinds (docs/calibration.md)
         "shared_kinds": 1 if any(world_pair(config, p) for p in pairs) else 0,
-        "holdout": len(pairs) if (config["transfer"].get("holdout") or {}).get("share") else 0,
+        "holdout": len(pairs) if held_out else 0,
+        # with the held-out tokens hidden: the neighbour tables SALT (word vectors) and FOCUS
+        # (token vectors) read, SALT's regression, and every method but the world's oracle
+        "holdout_neighbors": len({(r[:3], TABLE_OF[r[3]]) for r in transfer_runs(config)
+                                  if held_out and r[3] in TABLE_OF}),
+        "holdout_regression": len({r[:3] for r in transfer_runs(config)
+                                   if held_out and r[3] in ("salt", "omp_salt_k")}),
+        "holdout_transfer": len([r for r in transfer_runs(config)
+                                 if held_out and r[3] != "world_oracle"]),
         "calibration_table": 1 if any(world_pair(config, p) for p in pairs) else 0,
         # the target-PLM probes: every world pair (docs/world.md)
         "plm_probe": len([p for p in pairs if world_pair(config, p)]),

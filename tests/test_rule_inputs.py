@@ -529,8 +529,14 @@ def test_report_inputs(config):
     assert list(inputs) == [
         "evaluation", "lapt", "coverage", "zeroshot", "alignment", "plm_probes", "reference",
         "transfer_zeroshot", "source_floor", "lapt_zeroshot", "salt_regression",
-        "fasttext_bli",
+        "fasttext_bli", "holdout",
     ]
+    # the report reads each kind the rule gives it, by name, and refuses a kind it lacks
+    from embtransfer.report.build import Inputs
+
+    assert Inputs.of_rule(inputs).holdout == []
+    with pytest.raises(ValueError, match="holdout"):
+        Inputs.of_rule({k: v for k, v in inputs.items() if k != "holdout"})
     # the BLI of the aligned fastText spaces: vi's world dictionary keeps a held-out half,
     # de's MUSE file none
     assert inputs["fasttext_bli"] == ["results/seed0/fasttext_bli/vi.json"]
@@ -605,3 +611,30 @@ def test_the_held_out_split_is_asked_for_only_with_transfer_holdout(config):
     real = holdout_inputs(config, {"lang": "de", "source": "src", "target": "hub_de",
                                    "seed": "3"})
     assert "world" not in real
+    config["transfer"]["holdout"]["by_language"] = {"de": 0.3}
+    assert holdout_share(config, "de") == 0.3 and holdout_share(config, "vi_mini") == 0.15
+
+
+def test_a_held_out_transfer_reads_the_held_out_overlap_tables_and_regression(config):
+    from embtransfer.transfer.inputs import (
+        all_holdout_scores,
+        holdout_transfer_inputs,
+        transfer_inputs,
+    )
+
+    assert all_holdout_scores(config) == []
+    config["transfer"]["holdout"] = {"share": 0.15}
+    wildcards = {**RUN, "method": "salt", "seed": "3"}
+    full, held = transfer_inputs(config, wildcards), holdout_transfer_inputs(config, wildcards)
+    assert held.pop("holdout") == "results/seed3/holdout/vi/src/gpt2_vi.parquet"
+    assert held.pop("overlap") == "results/seed3/holdout/vi/src/gpt2_vi.overlap.parquet"
+    assert held.pop("projected") == (
+        "results/seed3/holdout_regression/vi/src/gpt2_vi/projected.safetensors")
+    assert {k: v for k, v in full.items() if k not in ("overlap", "projected")} == held
+    focus = holdout_transfer_inputs(config, {**wildcards, "method": "focus"})
+    assert focus["neighbors_token"] == (
+        "results/seed3/holdout_neighbors/vi/src/gpt2_vi/token.parquet")
+    # the shared search saw the held-out source tokens: a held-out WECHSEL searches anew
+    config["aligned"]["share_search"] = True
+    assert "aligned_search" not in holdout_transfer_inputs(config, {**wildcards,
+                                                                    "method": "wechsel"})

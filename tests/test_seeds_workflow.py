@@ -24,7 +24,9 @@ def seeded_run(tmp_path_factory):
     config = small_config()
     config["seeds"] = SEEDS
     config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
-    config["transfer"] = {"methods": ["salt", "focus", "random"], "holdout": {"share": 0.15}}
+    # wechsel: the aligned vectors the leak test's WECHSEL and OFA read
+    config["transfer"] = {"methods": ["salt", "focus", "wechsel", "random"],
+                          "holdout": {"share": 0.15}}
     config["lapt"]["select"] = [{"methods": ["salt", "random"]}]
     config["evaluation"]["tasks"] = ["world_facts"]
     config["evaluation"]["lapt_zeroshot"] = True

@@ -72,10 +72,12 @@ from embtransfer.transfer.method_catalog import METHODS as METHOD_CATALOG
 from embtransfer.transfer.inputs import (
     aligned_tokenizers,
     all_dictionary_truth,
+    all_holdout_scores,
     all_zeroshot,
     dictionary_input,
     dictionary_spec,
     fasttext_bli_inputs,
+    holdout_transfer_inputs,
     method_code,
     method_options,
     salt_rcond,

@@ -24,3 +24,17 @@ rule neighbors:
         f"{paths.BENCHMARKS}/seed{{seed}}/neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.tsv"
     script:
         "../scripts/neighbors/neighbors.py"
+
+
+use rule neighbors as holdout_neighbors with:
+    # the same search with the held-out shared tokens as queries, never anchors
+    input:
+        vectors=paths.TOKEN_VECTORS.fill(model="{target}"),
+        missing=paths.TOKEN_VECTORS_MISSING.fill(model="{target}"),
+        overlap=paths.HOLDOUT_OVERLAP,
+    output:
+        paths.HOLDOUT_NEIGHBORS,
+    log:
+        f"{paths.LOGS}/seed{{seed}}/holdout_neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/seed{{seed}}/holdout_neighbors/{{lang}}/{{source}}/{{target}}/{{vectors}}.tsv"

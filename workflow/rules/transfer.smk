@@ -155,3 +155,43 @@ rule zeroshot_source:
         f"{paths.BENCHMARKS}/zeroshot_source/{{lang}}/{{source}}.tsv"
     script:
         "../scripts/transfer/zeroshot.py"
+
+
+use rule salt_regression as holdout_regression with:
+    # SALT's regression on the held-out neighbour tables (the held-out tokens among its rows)
+    input:
+        neighbors=lambda w: paths.HOLDOUT_NEIGHBORS.fill(**w, vectors=salt_vectors(config)),
+        target=lambda w: model_dir(config, w.target),
+    output:
+        tensors=paths.HOLDOUT_REGRESSION,
+        meta=paths.HOLDOUT_REGRESSION_META,
+    log:
+        f"{paths.LOGS}/seed{{seed}}/holdout_regression/{{lang}}/{{source}}/{{target}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/seed{{seed}}/holdout_regression/{{lang}}/{{source}}/{{target}}.tsv"
+
+
+rule holdout_transfer:
+    # One method with the held-out shared tokens hidden; its rows for them scored against
+    # their true source rows (embtransfer.transfer.job.run_holdout_job). No checkpoint.
+    input:
+        unpack(lambda w: holdout_transfer_inputs(config, w)),
+    output:
+        paths.HOLDOUT_SCORES,
+    params:
+        options=lambda w: method_options(config, w.method),
+        seed=lambda w: int(w.seed),
+        trust_remote_code=config["trust_remote_code"],
+        allow_pickle=config["allow_pickle"],
+        code=lambda w: script_hash("transfer/holdout_transfer.py") + method_code(w.method),
+    threads: config["threads"]
+    resources:
+        mem_mb=TRANSFER["mem_mb"] or 8000,
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/seed{{seed}}/holdout_transfer/{{lang}}/{{source}}/{{target}}/{{method}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/seed{{seed}}/holdout_transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
+    script:
+        "../scripts/transfer/holdout_transfer.py"

@@ -100,8 +100,10 @@ rule holdout:
     output:
         table=paths.HOLDOUT,
         counts=paths.HOLDOUT_COUNTS,
+        # the overlap a held-out transfer and its neighbour tables read
+        overlap=paths.HOLDOUT_OVERLAP,
     params:
-        share=holdout_share(config),
+        share=lambda w: holdout_share(config, w.lang),
         lexicon=lambda w: lexicon_spec(config, w.lang, w.source, w.target),
         code=script_hash("vocab/holdout.py"),
     conda:

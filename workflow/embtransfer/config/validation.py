@@ -257,6 +257,12 @@ def check_references(config: dict[str, Any]) -> None:
                 f"config key targets.{lang}: model {plm!r} is a {plm_lang!r} model "
                 f"(models.{plm}.language), not a {lang!r} one",
             )
+    for lang in ((config.get("transfer") or {}).get("holdout") or {}).get("by_language") or {}:
+        _require(
+            lang in config["targets"],
+            f"config key transfer.holdout.by_language.{lang}: {lang!r} is not a target "
+            f"language of this run (targets: {', '.join(sorted(config['targets']))})",
+        )
     for key, spec in models.items():
         for lang in [spec.get("language"), *spec.get("mix", {})]:
             if lang is None:

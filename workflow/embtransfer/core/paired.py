@@ -97,6 +97,33 @@ def binomial_two_sided(k: int, n: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def binomial_upper_tail(hits: int, n: int, p: float) -> float:
+    """P(X >= hits) for X ~ Binomial(n, p)."""
+    if hits <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    logs = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+        + i * math.log(p) + (n - i) * math.log1p(-p)
+        for i in range(hits, n + 1)
+    ]  # fmt: skip
+    top = max(logs)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(v - top) for v in logs))
+
+
+def binomial_test(hits: int, n: int, p: float) -> float:
+    """Two-sided exact test of ``hits`` of ``n`` against the rate ``p``: twice the smaller
+    tail, capped at 1 (a method's hits against a random ranking's chance)."""
+    if n == 0:
+        return 1.0
+    upper = binomial_upper_tail(hits, n, p)
+    lower = 1.0 - binomial_upper_tail(hits + 1, n, p) if hits < n else 1.0
+    return min(1.0, 2 * min(upper, lower))
+
+
 def mcnemar(a: np.ndarray, b: np.ndarray) -> Comparison:
     """Exact McNemar test of two 0/1 outcome vectors over the same items."""
     a, b = _pair(a, b)

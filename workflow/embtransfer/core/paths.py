@@ -136,6 +136,19 @@ WORLD_TRUTH_COUNTS = Template(SEEDED + "/truth/{lang}/{source}/{target}.json")
 #: the overlap with each row's kind and ``held_out``, and the counts per kind.
 HOLDOUT = Template(SEEDED + "/holdout/{lang}/{source}/{target}.parquet")
 HOLDOUT_COUNTS = Template(SEEDED + "/holdout/{lang}/{source}/{target}.json")
+#: What a held-out transfer reads in place of the overlap, the neighbour tables and SALT's
+#: regression: the same built from the shared tokens not held out (rules holdout,
+#: holdout_neighbors, holdout_regression) ...
+HOLDOUT_OVERLAP = Template(SEEDED + "/holdout/{lang}/{source}/{target}.overlap.parquet")
+HOLDOUT_NEIGHBORS = Template(
+    SEEDED + "/holdout_neighbors/{lang}/{source}/{target}/{vectors}.parquet")
+HOLDOUT_REGRESSION = Template(
+    SEEDED + "/holdout_regression/{lang}/{source}/{target}/projected.safetensors")
+HOLDOUT_REGRESSION_META = Template(
+    SEEDED + "/holdout_regression/{lang}/{source}/{target}/projected.json")
+#: ... and what it writes: per held-out token and side, the method's row scored against the
+#: token's true source row (rule holdout_transfer, embtransfer.evaluation.heldout_rows).
+HOLDOUT_SCORES = Template(SEEDED + "/holdout_scores/{lang}/{source}/{target}/{method}.parquet")
 # the held-out half of a real dictionary as the alignment truth (data/dictionary_split.py)
 DICTIONARY_TRUTH = Template(SEEDED + "/truth_dictionary/{lang}/{source}/{target}.parquet")
 DICTIONARY_TRUTH_COUNTS = Template(SEEDED + "/truth_dictionary/{lang}/{source}/{target}.json")
@@ -199,9 +212,10 @@ REPORT_FILES = {
     # every seed's own tests, each decided in its seed (comparisons.csv: across seeds)
     "seeds_csv": "seeds.csv",
     **{f"{name}_md": f"{name}.md" for name in ("comparisons", "alignment", "zeroshot",
-                                               "lapt_zeroshot")},
+                                               "lapt_zeroshot", "heldout")},
     **{f"{name}_{kind}": f"{name}.{kind}" for name in (
-        "plm_probes", "fasttext_bli", "source_floor", "salt_conditioning", "lapt_movement")
+        "plm_probes", "fasttext_bli", "source_floor", "salt_conditioning", "lapt_movement",
+        "heldout_kinds", "heldout_tracking")
        for kind in ("md", "csv")},
     "figure2": "figure2.png",
     "methods": "methods.png",

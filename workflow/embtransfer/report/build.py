@@ -5,7 +5,7 @@ them, the diagnostic tables, findings.md and report.md."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,18 @@ class Inputs:
     source_floor: list[str] = field(default_factory=list)
     lapt_zeroshot: list[str] = field(default_factory=list)
     salt_regression: list[str] = field(default_factory=list)
+    holdout: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of_rule(cls, named: Any) -> Inputs:
+        """The report rule's named inputs (:func:`embtransfer.report.inputs.report_inputs`),
+        each kind by its name: an input the rule lacks, or one this class does not know,
+        is refused, so a kind added to one is not silently left out of the other."""
+        given, known = dict(named.items()), {f.name for f in fields(cls)}
+        if set(given) != known:
+            raise ValueError(f"the report rule's inputs {sorted(set(given) ^ known)} are not "
+                             "both the rule's and the report's: add each to both")
+        return cls(**{k: v if k == "reference" else list(v) for k, v in given.items()})
 
 
 def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
@@ -128,6 +140,8 @@ SETTING_FILES = (
     ("zeroshot_md", "zeroshot", "Zero-shot bits per byte (before any training)"),
     ("lapt_zeroshot_md", "lapt_zeroshot", "After LAPT: the final checkpoints' bits per byte"),
     ("alignment_md", "alignment", "Alignment of the new rows with the truth"),
+    ("heldout_md", "heldout", "Held-out shared tokens: each method's rows against their true "
+     "source rows"),
 )
 
 
@@ -161,7 +175,8 @@ def _compare_seed(config: dict[str, Any], inputs: Inputs, tables: dict[int, pape
     # such a checkpoint and of the LAPT checkpoint trained from it
     flagged = flagged_checkpoints(transfer[0])
     parts = [transfer, setting_tables.alignment_lines(of_seed(inputs.alignment, seed), seed,
-                                                      flagged)]
+                                                      flagged),
+             setting_tables.holdout_lines(of_seed(inputs.holdout, seed), seed, flagged)]
     if primary:
         parts += [
             setting_tables.zeroshot_lines(of_seed(inputs.lapt_zeroshot, seed), seed, "lapt",
@@ -240,6 +255,8 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
                                                        *csv_md("salt_conditioning"))
     movement = diagnostics.write_lapt_movement(of_seed(inputs.lapt_zeroshot, primary),
                                                *csv_md("lapt_movement"))
+    diagnostics.write_heldout_kinds(of_seed(inputs.holdout, primary), *csv_md("heldout_kinds"))
+    diagnostics.write_heldout_tracking(summaries, *csv_md("heldout_tracking"))
     write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
     findings = findings_markdown(decided, summaries, findings_run(config),
                                  real=bool(config.get("real_text")), conditioning=conditioning,

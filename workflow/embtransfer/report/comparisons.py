@@ -50,6 +50,9 @@ METRICS = {
     "p_at_10": Metric("P@10", True, 1, 100.0, "mcnemar"),
     "cos_oracle": Metric("cos to oracle", True, 3, 1.0, "bootstrap"),
     "cos_centred": Metric("centred cos", True, 3, 1.0, "bootstrap"),
+    # the held-out shared tokens' (embtransfer.evaluation.heldout_rows)
+    "mrr": Metric("MRR", True, 3, 1.0, "bootstrap"),
+    "contrast": Metric("contrast", True, 3, 1.0, "bootstrap"),
     "span_probe": Metric("span probe z", True, 1, 1.0, "given"),
     "class_probe": Metric("class probe z", True, 1, 1.0, "given"),
     "bli_p_at_10": Metric("BLI P@10", True, 1, 1.0, "given"),

@@ -28,10 +28,11 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import read_json, write_table
-from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, normal_p, ratio_se
+from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA, derived_seed, normal_p, ratio_se
 from embtransfer.evaluation.plm_probes import PROBES
-from embtransfer.report.comparisons import given_test
+from embtransfer.report.comparisons import given_test, metric_spec
 from embtransfer.report.records import MalformedResultError, identity, read_records
+from embtransfer.report.setting_tables import read_holdout_scores
 from embtransfer.report.tables import format_p, markdown
 from embtransfer.report.texts import prose
 
@@ -41,6 +42,11 @@ SETTING = ["lang", "source", "target"]
 
 def _number(value: Any, digits: int = 2, scale: float = 1.0, unit: str = "") -> str:
     return "—" if pd.isna(value) else f"{scale * value:.{digits}f}{unit}"
+
+
+def _setting_columns(frame: pd.DataFrame) -> dict[str, pd.Series]:
+    """A table's first columns: the setting's language, source and target PLM."""
+    return {"language": frame["lang"], "source": frame["source"], "target PLM": frame["target"]}
 
 
 def _write(frame: pd.DataFrame, key: str, blocks: list[str], csv_path: str | os.PathLike,
@@ -275,8 +281,8 @@ def write_lapt_movement(files: list[str], csv_path: str | os.PathLike,
                         md_path: str | os.PathLike) -> pd.DataFrame:
     frame = movement_frame(files)
     table = pd.DataFrame({
-        "language": frame["lang"], "source": frame["source"], "target PLM": frame["target"],
-        "method": frame["method"], "side": frame["side"], "new rows": frame["rows"],
+        **_setting_columns(frame), "method": frame["method"], "side": frame["side"],
+        "new rows": frame["rows"],
         "median cosine": frame["median_cosine"].map(lambda v: _number(v, 4)),
         "10th percentile cosine": frame["p10_cosine"].map(lambda v: _number(v, 4)),
         "median relative change": frame["median_relative_change"].map(
@@ -361,3 +367,104 @@ def write_source_floor(floor_files: list[str], languages: dict[str, str],
             "bits per byte": _bits(control)}))]
     return _write(frame, "source_floor", parts, csv_path, md_path,
                   margin=f"{100 * FLOOR_MARGIN:.0f}")
+
+
+# -- held-out shared tokens: by kind, and against bits per byte ----------------------------------
+
+
+HOLDOUT_KIND_COLUMNS = ["lang", "source", "target", "side", "method", "kind", "tokens",
+                        "p_at_10", "chance_p_at_10", "mrr", "contrast", "rows_made_as"]
+
+
+def heldout_kinds(files: list[str]) -> pd.DataFrame:
+    """Per setting, side, method and kind of token: the held-out tokens, their P@10 and
+    chance (%), MRR, mean contrast, and how the method made their rows (its labels with
+    counts: a fallback, such as a byte no method can decompose, shows here)."""
+    scores = read_holdout_scores(files)
+    if scores.empty:
+        return pd.DataFrame(columns=HOLDOUT_KIND_COLUMNS)
+    keys = ["lang", "source", "target", "side", "method", "kind"]
+    rows = []
+    for key, group in scores.groupby(keys, sort=True):
+        labels = group["how"].value_counts()
+        rows.append(dict(zip(keys, key, strict=True)) | {
+            "tokens": len(group), "p_at_10": 100 * group["hit_10"].mean(),
+            "chance_p_at_10": 100 * group["chance_10"].mean(),
+            "mrr": group["reciprocal_rank"].mean(), "contrast": group["contrast"].mean(),
+            "rows_made_as": ", ".join(f"{how} {n}" for how, n in labels.items())})
+    return pd.DataFrame(rows, columns=HOLDOUT_KIND_COLUMNS)
+
+
+def write_heldout_kinds(files: list[str], csv_path: str | os.PathLike,
+                        md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = heldout_kinds(files)
+    table = pd.DataFrame({
+        **_setting_columns(frame), "side": frame["side"], "method": frame["method"],
+        "kind": frame["kind"],
+        "tokens": frame["tokens"], "P@10": frame["p_at_10"].map(lambda v: _number(v, 1)),
+        "chance P@10": frame["chance_p_at_10"].map(lambda v: _number(v, 2)),
+        "MRR": frame["mrr"].map(lambda v: _number(v, 3)),
+        "contrast": frame["contrast"].map(lambda v: _number(v, 3)),
+        "rows made as": frame["rows_made_as"],
+    })
+    return _write(frame, "heldout_kinds", [markdown(table)], csv_path, md_path)
+
+
+TRACKING_COLUMNS = ["lang", "source", "target", "side", "metric", "methods", "rho", "p"]
+#: The seeded shuffles of the permutation test of a rank correlation.
+PERMUTATIONS = 10_000
+
+
+def spearman(x: np.ndarray, y: np.ndarray, seed: int = 0,
+             permutations: int = PERMUTATIONS) -> tuple[float, float]:
+    """(Spearman's ρ of ``x`` and ``y``, tie-averaged ranks; its two-sided permutation
+    p-value: (1 + shuffles of ``y`` with |ρ| at least as large) / (1 + shuffles), NaN for
+    no shuffles). A constant ``x`` or ``y`` has no ρ (NaN)."""
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return math.nan, math.nan
+    rho = float(np.corrcoef(rx, ry)[0, 1])
+    if not permutations:
+        return rho, math.nan
+    rng = np.random.default_rng(seed)
+    shuffled = rng.permuted(np.tile(ry, (permutations, 1)), axis=1)
+    cx, cs = rx - rx.mean(), shuffled - shuffled.mean(axis=1, keepdims=True)
+    rhos = cs @ cx / (np.linalg.norm(cs, axis=1) * np.linalg.norm(cx))
+    return rho, float((1 + np.sum(np.abs(rhos) >= abs(rho) - 1e-12)) / (1 + permutations))
+
+
+def heldout_tracking(summaries: pd.DataFrame, permutations: int = PERMUTATIONS) -> pd.DataFrame:
+    """Per setting, side and held-out metric: Spearman's rank correlation, over the working
+    competing methods ranked in both, between the held-out score and the zero-shot bits per
+    byte of the same checkpoint setting, signed so that +1 means the methods better on the
+    held-out tokens read the text better (lower bits per byte), with its permutation p
+    (:func:`spearman`; none where ``permutations`` is 0). Fewer than three methods: no
+    correlation."""
+    ranked = summaries[summaries["rank"].notna()]
+    held = ranked[ranked["family"] == "heldout"]
+    text = ranked[(ranked["family"] == "zeroshot") & (ranked["metric"] == "bits_per_byte")]
+    setting = ["lang", "source", "target"]
+    bpb = text[[*setting, "method", "value"]].rename(columns={"value": "bpb"})
+    rows = []
+    for key, group in held.groupby([*setting, "side", "metric"], sort=True):
+        both = group.merge(bpb, on=[*setting, "method"])
+        rho, p = (spearman(both["value"].to_numpy(), -both["bpb"].to_numpy(),
+                           derived_seed(key), permutations)
+                  if len(both) >= 3 else (math.nan, math.nan))
+        rows.append(dict(zip([*setting, "side", "metric"], key, strict=True))
+                    | {"methods": len(both), "rho": rho, "p": p})
+    return pd.DataFrame(rows, columns=TRACKING_COLUMNS)
+
+
+def write_heldout_tracking(summaries: pd.DataFrame, csv_path: str | os.PathLike,
+                           md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = heldout_tracking(summaries)
+    table = pd.DataFrame({
+        **_setting_columns(frame), "side": frame["side"],
+        "metric": frame["metric"].map(lambda m: metric_spec(m).label),
+        "methods": frame["methods"], "Spearman ρ": frame["rho"].map(lambda v: _number(v, 2)),
+        "permutation p": frame["p"].map(
+            lambda v: "—" if pd.isna(v) else format_p(v).removeprefix("p ")),
+    })
+    return _write(frame, "heldout_tracking", [markdown(table)], csv_path, md_path,
+                  permutations=PERMUTATIONS)

@@ -1,6 +1,6 @@
 """findings.md: what the run found, written from the comparisons table alone.
 
-It opens with at most eleven lines (:func:`headline`), then one table per setting
+It opens with at most thirteen lines (:func:`headline`), then one table per setting
 (:mod:`.setting_tables`), through the template ``findings.md.j2``. Every count in a line
 carries its denominator and every line names its metric, side and stage, so each can be
 checked in the tables below it. The reference runs' comparisons tables are committed
@@ -36,7 +36,7 @@ from embtransfer.report.comparisons import (
     power,
     with_decisions,
 )
-from embtransfer.report.diagnostics import carries_meaning
+from embtransfer.report.diagnostics import carries_meaning, heldout_tracking
 from embtransfer.report.seeds import several
 from embtransfer.report.setting_tables import legend, setting_sections
 from embtransfer.report.tables import markdown
@@ -78,10 +78,14 @@ class Kind:
 
 #: The paper tables: the headline gives their leaders (each by its first metric) in one line.
 TABLES = tuple(Kind(f"Table {n}", f"table{n}") for n in (1, 2, 3, 4))
+#: The held-out shared tokens' headline measure (embtransfer.report.setting_tables).
+HELDOUT = Kind("Held-out shared tokens, P@10 of the input rows, transfer stage", "heldout",
+               (("side", "input"), ("metric", "p_at_10")))
 KINDS = (
     Kind("Held-out P@10 of the input rows, transfer stage", "alignment",
          (("stage", "transfer"), ("side", "input"), ("split", "held_out"),
           ("metric", "p_at_10"))),
+    HELDOUT,
     Kind("Zero-shot bits per byte of the whole model, transfer stage", "zeroshot"),
     Kind("Bits per byte of the whole model after LAPT", "lapt_zeroshot"),
     *TABLES,
@@ -90,6 +94,7 @@ SECTIONS = (
     Kind("Zero-shot bits per byte", "zeroshot"),
     Kind("Held-out alignment of the new rows (before LAPT)", "alignment",
          (("split", "held_out"), ("stage", "transfer"))),
+    Kind("Held-out shared tokens: the new rows against their true source rows", "heldout"),
     Kind("After LAPT: bits per byte", "lapt_zeroshot"),
     *TABLES,
 )
@@ -178,12 +183,15 @@ def _broken_test(decided: pd.DataFrame, broken: set[tuple[str, ...]]) -> pd.Seri
 
 def measure(line: Any, split: bool = True) -> str:
     """A test's metric and side in words (its stage is said apart): ``bits per byte``,
-    ``held-out output-row cos to oracle`` (``split``: with the alignment's split), ``Table 3
+    ``held-out output-row cos to oracle`` (``split``: with the alignment's split),
+    ``held-out-token input-row MRR`` (the held-out shared tokens'), ``Table 3
     XL acc (context=en,question=target)``."""
     label = metric_spec(line["metric"]).label
     if line["family"] == "alignment":
         words = f"{line['side']}-row {label}"
         return f"{_split(line['split'])} {words}" if split else words
+    if line["family"] == "heldout":
+        return f"held-out-token {line['side']}-row {label}"
     if str(line["family"]).startswith("table"):
         variant = f" ({line['variant']})" if line["variant"] else ""
         return f"Table {str(line['family']).removeprefix('table')} {label}{variant}"
@@ -555,6 +563,43 @@ def powerless_line(cells: pd.DataFrame, sources: bool) -> str:
                  named=named)
 
 
+def heldout_line(decided: pd.DataFrame, summaries: pd.DataFrame) -> str:
+    """Which working methods' rows for the held-out shared tokens leave chance (P@10 of the
+    input rows, the exact binomial test), in how many of the settings each was tested in;
+    and how the held-out P@10 tracks zero-shot bits per byte across methods
+    (:func:`embtransfer.report.diagnostics.heldout_tracking`: +1, the methods better on the
+    held-out tokens read the text better)."""
+    tests = _select(decided, HELDOUT)
+    tests = tests[tests["versus"] == "chance"]
+    if tests.empty:
+        return ""
+    setting = ["lang", "source", "target"]
+    n_settings = tests.groupby(setting).ngroups
+    groups: dict[str, list[str]] = {"every": [], "some": [], "none": []}
+    for method, group in tests.groupby("method", sort=True):
+        above, of = int((group["relation"] == "better").sum()), len(group)
+        which = "every" if above == of else "some" if above else "none"
+        groups[which].append(method if which != "some" else f"{method} {above} of {of}")
+    said = [f"in every setting it was tested in: {', '.join(groups['every'])}"
+            if groups["every"] else "in every setting: none"]
+    if groups["some"]:
+        said.append(f"in some: {', '.join(groups['some'])}")
+    if groups["none"]:
+        said.append(f"in none: {', '.join(groups['none'])}")
+    below = tests[tests["relation"] == "worse"]
+    if len(below):
+        said.append(f"below chance in {_plural(len(below), 'test')}")
+    tracking = heldout_tracking(summaries, permutations=0)  # ρ alone: the table has p
+    tracking = tracking[(tracking["side"] == "input") & (tracking["metric"] == "p_at_10")
+                        & tracking["rho"].notna()]
+    tracked = (f"; its Spearman correlation with zero-shot bits per byte across the working "
+               f"methods: {_span(tracking['rho'], 2, fixed=True)} in "
+               f"{_plural(len(tracking), 'setting')} (heldout_tracking.md)"
+               if len(tracking) else "")
+    return prose("findings.heldout", tests=len(tests), settings=n_settings,
+                 said="; ".join(said), tracked=tracked)
+
+
 def anomaly_lines(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
     """One line per kind of anomaly with its count out of its whole; the tables below name
     the settings."""
@@ -604,8 +649,9 @@ def seed_count(run: dict[str, Any] | None, decided: pd.DataFrame) -> int:
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any] | None = None,
              conditioning: pd.DataFrame | None = None, movement: pd.DataFrame | None = None
              ) -> list[str]:
-    """The findings' opening lines (at most eleven: 3 leaders, the paper tables' in one
-    line, SALT against OMP at its two k, 4 kinds of anomaly and the seeds)."""
+    """The findings' opening lines (at most thirteen: 4 leaders, the paper tables' in one
+    line, the held-out shared tokens against chance, SALT against OMP at its two k, 4 kinds
+    of anomaly and the seeds)."""
     if decided.empty:
         return ["No paired test in this run: nothing to rank (see the tables below)."]
     broken = broken_checkpoints(summaries)
@@ -617,7 +663,8 @@ def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any]
     if benchmarks:
         lines.append("**Benchmarks**: " + "; ".join(c.rstrip(".") for c in benchmarks) + ".")
     omp_k = int((run or {}).get("omp_k", OMP_DEFAULT_K))
-    lines += [*salt_omp_lines(decided, summaries, conditioning, omp_k, movement),
+    lines += [heldout_line(decided, summaries),
+              *salt_omp_lines(decided, summaries, conditioning, omp_k, movement),
               *anomaly_lines(decided, summaries), seed_line(run, decided)]
     return [line for line in lines if line]
 

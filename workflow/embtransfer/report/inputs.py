@@ -16,7 +16,12 @@ from embtransfer.evaluation.inputs import (
 )
 from embtransfer.lapt.inputs import all_lapt_metrics
 from embtransfer.report.build import output_names, zeroshot_paths
-from embtransfer.transfer.inputs import all_fasttext_bli, all_salt_regression, all_zeroshot
+from embtransfer.transfer.inputs import (
+    all_fasttext_bli,
+    all_holdout_scores,
+    all_salt_regression,
+    all_zeroshot,
+)
 from embtransfer.vocab.inputs import all_coverage
 
 # The subcategory of each paper table in `snakemake --report`'s "Paper tables".
@@ -53,6 +58,8 @@ def report_inputs(config: dict[str, Any]) -> dict[str, Any]:
         "salt_regression": all_salt_regression(config),
         # the aligned fastText spaces WECHSEL and OFA search, scored per language (BLI)
         "fasttext_bli": all_fasttext_bli(config),
+        # every method's rows for the held-out shared tokens, scored (transfer.holdout)
+        "holdout": all_holdout_scores(config),
     }
 
 
@@ -68,6 +75,10 @@ _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("plm_probes", "plm_probes", _TRUTH, {"table": "target-PLM probes"}),
     ("fasttext_bli", "fasttext_bli", _TRUTH, {"table": "aligned fastText spaces (BLI)"}),
     ("zeroshot", "zeroshot", _COMPARED, {"table": "zero-shot bits per byte"}),
+    ("heldout_kinds", "heldout_kinds", _COMPARED, {"table": "held-out shared tokens by kind"}),
+    ("heldout_tracking", "heldout_tracking", _COMPARED,
+     {"table": "held-out scores against bits per byte"}),
+    ("heldout", "heldout", _COMPARED, {"table": "held-out shared tokens"}),
     ("comparisons", "comparisons", _COMPARED, {"table": "every paired comparison"}),
     ("summaries", "comparisons", _COMPARED, {"table": "every method's summary"}),
     ("seeds", "comparisons", _COMPARED, {"table": "every test in every seed"}),

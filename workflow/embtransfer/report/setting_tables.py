@@ -18,12 +18,13 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.paired import derived_seed
+from embtransfer.core.paired import binomial_test, derived_seed, normal_p
 from embtransfer.evaluation.alignment import COSINES
 from embtransfer.report.comparisons import (
     KEYS,
     checkpoint_flags,
     compare_setting,
+    given_test,
     metric_spec,
     row_check_flag,
 )
@@ -31,6 +32,7 @@ from embtransfer.report.records import ZEROSHOT_KEYS, MalformedResultError, iden
 from embtransfer.report.seeds import fraction, primary_relation
 from embtransfer.report.tables import format_p, markdown
 from embtransfer.report.texts import prose
+from embtransfer.transfer.method_catalog import COMPETING_ROLES, role
 from embtransfer.world.split import SPLITS
 
 # -- zero-shot bits per byte -----------------------------------------------------------------------
@@ -99,20 +101,26 @@ TESTED = {"p_at_10": "hit_10", "p_at_1": "hit_1", "cos_centred": "cos_centred",
           "cos_oracle": "cos_oracle"}
 
 
+def read_scores(files: list[str], template: paths.Template, what: str, keys: tuple[str, ...],
+                empty: list[str]) -> pd.DataFrame:
+    """Every per-token score of ``files`` (parquet at ``template``, ``what`` in errors), with
+    the wildcards ``keys`` of each path as leading columns; ``empty``: the columns of none."""
+    parts = []
+    for path in files:
+        ident = identity(template, path, what)
+        frame = pd.read_parquet(path)
+        for key in keys:
+            frame.insert(0, key, ident[key])
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=empty)
+
+
 def read_alignment(files: list[str]) -> pd.DataFrame:
     """Every per-token score of ``files`` (:data:`paths.ALIGNMENT`), with the setting's
     identity read from each path."""
-    parts = []
-    for path in files:
-        ident = identity(paths.ALIGNMENT, path, "an alignment file")
-        frame = pd.read_parquet(path)
-        for key in ("stage", "lang", "source", "target"):
-            frame.insert(0, key, ident[key])
-        parts.append(frame)
-    if not parts:
-        return pd.DataFrame(columns=[*ALIGNMENT_SETTING, "method", "target_id", "hit_1", "hit_10",
-                                     *COSINES])
-    return pd.concat(parts, ignore_index=True)
+    return read_scores(files, paths.ALIGNMENT, "an alignment file",
+                       ("stage", "lang", "source", "target"),
+                       [*ALIGNMENT_SETTING, "method", "target_id", "hit_1", "hit_10", *COSINES])
 
 
 def alignment_lines(files: list[str], seed: int = 0,
@@ -149,6 +157,83 @@ def alignment_lines(files: list[str], seed: int = 0,
                 derived_seed(setting, seed), flags=flags, chance=chance)
             summaries += lines
             tests += made
+    return summaries, tests
+
+
+# -- held-out shared tokens ------------------------------------------------------------------------
+
+
+#: A held-out setting (its metric aside): each method's rows for the setting's held-out tokens.
+HOLDOUT_SETTING = ["lang", "source", "target", "side"]
+#: The metrics of the held-out tokens, each beside its per-token column and its chance
+#: column (none: a chance of 0): P@10 first, the headline's.
+HOLDOUT_TESTED = {"p_at_10": ("hit_10", "chance_10"), "p_at_1": ("hit_1", "chance_1"),
+                  "mrr": ("reciprocal_rank", "chance_rr"), "contrast": ("contrast", None)}
+
+
+def read_holdout_scores(files: list[str]) -> pd.DataFrame:
+    """Every per-token score of ``files`` (:data:`paths.HOLDOUT_SCORES`), with the setting's
+    identity and the method read from each path."""
+    return read_scores(files, paths.HOLDOUT_SCORES, "a held-out scores file",
+                       ("method", "lang", "source", "target"),
+                       [*HOLDOUT_SETTING, "method", "target_id", "kind", "how"])
+
+
+def chance_test(key: dict[str, Any], method: str, column: np.ndarray,
+                chance: np.ndarray | None) -> dict[str, Any]:
+    """``method``'s mean of ``column`` against its chance as a test line: hits (0/1) by the
+    exact binomial test at the mean chance rate, other scores by the normal z of their mean
+    over its standard error (the ± the table shows); ``chance`` None is a chance of 0."""
+    metric = metric_spec(key["metric"])
+    values = np.asarray(column, np.float64)
+    level = float(np.mean(chance)) if chance is not None else 0.0
+    se = float(values.std(ddof=1) / math.sqrt(values.size))
+    diff = float(values.mean()) - level
+    if metric.test == "mcnemar":
+        p, test = binomial_test(int(values.sum()), values.size, level), "binomial"
+    else:
+        p, test = (normal_p(diff / se) if se > 0 else (1.0 if diff == 0 else 0.0)), "z"
+    return given_test(key, method, metric.scale * diff, metric.scale * se, p, test) | {
+        "n": values.size}
+
+
+def holdout_lines(files: list[str], seed: int = 0,
+                  flagged: dict[tuple[str, ...], str] | None = None
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(summary lines, test lines) of the held-out shared tokens, family ``heldout``: per
+    setting, side and metric, the methods compared with each other (:func:`compare_setting`)
+    and each working competing method against chance (:func:`chance_test`). A method whose
+    transferred checkpoint is ``flagged`` carries the flag here too (the same method on the
+    same setting): shown, not ranked, not tested."""
+    scores = read_holdout_scores(files)
+    summaries: list[dict[str, Any]] = []
+    tests: list[dict[str, Any]] = []
+    for setting, group in scores.groupby(HOLDOUT_SETTING, sort=True):
+        by_method = {m: g.sort_values("target_id", kind="stable")
+                     for m, g in group.groupby("method", sort=False)}
+        ids = [tuple(g["target_id"]) for g in by_method.values()]
+        if any(i != ids[0] for i in ids):
+            raise MalformedResultError(f"held-out {setting}: the methods were scored on "
+                                       "different tokens")
+        if len(ids[0]) < 2:
+            continue
+        first = next(iter(by_method.values()))
+        base = dict(zip(HOLDOUT_SETTING, setting, strict=True)) | {"family": "heldout",
+                                                                   "stage": "transfer"}
+        flags = checkpoint_flags(flagged or {}, base)
+        for metric, (column, chance_column) in HOLDOUT_TESTED.items():
+            key = base | {"metric": metric}
+            chance = first[chance_column].to_numpy() if chance_column else None
+            level = metric_spec(metric).scale * (float(chance.mean()) if chance is not None
+                                                 else 0.0)
+            lines, made = compare_setting(
+                key, {m: g[column].to_numpy() for m, g in by_method.items()},
+                derived_seed(setting, seed), flags=flags, chance=level)
+            summaries += lines
+            tests += made
+            tests += [chance_test(key, m, g[column].to_numpy(), chance)
+                      for m, g in by_method.items()
+                      if role(m) in COMPETING_ROLES and m not in flags]
     return summaries, tests
 
 

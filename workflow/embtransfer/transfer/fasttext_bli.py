@@ -22,9 +22,9 @@ induction (BLI) is scored:
 * beside P@k its chance, the mean over the queries of the chance a random ranking has
   (:func:`embtransfer.evaluation.alignment.chance_hits`: k / candidates for one gold
   word), and the one-sided binomial p-value of the hits at that mean chance
-  (:func:`binomial_upper_tail`). The true null is a sum of unequal Bernoullis, whose upper
-  tail above its mean lies below the binomial's of the same mean (Hoeffding 1956), so the
-  test is conservative.
+  (:func:`embtransfer.core.paired.binomial_upper_tail`). The true null is a sum of unequal
+  Bernoullis, whose upper tail above its mean lies below the binomial's of the same mean
+  (Hoeffding 1956), so the test is conservative.
 
 The direction does not matter: ``W`` is orthogonal, so the cosine of ``y`` and ``x W`` is
 that of ``y Wᵀ`` and ``x``.
@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from safetensors import safe_open
 
+from embtransfer.core.paired import binomial_upper_tail
 from embtransfer.data.dictionary_split import Pair, word_key
 from embtransfer.evaluation.alignment import chance_hits
 from embtransfer.fasttext.vectors import MIN_NORM
@@ -147,23 +148,6 @@ def _queries(
         vectors.append(np.asarray(vector, np.float32))
         golds.append(np.asarray(positions, np.int64))
     return words, vectors, golds, dropped
-
-
-def binomial_upper_tail(hits: int, n: int, p: float) -> float:
-    """P(X >= hits) for X ~ Binomial(n, p)."""
-    if hits <= 0:
-        return 1.0
-    if p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    logs = [
-        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-        + i * math.log(p) + (n - i) * math.log1p(-p)
-        for i in range(hits, n + 1)
-    ]  # fmt: skip
-    top = max(logs)
-    return min(1.0, math.exp(top) * math.fsum(math.exp(v - top) for v in logs))
 
 
 def score_bli(

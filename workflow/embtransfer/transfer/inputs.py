@@ -13,7 +13,13 @@ from embtransfer.core.grid import held_out_dictionary, seeds, target_pairs, tran
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir, tokenizer_dir
-from embtransfer.transfer.method_catalog import METHODS, method_needs, resolve_options
+from embtransfer.transfer.method_catalog import (
+    COMPETING_ROLES,
+    METHODS,
+    method_needs,
+    resolve_options,
+    role,
+)
 
 # A language without a `dictionary` entry takes the miniature world's.
 WORLD_DICTIONARY = {"type": "world"}
@@ -104,6 +110,33 @@ def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dic
     for need in sorted(needs):
         inputs[need] = by_need[need]
     return inputs
+
+
+def holdout_transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
+                            ) -> dict[str, str]:
+    """A held-out transfer's inputs: the transfer's, with the overlap, neighbour tables and
+    SALT's regression built without the held-out tokens, the split itself, and no shared
+    aligned search (it saw the held-out source tokens: the job searches anew)."""
+    w = wildcards
+    inputs = transfer_inputs(config, w)
+    inputs["overlap"] = paths.HOLDOUT_OVERLAP.fill(**w)
+    inputs["holdout"] = paths.HOLDOUT.fill(**w)
+    for vectors in ("word", "token"):
+        if f"neighbors_{vectors}" in inputs:
+            inputs[f"neighbors_{vectors}"] = paths.HOLDOUT_NEIGHBORS.fill(**w, vectors=vectors)
+    if "projected" in inputs:
+        inputs["projected"] = paths.HOLDOUT_REGRESSION.fill(**w)
+    return inputs
+
+
+def all_holdout_scores(config: dict[str, Any]) -> list[str]:
+    """Every competing method's held-out scores, per transferred setting and replicate seed,
+    where ``transfer.holdout`` is set (the world's oracle, which reads the truth, is left
+    out)."""
+    if not config["transfer"].get("holdout"):
+        return []
+    return [paths.HOLDOUT_SCORES.fill(**r._asdict()) for r in transfer_runs(config)
+            if role(r.method) in COMPETING_ROLES]
 
 
 def aligned_pairs(config: dict[str, Any], lang: str) -> list[tuple[str, str]]:

@@ -12,10 +12,17 @@ import hashlib
 import json
 import platform
 import time
+from collections import Counter
+from dataclasses import replace
 from importlib import metadata
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from embtransfer.core.atomic import write_parquet
 from embtransfer.core.logs import without_run_values
+from embtransfer.evaluation.heldout_rows import contrast_scores, retrieval_scores
 from embtransfer.models.loading import (
     check_id_count,
     load_embeddings,
@@ -25,9 +32,11 @@ from embtransfer.neighbors.search import Neighbors, read_neighbors
 from embtransfer.transfer.aligned import read_aligned, read_search
 from embtransfer.transfer.method_runner import run_method
 from embtransfer.transfer.methods.base import TransferInputs
+from embtransfer.transfer.methods.common import row_blocks
 from embtransfer.transfer.regression import read_coefficients
 from embtransfer.transfer.transferred_model import write_transferred_checkpoint
 from embtransfer.vocab.canonical import read_vocab
+from embtransfer.vocab.holdout import held_out_targets, hidden_source_ids, read_holdout
 from embtransfer.vocab.overlap import read_overlap
 from embtransfer.world.truth import read_truth
 
@@ -65,6 +74,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         overlap=read_overlap(paths["overlap"]),
         seed=seed,
     )
+    if "holdout" in paths:  # a held-out transfer: hide the held-out source ids
+        inputs.hidden = hidden_source_ids(read_holdout(paths["holdout"]), inputs.overlap)
     neighbor_stats: dict[str, Any] = {}
     for kind in ("word", "token"):
         if f"neighbors_{kind}" in paths:
@@ -83,6 +94,13 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         inputs.projected = read_coefficients(paths["projected"], source.input.shape[0])
     if "aligned" in paths:
         inputs.aligned = read_aligned(paths["aligned"])[0]
+        # a held-out source token is no candidate of WECHSEL's and OFA's search
+        missing = inputs.aligned.source_missing.copy()
+        missing[inputs.hidden[inputs.hidden < missing.size]] = True
+        inputs.aligned.source_missing = missing
+        if "aligned_search" in paths and inputs.hidden.size:
+            raise ValueError("a held-out transfer searches anew: the shared search "
+                             f"{paths['aligned_search']} saw the held-out source tokens")
         if "aligned_search" in paths:  # searched once for WECHSEL and OFA (share_search)
             read_search(paths["aligned_search"], inputs.aligned)
     if "source_tokenizer" in paths:
@@ -137,3 +155,53 @@ def run_transfer_job(
     report["row_check"] = written["row_check"]
     return report
 
+
+
+def score_held_out(inputs: TransferInputs, result: Any, targets: pd.DataFrame) -> pd.DataFrame:
+    """Per held-out target token and side: the method's row for it scored against the token's
+    true source row (:mod:`embtransfer.evaluation.heldout_rows`): its retrieval among every
+    text row of the source (the held-out ones too, as any source token is a candidate answer)
+    and its contrast, centred on the mean of those rows; with the token's kind and the label
+    of how the method made the row (a fallback shows here)."""
+    candidates = replace(inputs, hidden=np.zeros(0, np.int64)).statistic_ids()
+    ids = targets["target_id"].to_numpy(np.int64)
+    true_ids = targets["source_id"].to_numpy(np.int64)
+    parts = []
+    for side in result.report["sides"]:
+        rows = result.input_rows if side == "input" else result.output_rows
+        matrix = inputs.source_matrix(side)
+        predicted = rows[ids]
+        centre = sum(b.sum(axis=0) for b in row_blocks(matrix, candidates)) / candidates.size
+        retrieval = retrieval_scores(predicted, matrix, true_ids, candidates)
+        contrast = contrast_scores(predicted, matrix, true_ids, centre)
+        parts.append(pd.concat([
+            targets.assign(side=side, how=result.labels[ids]).reset_index(drop=True),
+            retrieval.drop(columns="source_id"), contrast.drop(columns="source_id")], axis=1))
+    return pd.concat(parts, ignore_index=True)
+
+
+def run_holdout_job(method: str, paths: dict[str, str], out_path: str,
+                    options: dict[str, Any], seed: int, trust_remote_code: bool = False,
+                    context: dict[str, Any] | None = None, allow_pickle: bool = False
+                    ) -> dict[str, Any]:
+    """One method's held-out transfer: the method runs on the held-out overlap with the
+    held-out source ids hidden (``paths`` as :func:`run_transfer_job`'s, the held-out
+    neighbour tables and regression among them, and ``holdout``, the split); only its rows
+    for the held-out tokens are kept, scored against their true source rows, and written
+    to ``out_path`` (parquet). No checkpoint is written. Returns the job's record."""
+    start = time.perf_counter()
+    inputs, _ = load_inputs(paths, seed, trust_remote_code, allow_pickle)
+    targets = held_out_targets(read_holdout(paths["holdout"]))
+    if targets.empty:
+        raise ValueError(f"{paths['holdout']} holds no token out: raise transfer.holdout.share")
+    result = run_method(method, inputs, options, "replace")
+    scores = score_held_out(inputs, result, targets)
+    record = {**(context or {}), "method": method, "held_out": int(len(targets)),
+              "hidden_source_ids": int(inputs.hidden.size), "sides": result.report["sides"],
+              "labels": dict(sorted(Counter(scores.loc[scores["side"] == "input", "how"]
+                                            ).items())),
+              "config_hash": config_hash({"method": method, "options": options, "seed": seed,
+                                          **(context or {})})}
+    write_parquet(out_path, scores, metadata=record)
+    record["seconds"] = round(time.perf_counter() - start, 4)
+    return record

@@ -16,6 +16,8 @@ held out.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
@@ -78,3 +80,40 @@ def counts_by_kind(split: pd.DataFrame) -> pd.DataFrame:
     table = table.reindex([k for k in KINDS if k in table.index])
     table["share"] = table["held_out"] / table["shared"]
     return table.reset_index()
+
+
+def held_out_overlap(split: pd.DataFrame) -> pd.DataFrame:
+    """The overlap a held-out transfer sees: the split's rows not held out, in the overlap's
+    columns (the neighbour tables, SALT's regression and every method read it)."""
+    return split.loc[~split["held_out"].to_numpy(bool), ["target_id", "source_id", "how"]]
+
+
+def read_holdout(path: str | os.PathLike) -> pd.DataFrame:
+    """A split :func:`holdout_split` wrote (rule holdout), refusing a file without its
+    columns."""
+    table = pd.read_parquet(path)
+    lacking = [c for c in ("target_id", "source_id", *HOLDOUT_COLUMNS) if c not in table]
+    if lacking:
+        raise ValueError(f"{path} is not a held-out split: it lacks columns {lacking}")
+    return table
+
+
+def hidden_source_ids(split: pd.DataFrame, overlap: pd.DataFrame) -> np.ndarray:
+    """The held-out source ids of ``split``, sorted, after checking that ``overlap`` (what
+    the methods will read) holds none of them: a transfer given the full overlap with a
+    split would copy the rows it is meant to predict."""
+    hidden = np.unique(split.loc[split["held_out"].to_numpy(bool), "source_id"].to_numpy(
+        np.int64))
+    seen = np.intersect1d(hidden, overlap["source_id"].to_numpy(np.int64))
+    if seen.size:
+        raise ValueError(f"the overlap still pairs {seen.size} held-out source ids (e.g. "
+                         f"{seen[:5].tolist()}): give a held-out transfer the held-out "
+                         "overlap (paths.HOLDOUT_OVERLAP), not the full one")
+    return hidden
+
+
+def held_out_targets(split: pd.DataFrame) -> pd.DataFrame:
+    """The held-out target tokens (``target_id``, ``source_id``, ``kind``) by target id: the
+    rows a held-out transfer predicts and is scored on."""
+    rows = split.loc[split["held_out"].to_numpy(bool), ["target_id", "source_id", "kind"]]
+    return rows.sort_values("target_id", kind="stable").reset_index(drop=True)

@@ -65,10 +65,13 @@ def lexicon_spec(config: dict[str, Any], lang: str, source: str, target: str) ->
             "other": config["models"][source].get("language") or "en"}
 
 
-def holdout_share(config: dict[str, Any]) -> float | None:
-    """``transfer.holdout.share``, None where the run holds no shared token out."""
+def holdout_share(config: dict[str, Any], lang: str | None = None) -> float | None:
+    """The share of ``lang``'s shared tokens held out: ``transfer.holdout.by_language``'s
+    entry, else ``transfer.holdout.share``; None where the run holds no shared token out."""
     holdout = config["transfer"].get("holdout")
-    return float(holdout["share"]) if holdout else None
+    if not holdout:
+        return None
+    return float((holdout.get("by_language") or {}).get(lang, holdout["share"]))
 
 
 def all_holdout(config: dict[str, Any]) -> list[str]:

@@ -10,20 +10,7 @@ from embtransfer.report.environment import write_environment
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-inputs = Inputs(
-    evaluation=list(sm.input.evaluation),
-    lapt=list(sm.input.lapt),
-    coverage=list(sm.input.coverage),
-    reference=sm.input.reference,
-    zeroshot=list(sm.input.zeroshot),
-    alignment=list(sm.input.alignment),
-    plm_probes=list(sm.input.plm_probes),
-    fasttext_bli=list(sm.input.fasttext_bli),
-    transfer_zeroshot=list(sm.input.transfer_zeroshot),
-    source_floor=list(sm.input.source_floor),
-    lapt_zeroshot=list(sm.input.lapt_zeroshot),
-    salt_regression=list(sm.input.salt_regression),
-)
+inputs = Inputs.of_rule(sm.input)
 tables, curves = write_report(
     sm.params.config, inputs, dict(sm.output.items()), results_dir=sm.params.results,
     dpi=sm.params.config["report"]["figure_dpi"],

@@ -8,9 +8,9 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 from embtransfer.core.atomic import read_json, write_json, write_parquet
 from embtransfer.core.logs import job_logger
 from embtransfer.vocab.canonical import read_vocab
-from embtransfer.vocab.holdout import counts_by_kind, holdout_split
+from embtransfer.vocab.holdout import counts_by_kind, held_out_overlap, holdout_split
 from embtransfer.vocab.kinds import shared_kinds
-from embtransfer.vocab.overlap import read_overlap
+from embtransfer.vocab.overlap import read_overlap, write_overlap
 from embtransfer.world.lexicon import pair_lexicon
 
 sm = snakemake  # noqa: F821
@@ -22,6 +22,8 @@ kinds = shared_kinds(read_vocab(sm.input.target_vocab), overlap,
 split = holdout_split(overlap, kinds, sm.params.share, int(sm.wildcards.seed))
 counts = counts_by_kind(split)
 write_parquet(sm.output.table, split, metadata={**dict(sm.wildcards), "share": sm.params.share})
+write_overlap(held_out_overlap(split), sm.output.overlap,
+              metadata={**dict(sm.wildcards), "share": sm.params.share})
 write_json(sm.output.counts, {**dict(sm.wildcards), "share": sm.params.share,
                               "held_out": int(split["held_out"].sum()),
                               "shared": int((split["kind"] != "").sum()),

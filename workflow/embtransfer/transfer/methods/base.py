@@ -49,6 +49,10 @@ class TransferInputs:
     aligned: AlignedVectors | None = None
     source_tokenizer: Any | None = None
     truth: pd.DataFrame | None = None  # the miniature world's ground truth (world_oracle)
+    # Source ids held out (transfer.holdout, embtransfer.vocab.holdout): shared tokens the
+    # methods must treat as though the source lacked them. Their rows enter no statistic,
+    # no search and no decomposition; the overlap already lacks them.
+    hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     memo: dict[Any, Any] = field(default_factory=dict)  # a method's work shared by both sides
 
     def statistic_ids(self) -> np.ndarray:
@@ -56,15 +60,17 @@ class TransferInputs:
 
         Text tokens only: special tokens (roles, added control tokens such as
         Gemma 3's 6,242 never-trained ``<unusedN>`` placeholders, see
-        :mod:`embtransfer.vocab.canonical`) and padding rows beyond the source
-        tokenizer's ids are left out. Every mean, std or covariance of source
-        rows (Mean, Multivariate, Heuristics, N(mean, std) draws) uses these.
+        :mod:`embtransfer.vocab.canonical`), padding rows beyond the source
+        tokenizer's ids and the held-out ids (:attr:`hidden`) are left out. Every
+        mean, std or covariance of source rows (Mean, Multivariate, Heuristics,
+        N(mean, std) draws) uses these.
         """
         vocab = self.source_vocab
         ids = vocab["id"].to_numpy(np.int64)
         if "kind" in vocab.columns:  # a table without kinds (hand-made in tests) is all text
             ids = ids[(vocab["kind"] != "special").to_numpy()]
         ids = np.unique(ids[(ids >= 0) & (ids < self.source_input.shape[0])])
+        ids = ids[~np.isin(ids, self.hidden)]
         if ids.size == 0:
             raise ValueError("the source vocabulary has no text tokens to take statistics over")
         return ids
@@ -75,6 +81,15 @@ class TransferInputs:
                 raise ValueError("the source is tied: it has no separate output embeddings")
             return self.source_output
         return self.source_input
+
+    def visible(self, matrix: np.ndarray) -> np.ndarray:
+        """``matrix`` (a source matrix) with the held-out rows zeroed, for a method that
+        factorises or searches every row: a zero row adds nothing to a Gram matrix."""
+        if self.hidden.size == 0:
+            return matrix
+        out = np.array(matrix, copy=True)
+        out[self.hidden[self.hidden < out.shape[0]]] = 0
+        return out
 
     @property
     def n_target(self) -> int:

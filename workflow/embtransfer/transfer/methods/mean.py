@@ -17,6 +17,11 @@ matrix) are dropped. Tokens whose text is empty or tokenises to nothing usable
 (special tokens, lone bytes) are drawn from N(mean, std) of the source rows and
 labelled ``random``; ``stats["no_subwords"]`` counts them.
 
+A held-out source id (``TransferInputs.hidden``) is never a piece: a text whose encoding
+uses one is split in two halves by characters and each half encoded again, down to single
+characters, as though the source lacked that token; a character whose only piece is held
+out is dropped (:func:`encode_avoiding`).
+
 Known limits of the leading-space rule: WordPiece sources split on whitespace,
 so a continuation piece is tokenised as a word start; SentencePiece sources
 whose normaliser prepends ``▁`` itself (Llama style) see ``▁▁text``.
@@ -52,6 +57,27 @@ def token_texts(vocab: Any, ids: np.ndarray, word_start_space: bool = True) -> l
     return texts
 
 
+def encode_avoiding(tokenizer: Any, texts: list[str], hidden: np.ndarray) -> list[list[int]]:
+    """Each text's source token ids, none of them in ``hidden``: a text whose encoding holds
+    a hidden id is encoded again as its two halves (by characters), recursively; a single
+    character encoded as hidden ids only is dropped. Without hidden ids, ``encode_texts``."""
+    encoded = encode_texts(tokenizer, texts)
+    if len(hidden) == 0:
+        return encoded
+    banned = set(np.asarray(hidden).tolist())
+    for i, ids in enumerate(encoded):
+        if banned.isdisjoint(ids):
+            continue
+        text = texts[i]
+        if len(text) <= 1:
+            encoded[i] = [t for t in ids if t not in banned]
+            continue
+        middle = len(text) // 2
+        left, right = encode_avoiding(tokenizer, [text[:middle], text[middle:]], hidden)
+        encoded[i] = left + right
+    return encoded
+
+
 @register("mean")
 def mean(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult:
     rows, how = empty_result(inputs, side)
@@ -71,7 +97,7 @@ def subword_mean(inputs: TransferInputs, params: dict[str, Any], side: str) -> S
     copy_shared(inputs, side, rows, how)
     todo = nonshared_ids(inputs)
     texts = token_texts(inputs.target_vocab, todo)
-    encoded = encode_texts(inputs.source_tokenizer, texts)
+    encoded = encode_avoiding(inputs.source_tokenizer, texts, inputs.hidden)
 
     usable = np.ones(matrix.shape[0], bool)
     kinds = inputs.source_vocab.set_index("id")["kind"]

@@ -95,7 +95,8 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     matrix, aligned = check_aligned(inputs, side, "ofa")
     h = matrix.shape[1]
     rank = resolve_rank(params["rank"], float(params["rank_fraction"]), h)
-    P, Q, rel_error = factorize(matrix, rank)
+    # held-out rows out of the factorisation (they are no candidates either)
+    P, Q, rel_error = factorize(inputs.visible(matrix), rank)
     coords = np.zeros((inputs.n_target, P.shape[1]), np.float32)
     _, how = empty_result(inputs, side)
 
