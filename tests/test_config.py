@@ -96,7 +96,7 @@ def test_misspelled_key_lists_the_allowed_ones():
         ),
         (
             lambda c: c["transfer"].update(holdout={"share": 0.2, "by_language": {"de": 0.3}}),
-            "transfer.holdout.by_language.de: 'de' is not a target language",
+            "transfer.holdout.by_language.de: language 'de' is not defined",
         ),
     ],
 )

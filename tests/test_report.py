@@ -233,7 +233,8 @@ def marked_inputs(root: Path) -> Inputs:
         "method": method, "side": "input", "target_id": range(tokens), "split": "held_out",
         "hit_1": 0, "hit_10": hit, "chance_1": 0.001, "chance_10": 0.01,
         "cos_oracle": cosine * (2 if method == "world_oracle" else 1) + 0.1 * np.array(hit),
-        "cos_centred": cosine + 0.05 * np.array(hit)}) for method, hit in hits.items()],
+        "cos_centred": cosine + 0.05 * np.array(hit),
+        "contrast": cosine + 0.05 * np.array(hit)}) for method, hit in hits.items()],
         ignore_index=True)
     alignment = paths.ALIGNMENT.fill(stage="transfer", seed=0, **EXTRA)
     (root / alignment).parent.mkdir(parents=True, exist_ok=True)

@@ -329,7 +329,8 @@ def test_alignment_lines_rank_only_competitors_and_test_them_on_the_same_tokens(
                                   "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
                                   "split": "held_out",
                                   "cos_oracle": hits * 0.5 + rng.random(n) * 0.1,
-                                  "cos_centred": hits * 0.3 + rng.random(n) * 0.1}))
+                                  "cos_centred": hits * 0.3 + rng.random(n) * 0.1,
+                                  "contrast": hits * 0.2 + rng.random(n) * 0.1}))
     solo = rows[1].assign(target="t2")
     # the same methods on the dictionary concepts, where omp is best: ranked apart
     fitted = [r.assign(split="dictionary", hit_1=1 - r["hit_1"], hit_10=1 - r["hit_10"])
@@ -337,8 +338,8 @@ def test_alignment_lines_rank_only_competitors_and_test_them_on_the_same_tokens(
     scores = pd.concat([*fitted, *rows, solo]).sample(frac=1.0, random_state=0)  # any order
     summaries, decided = lines_of(write_alignment(tmp_path, scores))
     assert set(summaries["family"]) == {"alignment"} and set(summaries["stage"]) == {"transfer"}
-    assert list(dict.fromkeys(summaries["metric"])) == ["p_at_10", "p_at_1", "cos_centred",
-                                                         "cos_oracle"]
+    # the cosines to the oracle row are kept in the files, not tested: the contrast is
+    assert list(dict.fromkeys(summaries["metric"])) == ["p_at_10", "p_at_1", "contrast"]
     rank = summaries.set_index(["target", "split", "metric", "method"])["rank"]
     assert rank[("t", "dictionary", "p_at_1", "omp")] == 1
     assert math.isnan(rank[("t", "held_out", "p_at_1", "world_oracle")])
@@ -350,7 +351,7 @@ def test_alignment_lines_rank_only_competitors_and_test_them_on_the_same_tokens(
         ["metric", "method", "versus"])
     assert test.loc[("p_at_1", "omp", "best"), "clears"]
     assert not test.loc[("p_at_1", "clp", "best"), "clears"]  # 3 tokens differ: does not clear
-    assert test.loc[("cos_centred", "omp", "best"), "p"] < 1e-3
+    assert test.loc[("contrast", "omp", "best"), "p"] < 1e-3
     # P@10 with its standard error, and McNemar's tests against the best and against Random,
     # equal to the tests run directly on the hits in token order
     value = summaries.set_index(["target", "split", "metric", "method"])
@@ -380,13 +381,14 @@ def test_each_embedding_side_is_a_setting_of_its_own(tmp_path):
             frames.append(pd.DataFrame({
                 "target": "t", "method": method, "side": side,
                 "target_id": np.arange(n)[::-1], "split": "held_out", "hit_1": 0,
-                "hit_10": 0, "cos_oracle": 0.0, "cos_centred": np.full(n, cos + shift)}))
+                "hit_10": 0, "cos_oracle": 0.0, "cos_centred": 0.0,
+                "contrast": np.full(n, cos + shift)}))
     summaries, decided = lines_of(write_alignment(tmp_path, pd.concat(frames)))
-    cos = summaries[summaries["metric"] == "cos_centred"].set_index(["side", "method"])
+    cos = summaries[summaries["metric"] == "contrast"].set_index(["side", "method"])
     assert cos.loc[("input", "salt"), "value"] == pytest.approx(0.1)
     assert cos.loc[("output", "omp"), "value"] == pytest.approx(0.95)
     assert (cos["n"] == n).all()
-    tests = decided[decided["metric"] == "cos_centred"].set_index(["side", "method"])
+    tests = decided[decided["metric"] == "contrast"].set_index(["side", "method"])
     assert tests.loc[("input", "salt"), "diff"] == pytest.approx(-0.05)
     assert tests.loc[("output", "salt"), "diff"] == pytest.approx(-0.05)
 
@@ -395,7 +397,8 @@ def test_methods_scored_on_other_tokens_and_other_files_are_refused(tmp_path):
     scores = pd.DataFrame({"target": "t", "method": ["salt", "salt", "omp", "omp"],
                            "side": "input",
                            "target_id": [1, 2, 1, 3], "split": "held_out", "hit_1": 0,
-                           "hit_10": 0, "cos_oracle": 0.0, "cos_centred": 0.0})
+                           "hit_10": 0, "cos_oracle": 0.0, "cos_centred": 0.0,
+                           "contrast": 0.0})
     with pytest.raises(ValueError, match="different tokens"):
         alignment_lines(write_alignment(tmp_path, scores))
     with pytest.raises(ValueError, match="not an alignment file"):
@@ -441,7 +444,7 @@ def test_rows_that_ignore_the_source_retrieve_at_the_chance_the_scores_carry(tmp
         sizes = np.array([t.size for t in translations])
         assert chance[f"p_at_{k}"] == pytest.approx(
             100 * chance_hits(text_ids.size, sizes, k).mean())
-    assert math.isnan(chance["cos_centred"]) and math.isnan(chance["cos_oracle"])
+    assert math.isnan(chance["contrast"]) and "cos_oracle" not in chance
 
 
 def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path):
@@ -462,7 +465,8 @@ def test_a_setting_whose_methods_differ_by_too_few_tokens_has_no_power(tmp_path)
                 "target": target, "side": "input", "split": "held_out", "method": method,
                 "target_id": np.arange(n), "hit_1": hits, "hit_10": hits,
                 "chance_1": 0.001, "chance_10": 0.01,
-                "cos_oracle": rng.random(n), "cos_centred": rng.random(n)}))
+                "cos_oracle": rng.random(n), "cos_centred": rng.random(n),
+                "contrast": rng.random(n)}))
     summaries, decided = lines_of(write_alignment(tmp_path, pd.concat(lines)))
     retrieval = summaries[summaries["metric"].isin(["p_at_1", "p_at_10"])]
     assert retrieval.set_index("metric")["chance"].to_dict() == pytest.approx(
@@ -596,3 +600,32 @@ def test_eval_records_keep_their_per_question_scores(tmp_path):
         "lm_eval_version": "0.4.9", "per_document": {"Words acc": [1.0, 0.0], "other": [1.0]}}))
     records, _ = read_eval_records([str(path)])
     assert records[0].per_document == {"Words acc": [1.0, 0.0]}
+
+
+def test_no_row_that_ignores_the_token_beats_a_noisy_copy_of_the_truth_on_the_contrast():
+    """The similarity the report tests (the contrast) ranks a noisy copy of the oracle rows
+    above the mean row, a constant row and rows drawn around the mean; the raw cosine, which
+    the report no longer tests, ranks the mean row above that same noisy copy."""
+    rng = np.random.default_rng(0)
+    h, n_source, n_target = 32, 400, 80
+    offset = 4.0 * rng.standard_normal(h)  # the common direction real source rows share
+    source = (offset + rng.standard_normal((n_source, h))).astype(np.float32)
+    text_ids = np.arange(n_source)
+    translations = [rng.choice(n_source, int(rng.integers(1, 3)), replace=False)
+                    for _ in range(n_target)]
+    oracle = np.stack([source[t].mean(axis=0) for t in translations])
+    mean = source.mean(axis=0)
+    rows = {
+        "noisy copy": oracle + 1.0 * rng.standard_normal(oracle.shape),
+        "mean row": np.tile(mean, (n_target, 1)),
+        "constant row": np.tile(rng.standard_normal(h) * 5, (n_target, 1)),
+        "around the mean": mean + source.std(axis=0) * rng.standard_normal(oracle.shape),
+    }
+    scores = {name: token_scores(r.astype(np.float32), source, text_ids,
+                                 np.arange(n_target), translations)
+              for name, r in rows.items()}
+    contrast = {name: s["contrast"].mean() for name, s in scores.items()}
+    assert contrast["noisy copy"] > 0.3
+    assert all(abs(contrast[name]) < 0.05 for name in rows if name != "noisy copy")
+    raw = {name: s["cos_oracle"].mean() for name, s in scores.items()}
+    assert raw["mean row"] > raw["noisy copy"]

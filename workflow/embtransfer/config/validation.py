@@ -259,9 +259,9 @@ def check_references(config: dict[str, Any]) -> None:
             )
     for lang in ((config.get("transfer") or {}).get("holdout") or {}).get("by_language") or {}:
         _require(
-            lang in config["targets"],
-            f"config key transfer.holdout.by_language.{lang}: {lang!r} is not a target "
-            f"language of this run (targets: {', '.join(sorted(config['targets']))})",
+            lang in languages,
+            f"config key transfer.holdout.by_language.{lang}: language {lang!r} is not "
+            f"defined under languages (defined: {', '.join(sorted(languages))})",
         )
     for key, spec in models.items():
         for lang in [spec.get("language"), *spec.get("mix", {})]:

@@ -137,36 +137,48 @@ def retrieval_scores(predicted: np.ndarray, source_rows: np.ndarray, true_ids: n
     })
 
 
-def contrast_scores(predicted: np.ndarray, source_rows: np.ndarray, true_ids: np.ndarray,
-                    centre: np.ndarray | None = None) -> pd.DataFrame:
-    """Per predicted row p_i with true source row t_i and c = ``centre`` (default: the mean
-    of all source rows): ``cos_own`` = cos(p_i - c, t_i - c), ``cos_others`` = the mean over
-    the other held-out tokens j != i of cos(p_i - c, t_j - c), ``contrast`` = the difference.
+def contrast(predicted: np.ndarray, truths: np.ndarray, centre: np.ndarray) -> pd.DataFrame:
+    """Per predicted row p_i with truth row t_i (both (n, h)) and c = ``centre``:
+    ``cos_own`` = cos(p_i - c, t_i - c), ``cos_others`` = the mean over the other tokens
+    j != i of cos(p_i - c, t_j - c), ``contrast`` = the difference.
 
     For a row that is the same for every token the mean contrast is exactly 0 (up to float
-    error): with u its unit centred row and s the sum of the unit centred true rows, the mean
-    of cos_own is u.s / n and the mean of cos_others is (n u.s - u.s) / (n (n - 1)) = u.s / n.
-    So no constant row wins it; the raw cosine to the true rows has no such property, since
-    source rows share a common direction. Zero centred rows have cosine 0. O(n h): cos_others
-    is the cosine to s less the own term, over n - 1. Needs at least two tokens.
-    """
-    ids = _check_rows(predicted, source_rows, true_ids)
-    n = ids.size
+    error): with u its unit centred row and s the sum of the unit centred truth rows, the
+    mean of cos_own is u.s / n and the mean of cos_others is (n u.s - u.s) / (n (n - 1)) =
+    u.s / n. So no constant row wins it; the raw cosine to the truth rows has no such
+    property, since source rows share a common direction. Zero centred rows have cosine 0.
+    O(n h): cos_others is the cosine to s less the own term, over n - 1. Needs at least two
+    tokens."""
+    n = predicted.shape[0]
     if n < 2:
-        raise ValueError(f"the contrast needs at least two held-out tokens, not {n}")
-    if centre is None:
-        # float64 accumulation without a float64 copy of every source row
-        c = np.mean(source_rows, axis=0, dtype=np.float64)
-    else:
-        c = np.asarray(centre, dtype=np.float64)
-        if c.shape != (source_rows.shape[1],):
-            raise ValueError(f"centre has shape {c.shape}, not ({source_rows.shape[1]},)")
+        raise ValueError(f"the contrast needs at least two tokens, not {n}")
+    if truths.shape != predicted.shape:
+        raise ValueError(f"truth rows {truths.shape} and predicted rows {predicted.shape} "
+                         "must have one shape")
+    c = np.asarray(centre, dtype=np.float64)
+    if c.shape != (predicted.shape[1],):
+        raise ValueError(f"centre has shape {c.shape}, not ({predicted.shape[1]},)")
     queries = _unit(np.asarray(predicted, dtype=np.float64) - c)
-    truths = _unit(np.asarray(source_rows[ids], dtype=np.float64) - c)
-    own = np.einsum("ij,ij->i", queries, truths)
-    others = (queries @ truths.sum(axis=0) - own) / (n - 1)
-    return pd.DataFrame({"source_id": ids, "cos_own": own, "cos_others": others,
-                         "contrast": own - others})
+    units = _unit(np.asarray(truths, dtype=np.float64) - c)
+    own = np.einsum("ij,ij->i", queries, units)
+    others = (queries @ units.sum(axis=0) - own) / (n - 1)
+    return pd.DataFrame({"cos_own": own, "cos_others": others, "contrast": own - others})
+
+
+def contrast_scores(predicted: np.ndarray, source_rows: np.ndarray, true_ids: np.ndarray,
+                    centre: np.ndarray | None = None) -> pd.DataFrame:
+    """:func:`contrast` of each predicted row against its true source row
+    ``source_rows[true_ids[i]]``, centred on ``centre`` (default: the mean of all source
+    rows), with the ``source_id`` of each."""
+    ids = _check_rows(predicted, source_rows, true_ids)
+    if ids.size < 2:
+        raise ValueError(f"the contrast needs at least two held-out tokens, not {ids.size}")
+    # float64 accumulation without a float64 copy of every source row
+    c = np.mean(source_rows, axis=0, dtype=np.float64) if centre is None else centre
+    if np.shape(c) != (source_rows.shape[1],):
+        raise ValueError(f"centre has shape {np.shape(c)}, not ({source_rows.shape[1]},)")
+    return pd.concat([pd.DataFrame({"source_id": ids}),
+                      contrast(predicted, source_rows[ids], c)], axis=1)
 
 
 def summary(scores: pd.DataFrame) -> dict[str, Any]:

@@ -97,8 +97,7 @@ def zeroshot_lines(files: list[str], seed: int, stage: str = "transfer",
 #: An alignment setting (its metric aside).
 ALIGNMENT_SETTING = ["stage", "lang", "source", "target", "side", "split"]
 #: The metrics a method is compared on, each beside its per-token column: P@10 first.
-TESTED = {"p_at_10": "hit_10", "p_at_1": "hit_1", "cos_centred": "cos_centred",
-          "cos_oracle": "cos_oracle"}
+TESTED = {"p_at_10": "hit_10", "p_at_1": "hit_1", "contrast": "contrast"}
 
 
 def read_scores(files: list[str], template: paths.Template, what: str, keys: tuple[str, ...],
