@@ -47,24 +47,29 @@ def _bench():
     return benchmark("bench_real")
 
 
+#: The methods config/real_text.yaml runs: all but world_oracle and TokAlign, whose GloVe
+#: space at Gemma 3's vocabulary is not yet measured against the bench's budget.
+REAL_TEXT_METHODS = [m for m in DEFAULT_METHODS if m != "tokalign"]
+
+
 def test_real_text_config_validates_every_method_on_one_target_per_family():
     config = load_config_file(CONFIG)
     assert config["models"]["gemma3"]["type"] == "random"
-    assert config["transfer"]["methods"] == list(DEFAULT_METHODS)  # all but world_oracle
+    assert sorted(config["transfer"]["methods"]) == sorted(REAL_TEXT_METHODS)
     runs = transfer_runs(config)
     per_target: dict[str, set[str]] = {}
     for run in runs:
         per_target.setdefault(run.target, set()).add(run.method)
-    assert {t for t, ms in per_target.items() if ms == set(DEFAULT_METHODS)} == {
+    assert {t for t, ms in per_target.items() if ms == set(REAL_TEXT_METHODS)} == {
         "bert_ar",
         "t5_de",
     }
     # OMP on the largest pair only where a GPU is declared: on CPU it was most of the budget
     gpu_only = {"omp", "omp_salt_k"}
-    assert per_target["gpt2_de"] == set(DEFAULT_METHODS) - gpu_only
+    assert per_target["gpt2_de"] == set(REAL_TEXT_METHODS) - gpu_only
     config["transfer"]["device"] = "cuda"
     assert {r.method for r in transfer_runs(config) if r.target == "gpt2_de"} == set(
-        DEFAULT_METHODS)
+        REAL_TEXT_METHODS)
     assert all(
         ms == {"heuristics"}
         for t, ms in per_target.items()
@@ -130,7 +135,7 @@ def test_dry_run_plans_the_rules_users_run(tmp_path):
         "salt_regression": 3,
         "aligned_vectors": 3,
         "aligned_search": 3,
-        "transfer": 3 * len(DEFAULT_METHODS) + 6 - 2,  # gpt2_de's OMPs: transfer.gpu_only
+        "transfer": 3 * len(REAL_TEXT_METHODS) + 6 - 2,  # gpt2_de's OMPs: transfer.gpu_only
         "lapt": 1,
         "report": 1,
     }

@@ -85,7 +85,8 @@ def test_every_method_is_scored_on_the_held_out_tokens(seeded_run):  # noqa: F81
         split = read_holdout(seeded_run / paths.HOLDOUT.fill(**RUN, seed=seed))
         held = held_out_targets(split)
         scores = {m: pd.read_parquet(seeded_run / paths.HOLDOUT_SCORES.fill(
-            **RUN, method=m, seed=seed)) for m in ("salt", "focus", "wechsel", "random")}
+            **RUN, method=m, seed=seed)) for m in ("salt", "focus", "wechsel", "tokalign",
+                                                   "random")}
         for method, table in scores.items():
             for side, part in table.groupby("side"):
                 assert part["target_id"].tolist() == held["target_id"].tolist(), (method, side)

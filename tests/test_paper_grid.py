@@ -122,6 +122,10 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "aligned_vectors": len({r[:3] for r in transfer_runs(config)
                                 if r[3] in ("wechsel", "ofa")}),
         "transfer": len(transfer_runs(config)),
+        # TokAlign's GloVe spaces: the language's corpus in the source's and the PLM's
+        # tokenization, once each (one seed: the configs this checks)
+        "tokalign_glove": len({(r[0], model) for r in transfer_runs(config)
+                               if r[3] == "tokalign" for model in (r[1], r[2])}),
         # the aligned fastText spaces' held-out BLI: a language WECHSEL or OFA runs in whose
         # dictionary keeps a held-out half (the world's; a real one with held_out: true)
         "fasttext_bli": len({r[0] for r in transfer_runs(config) if r[3] in ("wechsel", "ofa")

@@ -24,9 +24,11 @@ def seeded_run(tmp_path_factory):
     config = small_config()
     config["seeds"] = SEEDS
     config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
-    # wechsel: the aligned vectors the leak test's WECHSEL and OFA read
-    config["transfer"] = {"methods": ["salt", "focus", "wechsel", "random"],
-                          "holdout": {"share": 0.15}}
+    # wechsel and tokalign: the aligned vectors the leak test's WECHSEL and OFA read, and the
+    # GloVe spaces TokAlign's
+    config["transfer"] = {"methods": ["salt", "focus", "wechsel", "tokalign", "random"],
+                          "holdout": {"share": 0.15},
+                          "options": {"tokalign": {"dim": 16, "iterations": 3}}}
     config["lapt"]["select"] = [{"methods": ["salt", "random"]}]
     config["evaluation"]["tasks"] = ["world_facts"]
     config["evaluation"]["lapt_zeroshot"] = True

@@ -77,6 +77,7 @@ from embtransfer.transfer.inputs import (
     dictionary_input,
     dictionary_spec,
     fasttext_bli_inputs,
+    glove_options,
     holdout_transfer_inputs,
     method_code,
     method_options,

@@ -195,3 +195,27 @@ rule holdout_transfer:
         f"{paths.BENCHMARKS}/seed{{seed}}/holdout_transfer/{{lang}}/{{source}}/{{target}}/{{method}}.tsv"
     script:
         "../scripts/transfer/holdout_transfer.py"
+
+
+rule tokalign_glove:
+    # TokAlign's GloVe space of a language's corpus in one model's tokenization
+    # (embtransfer/transfer/glove.py): each tokenizer's space trained apart.
+    input:
+        corpus=paths.CORPUS.fill(split="train"),
+        tokenizer=lambda w: tokenizer_dir(config, w.model),
+    output:
+        paths.GLOVE,
+    params:
+        options=glove_options(config),
+        seed=lambda w: int(w.seed),
+        trust_remote_code=config["trust_remote_code"],
+        code=script_hash("transfer/tokalign_glove.py"),
+    threads: config["threads"]
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/seed{{seed}}/glove/{{lang}}/{{model}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/seed{{seed}}/tokalign_glove/{{lang}}/{{model}}.tsv"
+    script:
+        "../scripts/transfer/tokalign_glove.py"

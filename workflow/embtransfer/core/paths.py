@@ -159,6 +159,9 @@ FASTTEXT_TOKEN_TEXT = Template("results/fasttext/{lang}/token/{model}.txt")
 FASTTEXT_TOKEN = Template(SEEDED + "/fasttext/{lang}/token/{model}.bin")
 TOKEN_VECTORS = Template(SEEDED + "/token_vectors/{lang}/{vectors}/{model}.npy")
 TOKEN_VECTORS_MISSING = Template(SEEDED + "/token_vectors/{lang}/{vectors}/{model}.missing.npy")
+#: TokAlign's GloVe space of a language's corpus in one model's tokenization (rule
+#: tokalign_glove, embtransfer.transfer.glove): vectors and which ids have none
+GLOVE = Template(SEEDED + "/glove/{lang}/{model}.safetensors")
 
 # --- neighbours (neighbors.smk) ---------------------------------------------------------------
 NEIGHBORS = Template(SEEDED + "/neighbors/{lang}/{source}/{target}/{vectors}.parquet")

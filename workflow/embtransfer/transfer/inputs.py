@@ -105,6 +105,8 @@ def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dic
         "aligned": paths.ALIGNED.fill(**w),
         "source_tokenizer": tokenizer_dir(config, w["source"]),
         "truth": paths.WORLD_TRUTH.fill(**w),
+        "glove_source": paths.GLOVE.fill(lang=w["lang"], model=w["source"], seed=w["seed"]),
+        "glove_target": paths.GLOVE.fill(lang=w["lang"], model=w["target"], seed=w["seed"]),
     }
     needs = method_needs(w["method"], method_options(config, w["method"]))
     for need in sorted(needs):
@@ -137,6 +139,13 @@ def all_holdout_scores(config: dict[str, Any]) -> list[str]:
         return []
     return [paths.HOLDOUT_SCORES.fill(**r._asdict()) for r in transfer_runs(config)
             if role(r.method) in COMPETING_ROLES]
+
+
+def glove_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of TokAlign's options that rule tokalign_glove reads (the rest act in the
+    transfer), resolved."""
+    options = resolve_options("tokalign", method_options(config, "tokalign"))
+    return {k: v for k, v in options.items() if k != "pivots"}
 
 
 def aligned_pairs(config: dict[str, Any], lang: str) -> list[tuple[str, str]]:

@@ -30,6 +30,7 @@ from embtransfer.models.loading import (
 )
 from embtransfer.neighbors.search import Neighbors, read_neighbors
 from embtransfer.transfer.aligned import read_aligned, read_search
+from embtransfer.transfer.glove import read_glove
 from embtransfer.transfer.method_runner import run_method
 from embtransfer.transfer.methods.base import TransferInputs
 from embtransfer.transfer.methods.common import row_blocks
@@ -109,6 +110,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         )
     if "truth" in paths:
         inputs.truth = read_truth(paths["truth"])
+    if "glove_target" in paths:
+        inputs.glove = {side: read_glove(paths[f"glove_{side}"]) for side in ("source", "target")}
     return inputs, neighbor_stats
 
 

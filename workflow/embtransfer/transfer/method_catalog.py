@@ -46,6 +46,10 @@ NEEDS = {
     "aligned": "source- and target-token vectors in one aligned space (inputs.aligned)",
     "source_tokenizer": "the source tokenizer (inputs.source_tokenizer)",
     "truth": "the miniature world's ground truth of the target tokens (inputs.truth)",
+    "glove_source": "GloVe vectors of the target language's corpus in the source "
+    "tokenization (inputs.glove)",
+    "glove_target": "GloVe vectors of the same corpus in the target tokenization "
+    "(inputs.glove)",
 }
 
 #: name -> module under embtransfer.transfer.methods, needs, one-line description, options (in the
@@ -163,6 +167,25 @@ METHODS: dict[str, dict[str, Any]] = {
             "copy_shared": Option(True, FLAG),
             "chunk_rows": Option(2048, COUNT),
             "chunk_cols": Option(4096, COUNT),
+        },
+    },
+    "tokalign": {
+        "module": "tokalign", "needs": ["glove_source", "glove_target"],
+        "description": "TokAlign: copy shared rows; others = the rows of the source token "
+        "whose GloVe relative representation (cosines to shared pivot tokens, each "
+        "tokenization's own space on the same corpus) is nearest",
+        # pivots act in the transfer; the rest in rule tokalign_glove (the reference's
+        # script/train_glove.sh: 300 dimensions, window 15, 15 passes, min-count 5, x_max 10)
+        "options": {
+            "pivots": Option(300, COUNT),
+            "dim": Option(300, COUNT),
+            "window": Option(15, COUNT),
+            "min_count": Option(5, COUNT),
+            "iterations": Option(15, COUNT),
+            "x_max": Option(10.0, POSITIVE),
+            "learning_rate": Option(0.05, POSITIVE),
+            "batch": Option(4096, COUNT),
+            "max_lines": Option(None, COUNT_OR_NULL),
         },
     },
     "world_oracle": {

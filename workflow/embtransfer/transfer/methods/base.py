@@ -49,6 +49,9 @@ class TransferInputs:
     aligned: AlignedVectors | None = None
     source_tokenizer: Any | None = None
     truth: pd.DataFrame | None = None  # the miniature world's ground truth (world_oracle)
+    # TokAlign: (vectors, missing) of the corpus's GloVe space per tokenization, by
+    # "source" / "target" (embtransfer.transfer.glove)
+    glove: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     # Source ids held out (transfer.holdout, embtransfer.vocab.holdout): shared tokens the
     # methods must treat as though the source lacked them. Their rows enter no statistic,
     # no search and no decomposition; the overlap already lacks them.
