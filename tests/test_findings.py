@@ -221,6 +221,8 @@ def measure_of(line, split: bool = True) -> str:
         return f"{line['split'].replace('_', '-')} {words}" if split else words
     if line["family"] == "heldout":
         return f"held-out-token {line['side']}-row {label(line['metric'])}"
+    if line["family"] in ("zeroshot", "lapt_zeroshot"):
+        return f"{label(line['metric'])} of the whole model"
     if line["family"].startswith("table"):
         variant = f" ({line['variant']})" if line["variant"] else ""
         return f"Table {line['family'][5:]} {label(line['metric'])}{variant}"
@@ -458,10 +460,11 @@ def powerless_claims(cells, sources) -> list[str] | None:
 
 
 def heldout_claims(decided, summaries) -> list[str] | None:
-    """The held-out shared tokens against chance: input-row P@10 tests per method, and the
-    range of Spearman's correlation (scipy's) with bits per byte over the ranked methods."""
+    """The held-out shared tokens against chance: input-row contrast tests per method, and
+    the range of Spearman's correlation (scipy's) with bits per byte over the ranked
+    methods."""
     tests = decided[(decided["family"] == "heldout") & (decided["side"] == "input")
-                    & (decided["metric"] == "p_at_10") & (decided["versus"] == "chance")]
+                    & (decided["metric"] == "contrast") & (decided["versus"] == "chance")]
     if tests.empty:
         return None
     settings = tests[["lang", "source", "target"]].drop_duplicates()
@@ -486,7 +489,7 @@ def heldout_claims(decided, summaries) -> list[str] | None:
         claims.append(f"below chance in {plural(n, 'test')}")
     ranked = summaries[summaries["rank"].notna()]
     held = ranked[(ranked["family"] == "heldout") & (ranked["side"] == "input")
-                  & (ranked["metric"] == "p_at_10")]
+                  & (ranked["metric"] == "contrast")]
     bpb = ranked[ranked["family"] == "zeroshot"]
     rhos = []
     for _, group in held.groupby(["lang", "source", "target"]):
@@ -615,7 +618,8 @@ def generated(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
             if stage == "transfer":
                 settings += [base | {"family": "heldout", "stage": stage, "side": side,
                                      "split": "", "metric": metric}
-                             for side in ("input", "output") for metric in ("p_at_10", "mrr")]
+                             for side in ("input", "output")
+                             for metric in ("p_at_10", "mrr", "contrast")]
             settings += [base | {"family": "zeroshot" if stage == "transfer" else
                                  "lapt_zeroshot", "stage": stage, "side": "", "split": "",
                                  "metric": "bits_per_byte"},
@@ -658,7 +662,7 @@ def generated(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def drawn_setting(rng, key: dict, methods: list[str], flags: dict[str, str], fresh: bool
                   ) -> tuple[list[dict], list[dict]]:
-    mcnemar = key["metric"] not in ("bits_per_byte", "cos_centred", "mrr")
+    mcnemar = key["metric"] not in ("bits_per_byte", "cos_centred", "mrr", "contrast")
     n = int(rng.integers(30, 300))
     if mcnemar:
         value = {m: 100 * int(rng.integers(0, n // 3) if rng.random() < 0.5
@@ -721,7 +725,7 @@ def headline_read(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[str]:
 @pytest.mark.parametrize("seed", range(6))
 def test_flipping_one_decision_or_one_flag_changes_the_headline(seed):
     """Each decision the headline counts (SALT against OMP, a working checkpoint worse than
-    Random, a held-out P@10 apart from chance, a method apart from the alone-best of a
+    Random, a held-out contrast apart from chance, a method apart from the alone-best of a
     counted setting with power), flipped to "not apart", and one more checkpoint's rows
     flagged, each changes the headline."""
     decided, summaries = generated(seed)
@@ -732,7 +736,7 @@ def test_flipping_one_decision_or_one_flag_changes_the_headline(seed):
     held_out = (decided["family"] != "alignment") | (decided["split"] == "held_out")
     worse = (decided["versus"] == "random") & (decided["relation"] == "worse") & held_out
     chance = ((decided["family"] == "heldout") & (decided["versus"] == "chance")
-              & (decided["side"] == "input") & (decided["metric"] == "p_at_10")
+              & (decided["side"] == "input") & (decided["metric"] == "contrast")
               & (decided["relation"] != "not apart"))
     flips = list(decided.index[working & ((omp & (decided["relation"] != "not apart"))
                                           | worse | chance)])
@@ -842,15 +846,16 @@ def test_salt_against_omp_is_one_line_per_k_with_the_stages_apart():
     default = line_of(text, "SALT against OMP at the tool's default k")
     assert at_k.startswith("- **SALT against OMP at SALT's k** (`omp_salt_k`: k = SALT's "
                            "median support size): transfer stage, 2 paired tests: SALT "
-                           "better in 0, worse in 1 (1 in bits per byte), not apart in 1; "
+                           "better in 0, worse in 1 (1 in bits per byte of the whole model), "
+                           "not apart in 1; "
                            "after LAPT, 1 paired test: SALT better in 0, worse in 0, not "
                            "apart in 1.")
     assert default == (
         f"- **SALT against OMP at the tool's default k** (`omp`: k = {OMP_K}, "
         "mergekit-tokensurgeon's default): transfer stage, 2 paired tests: SALT better in 2 "
-        "(1 in bits per byte, 1 in held-out input-row P@10), worse in 0, not apart in 0; "
-        "after LAPT, 1 paired test: SALT better in 1 (1 in bits per byte), worse in 0, not "
-        "apart in 0.")
+        "(1 in bits per byte of the whole model, 1 in held-out input-row P@10), worse in 0, "
+        "not apart in 0; after LAPT, 1 paired test: SALT better in 1 (1 in bits per byte of "
+        "the whole model), worse in 0, not apart in 0.")
     # SALT's conditioning, where the run has it, gives each line its k/h
     conditioning = pd.DataFrame({"lang": ["xx"], "source": ["src"], "target": ["gpt2_xx"],
                                  "h_t": [128], "k_over_h_median": [0.09]})
@@ -931,7 +936,7 @@ def test_every_line_names_its_metric_side_and_stage():
             if any(w in line for w in ("Rows blown up", "PLMs without", "One seed", " seeds**")):
                 continue  # a checkpoint, a PLM or the seeds, not a measure
             assert re.search(r"transfer stage|after LAPT|side and stage", line, re.I), line
-            assert re.search(r"P@1|bits per byte|cos|acc", line, re.I), line
+            assert re.search(r"P@1|bits per byte|cos|acc|contrast|MRR", line, re.I), line
             # the side: rows of one side, or the whole model (bits per byte, benchmarks)
             assert re.search(r"input|output|-row|per side|whole model", line), line
 
@@ -1023,7 +1028,7 @@ def test_every_kind_of_anomaly_is_counted_and_none_is_invented():
     for kind in ANOMALIES:
         line_of(text, kind)
     assert line_of(text, "Worse than Random").endswith(
-        "Transfer stage (1 test): bits per byte: lstsq (xx gpt2_xx).")
+        "Transfer stage (1 test): bits per byte of the whole model: lstsq (xx gpt2_xx).")
     assert "(1 checkpoint: xx gpt2_xx clp)" in line_of(text, "Rows blown up or zero")
     assert "(2 of 3: xx gpt2_xx, zz gpt2_zz)" in line_of(text, "PLMs without measurable meaning")
     calm = findings_markdown(*clean())
@@ -1045,17 +1050,18 @@ def test_a_run_without_paired_tests_says_so():
         "No paired test in this run: nothing to rank (see the tables below)."]
 
 
-def test_the_findings_open_with_at_most_eleven_lines():
+def test_the_findings_open_with_at_most_thirteen_lines():
     for text in (findings_markdown(*anomalous()), findings_markdown(*clean()),
                  (REPO / PAGES[False]).read_text(),
                  current_block((REPO / PAGES[True]).read_text(), real=True)):
-        assert 1 <= len(opening(text)) <= 11
+        assert 1 <= len(opening(text)) <= 13
         assert all(line.startswith("- **") for line in opening(text))
 
 
 def test_every_anomaly_stays_in_the_opening_when_every_kind_has_a_leader():
     """A run with all seven kinds (alignment, zero-shot, after LAPT, Tables 1-4), SALT
-    against OMP at both k and all four anomalies: the opening keeps them all in eleven."""
+    against OMP at both k and all four anomalies, no held-out shared tokens: the opening
+    keeps them all in eleven."""
     decided, summaries = anomalous()
     more = run(zeroshot("xx", {"salt": 1.0, "omp": 1.2, "omp_salt_k": 1.1, "random": 1.5},
                         family="lapt_zeroshot"),

@@ -43,7 +43,8 @@ def alignment(root: Path, hits: dict[str, np.ndarray]) -> str:
             "method": method, "target_id": np.arange(n), "side": "input", "split": "held_out",
             "hit_1": hit.astype(int), "hit_10": hit.astype(int),
             "cos_oracle": hit * 0.5 + rng.normal(0, 0.01, n),
-            "cos_centred": hit * 0.5 + rng.normal(0, 0.01, n)}))
+            "cos_centred": hit * 0.5 + rng.normal(0, 0.01, n),
+            "contrast": hit * 0.5 + rng.normal(0, 0.01, n)}))
     pd.concat(frames).to_parquet(path)
     return str(path)
 
@@ -79,7 +80,7 @@ def test_omp_and_omp_salt_k_each_have_a_line_against_salt_in_every_family(decide
     assert per == {("zeroshot", "bits_per_byte"): ["omp", "omp_salt_k"],
                    ("lapt_zeroshot", "bits_per_byte"): ["omp", "omp_salt_k"],
                    **{("alignment", m): ["omp", "omp_salt_k"]
-                      for m in ("p_at_10", "p_at_1", "cos_centred", "cos_oracle")}}
+                      for m in ("p_at_10", "p_at_1", "contrast")}}
     assert (lines["other"] == "salt").all()
     assert set(lines[lines["family"] == "lapt_zeroshot"]["stage"]) == {"lapt"}
 
@@ -94,7 +95,7 @@ def test_the_difference_is_omp_minus_salt(decided):
         assert k["diff"] > 0 and k["relation"] == "worse"
     p1 = lines.loc[("alignment", "p_at_1", "omp")]
     assert p1["diff"] == pytest.approx(50.0) and p1["n"] == 60 and p1["relation"] == "better"
-    cos = lines.loc[("alignment", "cos_centred", "omp")]
+    cos = lines.loc[("alignment", "contrast", "omp")]
     assert cos["diff"] == pytest.approx(0.25, abs=0.01) and cos["relation"] == "better"
     same = lines.loc[("alignment", "p_at_1", "omp_salt_k")]
     assert same["diff"] == 0 and same["relation"] == "not apart"
@@ -116,7 +117,7 @@ def test_the_findings_lines_say_it_from_salts_side(decided):
     assert text["omp"].startswith("**SALT against OMP at the tool's default k** (`omp`: k = 64")
     # OMP reads 5 % fewer bits per byte after LAPT: SALT worse, and the line says in what
     assert text["omp"].endswith("after LAPT, 1 paired test: SALT better in 0, worse in 1 (1 in "
-                                "bits per byte), not apart in 0.")
+                                "bits per byte of the whole model), not apart in 0.")
 
 
 def test_no_difference_does_not_clear(tmp_path: Path) -> None:

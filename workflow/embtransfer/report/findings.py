@@ -78,9 +78,10 @@ class Kind:
 
 #: The paper tables: the headline gives their leaders (each by its first metric) in one line.
 TABLES = tuple(Kind(f"Table {n}", f"table{n}") for n in (1, 2, 3, 4))
-#: The held-out shared tokens' headline measure (embtransfer.report.setting_tables).
-HELDOUT = Kind("Held-out shared tokens, P@10 of the input rows, transfer stage", "heldout",
-               (("side", "input"), ("metric", "p_at_10")))
+#: The held-out shared tokens' headline measure (embtransfer.report.setting_tables): the
+#: contrast, which has power where a few hundred tokens leave P@10 none.
+HELDOUT = Kind("Held-out shared tokens, contrast of the input rows, transfer stage", "heldout",
+               (("side", "input"), ("metric", "contrast")))
 KINDS = (
     Kind("Held-out P@10 of the input rows, transfer stage", "alignment",
          (("stage", "transfer"), ("side", "input"), ("split", "held_out"),
@@ -182,7 +183,8 @@ def _broken_test(decided: pd.DataFrame, broken: set[tuple[str, ...]]) -> pd.Seri
 
 
 def measure(line: Any, split: bool = True) -> str:
-    """A test's metric and side in words (its stage is said apart): ``bits per byte``,
+    """A test's metric and side in words (its stage is said apart): ``bits per byte of the
+    whole model``,
     ``held-out output-row cos to oracle`` (``split``: with the alignment's split),
     ``held-out-token input-row MRR`` (the held-out shared tokens'), ``Table 3
     XL acc (context=en,question=target)``."""
@@ -192,6 +194,8 @@ def measure(line: Any, split: bool = True) -> str:
         return f"{_split(line['split'])} {words}" if split else words
     if line["family"] == "heldout":
         return f"held-out-token {line['side']}-row {label}"
+    if line["family"] in ("zeroshot", "lapt_zeroshot"):
+        return f"{label} of the whole model"
     if str(line["family"]).startswith("table"):
         variant = f" ({line['variant']})" if line["variant"] else ""
         return f"Table {str(line['family']).removeprefix('table')} {label}{variant}"
@@ -564,9 +568,9 @@ def powerless_line(cells: pd.DataFrame, sources: bool) -> str:
 
 
 def heldout_line(decided: pd.DataFrame, summaries: pd.DataFrame) -> str:
-    """Which working methods' rows for the held-out shared tokens leave chance (P@10 of the
-    input rows, the exact binomial test), in how many of the settings each was tested in;
-    and how the held-out P@10 tracks zero-shot bits per byte across methods
+    """Which working methods' rows for the held-out shared tokens leave chance (the contrast
+    of the input rows against 0, by the normal z of its mean), in how many of the settings
+    each was tested in; and how that contrast tracks zero-shot bits per byte across methods
     (:func:`embtransfer.report.diagnostics.heldout_tracking`: +1, the methods better on the
     held-out tokens read the text better)."""
     tests = _select(decided, HELDOUT)
@@ -590,7 +594,7 @@ def heldout_line(decided: pd.DataFrame, summaries: pd.DataFrame) -> str:
     if len(below):
         said.append(f"below chance in {_plural(len(below), 'test')}")
     tracking = heldout_tracking(summaries, permutations=0)  # ρ alone: the table has p
-    tracking = tracking[(tracking["side"] == "input") & (tracking["metric"] == "p_at_10")
+    tracking = tracking[(tracking["side"] == "input") & (tracking["metric"] == "contrast")
                         & tracking["rho"].notna()]
     tracked = (f"; its Spearman correlation with zero-shot bits per byte across the working "
                f"methods: {_span(tracking['rho'], 2, fixed=True)} in "
