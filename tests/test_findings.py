@@ -494,14 +494,14 @@ def heldout_claims(decided, summaries) -> list[str] | None:
     rhos = []
     for _, group in held.groupby(["lang", "source", "target"]):
         both = group.merge(bpb, on=["lang", "source", "target", "method"])
-        if len(both) >= 3:
+        if len(both) >= 5:
             rho = scipy_stats.spearmanr(both["value_x"], -both["value_y"]).statistic
             if np.isfinite(rho):
                 rhos.append(round(float(rho), 2))
     if rhos:
         low, high = min(rhos), max(rhos)
         span = f"{low:.2f}" if low == high else f"{low:.2f}-{high:.2f}"
-        claims.append(f"{span} in {plural(len(rhos), 'setting')}")
+        claims += [f"in the {plural(len(rhos), 'setting')} with 5 or more", span]
     return claims
 
 
