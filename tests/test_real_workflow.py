@@ -54,6 +54,8 @@ def sliced_config() -> dict:
     config["models"] = {"llama_en": source, "gpt2_de": gpt2}
     config["targets"] = {"de": ["gpt2_de"]}
     config["transfer"]["select"] = [{"methods": ["salt", "random"]}]
+    # German's share of held-out shared tokens (the Arabic one names a language cut here)
+    config["transfer"]["holdout"] = {"share": config["transfer"]["holdout"]["share"]}
     config["seeds"] = [config["seed"]]  # one draw keeps the run short (seeds: tests/test_seeds*)
     config["zeroshot"] = {"max_length": 32, "batch_size": 8, "max_lines": 30}
     for level in ("word", "token"):

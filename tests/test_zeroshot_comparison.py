@@ -190,7 +190,8 @@ def alignment_scores(n: int = 300) -> pd.DataFrame:
             "target": "gpt2_x", "side": "input", "method": method, "target_id": np.arange(n),
             "split": "held_out", "hit_1": hit * (rng.random(n) < 0.1), "hit_10": hit,
             "cos_oracle": hit * 0.5 + rng.random(n) * 0.1,
-            "cos_centred": hit * 0.3 + rng.random(n) * 0.1}))
+            "cos_centred": hit * 0.3 + rng.random(n) * 0.1,
+            "contrast": hit * 0.2 + rng.random(n) * 0.1}))
     parts.append(parts[2].assign(target="bert_x", hit_1=0, hit_10=0))
     return pd.concat(parts, ignore_index=True)
 
