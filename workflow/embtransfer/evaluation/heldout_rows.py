@@ -31,7 +31,7 @@ RETRIEVAL_COLUMNS = ["source_id", "rank", "hit_1", "hit_10", "reciprocal_rank",
 CONTRAST_COLUMNS = ["source_id", "cos_own", "cos_others", "contrast"]
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
+def unit_rows(rows: np.ndarray) -> np.ndarray:
     """The rows in float64 scaled to norm 1; a zero row stays zero, so its cosines are 0."""
     out = np.array(rows, dtype=np.float64)
     norms = np.linalg.norm(out, axis=1)
@@ -109,14 +109,15 @@ def retrieval_scores(predicted: np.ndarray, source_rows: np.ndarray, true_ids: n
     if count == 0:
         raise ValueError("no candidate source rows")
 
-    queries = _unit(predicted)
-    own = np.einsum("ij,ij->i", queries, _unit(source_rows[ids]))
+    queries = unit_rows(predicted)
+    own = np.einsum("ij,ij->i", queries, unit_rows(source_rows[ids]))
     greater = np.zeros(n, dtype=np.int64)
     equal = np.zeros(n, dtype=np.int64)
     # Candidate blocks outside, so each candidate row is converted to float64 once.
     for start in range(0, count, _CANDIDATE_BLOCK):
         stop = min(start + _CANDIDATE_BLOCK, count)
-        block = _unit(source_rows[start:stop] if pool is None else source_rows[pool[start:stop]])
+        rows = source_rows[start:stop] if pool is None else source_rows[pool[start:stop]]
+        block = unit_rows(rows)
         for lo in range(0, n, chunk):
             hi = min(lo + chunk, n)
             diff = queries[lo:hi] @ block.T
@@ -158,8 +159,8 @@ def contrast(predicted: np.ndarray, truths: np.ndarray, centre: np.ndarray) -> p
     c = np.asarray(centre, dtype=np.float64)
     if c.shape != (predicted.shape[1],):
         raise ValueError(f"centre has shape {c.shape}, not ({predicted.shape[1]},)")
-    queries = _unit(np.asarray(predicted, dtype=np.float64) - c)
-    units = _unit(np.asarray(truths, dtype=np.float64) - c)
+    queries = unit_rows(np.asarray(predicted, dtype=np.float64) - c)
+    units = unit_rows(np.asarray(truths, dtype=np.float64) - c)
     own = np.einsum("ij,ij->i", queries, units)
     others = (queries @ units.sum(axis=0) - own) / (n - 1)
     return pd.DataFrame({"cos_own": own, "cos_others": others, "contrast": own - others})
@@ -171,12 +172,9 @@ def contrast_scores(predicted: np.ndarray, source_rows: np.ndarray, true_ids: np
     ``source_rows[true_ids[i]]``, centred on ``centre`` (default: the mean of all source
     rows), with the ``source_id`` of each."""
     ids = _check_rows(predicted, source_rows, true_ids)
-    if ids.size < 2:
-        raise ValueError(f"the contrast needs at least two held-out tokens, not {ids.size}")
-    # float64 accumulation without a float64 copy of every source row
+    # float64 accumulation without a float64 copy of every source row (contrast checks the
+    # token count and the centre's shape)
     c = np.mean(source_rows, axis=0, dtype=np.float64) if centre is None else centre
-    if np.shape(c) != (source_rows.shape[1],):
-        raise ValueError(f"centre has shape {np.shape(c)}, not ({source_rows.shape[1]},)")
     return pd.concat([pd.DataFrame({"source_id": ids}),
                       contrast(predicted, source_rows[ids], c)], axis=1)
 

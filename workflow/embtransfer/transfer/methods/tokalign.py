@@ -29,17 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from embtransfer.evaluation.heldout_rows import unit_rows
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import count_labels, empty_result
 
 #: Target rows whose relative representations are compared with every candidate at once.
 CHUNK = 4096
-
-
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    out = np.asarray(vectors, np.float64)
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.where(norms > 0, norms, 1.0)
 
 
 def pick_pivots(gold_t: np.ndarray, gold_s: np.ndarray, target_missing: np.ndarray,
@@ -69,12 +64,12 @@ def relative_map(target: np.ndarray, target_missing: np.ndarray, source: np.ndar
     cand = cand[~source_missing[cand]]
     if cand.size == 0:
         raise ValueError("tokalign: no candidate source token has a GloVe vector")
-    rel_source = _unit(source[cand]) @ _unit(source[pivot_s]).T
-    pivot_rows = _unit(target[pivot_t]).T
+    rel_source = unit_rows(source[cand]) @ unit_rows(source[pivot_s]).T
+    pivot_rows = unit_rows(target[pivot_t]).T
     out = np.empty(todo.size, np.int64)
     for start in range(0, todo.size, CHUNK):
         part = todo[start : start + CHUNK]
-        rel_target = _unit(target[part]) @ pivot_rows
+        rel_target = unit_rows(target[part]) @ pivot_rows
         out[start : start + CHUNK] = cand[np.argmax(rel_target @ rel_source.T, axis=1)]
     return out
 
