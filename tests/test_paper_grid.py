@@ -277,17 +277,30 @@ def test_real_small_plans_its_own_rules(workdir):
     assert {"transfer", "salt_regression", "pretrain_model"} <= set(asked)
     assert {rule: mb for rule, mb in asked.items() if 2 * mb > budget} == {}
 
-def test_the_source_llms_pretraining_chain_is_scheduled_first(workdir):
+def test_the_source_llms_pretraining_chain_and_the_long_transfers_are_scheduled_first(
+        workdir):
     """The longest job, which every transfer waits for, and the jobs it waits on carry
-    priority 1 in the default run; no other job does (core/grid.source_first)."""
+    priority 1 in the default run, and so does every transfer job (held-out or not) of the
+    OMP solves, the longest transfers at real shapes (method_catalog.transfer_priority); no
+    other job does (core/grid.source_first)."""
     text = dry_run(workdir, REPO / "config" / "config.yaml")
-    prioritised = set()
+    prioritised, transfers = set(), {"all": set(), "first": set()}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
         head = re.match(r"(?:local)?rule (\w+):", block)
         wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-        if head and re.search(r"^\s+priority: 1$", block, re.M):
+        first = bool(re.search(r"^\s+priority: 1$", block, re.M))
+        if head and head.group(1) in ("transfer", "holdout_transfer"):
+            job = (head.group(1), wildcards.group(1))
+            transfers["all"].add(job)
+            if first:
+                transfers["first"].add(job)
+        elif head and first:
             prioritised.add((head.group(1), wildcards.group(1) if wildcards else ""))
     assert prioritised == {("corpus", "lang=en_mini"), ("corpus", "lang=ar_mini"),
                            ("corpus", "lang=vi_mini"), ("mix_corpus", "model=llama_mini"),
                            ("train_tokenizer", "model=llama_mini"),
                            ("pretrain_model", "model=llama_mini")}
+    omp = {job for job in transfers["all"]
+           if re.search(r"method=(omp|omp_salt_k)$", job[1])}
+    assert {rule for rule, _ in omp} == {"transfer", "holdout_transfer"}
+    assert transfers["first"] == omp

@@ -172,3 +172,22 @@ def test_drawing_no_rows_is_drawing_them_with_nothing_to_draw():
     for n in (0, 5):
         with pytest.raises(ValueError, match="need more than 1 rows"):
             common.diagonal_normal(matrix, shortcut, n, ddof=1, ids=ids[:1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_moments_equal_numpy_over_the_chosen_rows(dtype):
+    """The moments the statistics methods draw from (Random, FOCUS's and CLP's fallbacks,
+    Heuristics' pools, Mean) equal numpy's float64 mean and std over exactly the chosen rows,
+    across block boundaries, with a column far from zero (mean 1e3 std, where a one-pass
+    sum of squares would cancel) and unsorted, repeated ids."""
+    rng = np.random.default_rng(7)
+    matrix = (rng.standard_normal((1000, 6)) * [1, 0.01, 3, 1e-3, 1, 1]).astype(dtype)
+    matrix[:, 3] += 1.0
+    for ids in (None, rng.permutation(1000)[:613], np.r_[np.arange(10), np.arange(5)]):
+        rows = matrix.astype(np.float64) if ids is None else matrix[ids].astype(np.float64)
+        for ddof in (0, 1):
+            mean, std = common.column_moments(matrix, ddof, ids, block_rows=128)
+            np.testing.assert_allclose(mean, rows.mean(axis=0), rtol=1e-13, atol=0)
+            np.testing.assert_allclose(std, rows.std(axis=0, ddof=ddof), rtol=1e-9, atol=0)
+        np.testing.assert_allclose(common.column_sum(matrix, ids, block_rows=128),
+                                   rows.sum(axis=0), rtol=1e-13)

@@ -69,6 +69,7 @@ from embtransfer.neighbors.inputs import all_neighbors
 from embtransfer.report.build import config_subset, output_names
 from embtransfer.report.inputs import all_report, report_entry, report_inputs
 from embtransfer.transfer.method_catalog import METHODS as METHOD_CATALOG
+from embtransfer.transfer.method_catalog import transfer_priority
 from embtransfer.transfer.inputs import (
     aligned_tokenizers,
     all_dictionary_truth,

@@ -122,6 +122,7 @@ rule transfer:
         device=TRANSFER["device"],
         code=lambda w: script_hash("transfer/transfer.py") + method_code(w.method),
     threads: config["threads"]
+    priority: lambda w: transfer_priority(w.method)
     resources:
         mem_mb=TRANSFER["mem_mb"] or 8000,
     conda:
@@ -185,6 +186,7 @@ rule holdout_transfer:
         allow_pickle=config["allow_pickle"],
         code=lambda w: script_hash("transfer/holdout_transfer.py") + method_code(w.method),
     threads: config["threads"]
+    priority: lambda w: transfer_priority(w.method)
     resources:
         mem_mb=TRANSFER["mem_mb"] or 8000,
     conda:

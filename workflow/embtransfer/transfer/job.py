@@ -33,7 +33,7 @@ from embtransfer.transfer.aligned import read_aligned, read_search
 from embtransfer.transfer.glove import read_glove
 from embtransfer.transfer.method_runner import run_method
 from embtransfer.transfer.methods.base import TransferInputs
-from embtransfer.transfer.methods.common import row_blocks
+from embtransfer.transfer.methods.common import column_sum
 from embtransfer.transfer.regression import read_coefficients
 from embtransfer.transfer.transferred_model import write_transferred_checkpoint
 from embtransfer.vocab.canonical import read_vocab
@@ -174,7 +174,7 @@ def score_held_out(inputs: TransferInputs, result: Any, targets: pd.DataFrame) -
         rows = result.input_rows if side == "input" else result.output_rows
         matrix = inputs.source_matrix(side)
         predicted = rows[ids]
-        centre = sum(b.sum(axis=0) for b in row_blocks(matrix, candidates)) / candidates.size
+        centre = column_sum(matrix, candidates) / candidates.size
         retrieval = retrieval_scores(predicted, matrix, true_ids, candidates)
         contrast = contrast_scores(predicted, matrix, true_ids, centre)
         parts.append(pd.concat([

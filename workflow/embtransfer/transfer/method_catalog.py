@@ -53,7 +53,8 @@ NEEDS = {
 }
 
 #: name -> module under embtransfer.transfer.methods, needs, one-line description, options (in the
-#: order transfer.json lists them). The order of the methods is the default
+#: order transfer.json lists them), and ``long`` where the method's jobs are the longest of a
+#: run (:func:`transfer_priority`). The order of the methods is the default
 #: ``transfer.methods``.
 METHODS: dict[str, dict[str, Any]] = {
     "salt": {
@@ -79,12 +80,14 @@ METHODS: dict[str, dict[str, Any]] = {
         "least squares on k shared tokens picked by orthogonal matching pursuit in the PLM "
         "space, applied to their source rows",
         "options": {"k": Option(64, COUNT), "centered": Option(False, FLAG)},
+        "long": True,
     },
     "omp_salt_k": {
         "module": "omp", "needs": ["plm", "projected"],
         "description": "OMP with k = the median support size of SALT's projected tokens "
         "(read from SALT's projection): the support's size as SALT's, its choice OMP's",
         "options": {"centered": Option(False, FLAG)},
+        "long": True,
     },
     "focus": {
         "module": "focus", "needs": ["neighbors"],
@@ -270,3 +273,11 @@ def method_needs(name: str, options: dict[str, Any] | None = None) -> set[str]:
         vectors = {**defaults(name), **(options or {})}["vectors"]
         needs.add(f"neighbors_{vectors}")
     return needs
+
+
+def transfer_priority(method: str) -> int:
+    """Scheduling priority of a method's transfer jobs: 1 for the ``long`` ones (the OMP
+    solve: minutes a job at real shapes, against seconds for most methods), so that they
+    start as soon as their inputs exist instead of running alone at the end of a run with
+    a core idle beside them (benchmarks/README.md, bench-real), 0 otherwise."""
+    return int(bool(METHODS[method].get("long")))

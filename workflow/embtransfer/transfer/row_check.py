@@ -100,10 +100,12 @@ def row_norms(matrix: np.ndarray | torch.Tensor) -> np.ndarray:
         if isinstance(block, torch.Tensor):
             block = block.detach()
             block = (block if wide else block.float()).numpy()
-        block = np.asarray(block, np.float64)
-        if not wide:
-            norms[s : s + _BLOCK_ROWS] = np.sqrt(np.einsum("ij,ij->i", block, block))
+        if not wide:  # squares summed in float64 without a float64 copy of the block
+            block = np.asarray(block)
+            norms[s : s + _BLOCK_ROWS] = np.sqrt(
+                np.einsum("ij,ij->i", block, block, dtype=np.float64))
             continue
+        block = np.asarray(block, np.float64)
         scale = np.abs(block).max(axis=1, initial=0.0)
         safe = np.where(scale > 0, scale, 1.0)
         norms[s : s + _BLOCK_ROWS] = scale * np.linalg.norm(block / safe[:, None], axis=1)

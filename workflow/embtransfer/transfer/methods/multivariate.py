@@ -27,6 +27,7 @@ import numpy as np
 
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import (
+    column_sum,
     copy_shared,
     count_labels,
     empty_result,
@@ -48,7 +49,7 @@ def covariance_cholesky(
     x = np.asarray(matrix)
     n = x.shape[0] if ids is None else ids.size
     # blocks of rows: a float64 copy of a 250k x 4096 source matrix would be 8 GB
-    mean = sum(b.sum(axis=0) for b in row_blocks(x, ids, _BLOCK_ROWS)) / n
+    mean = column_sum(x, ids, _BLOCK_ROWS) / n
     cov = np.zeros((x.shape[1], x.shape[1]))
     for block in row_blocks(x, ids, _BLOCK_ROWS):
         centred = block - mean
