@@ -11,16 +11,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import transformers as tf
 
 from embtransfer.core.atomic import NonFiniteError
+from embtransfer.evaluation.alignment import score_checkpoints
+from embtransfer.models.hf import n_token_ids
 from embtransfer.models.loading import (
     NonFiniteEmbeddingsError,
     embedding_layout,
     load_embeddings,
     load_tokenizer,
+    target_rows,
 )
 from embtransfer.models.tokenizer_training import special_token_ids, train_tokenizer
 from embtransfer.transfer.transferred_model import checkpoint_summary, write_transferred_checkpoint
@@ -462,3 +466,34 @@ def test_nonfinite_rows_equals_a_check_of_every_value(dtype):
     for block_rows in (1, 64, 65536):
         assert np.array_equal(nonfinite_rows(matrix, block_rows), expected)
     assert nonfinite_rows(matrix[:0]).size == 0
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_alignment_reads_each_target_tokens_own_row(sources, targets, tmp_path, mode):
+    """An extended checkpoint holds the source's ids, then the target tokens it lacks: the
+    alignment scoring finds each target token's row by the token, not at its target id
+    (which, in an extended model, is some source token's row). Each new token's row is set
+    to the source row its truth names: every token retrieves it at rank 1, in either mode."""
+    stok, ttok = load_tokenizer(sources["llama"]), load_tokenizer(targets["gpt2"])
+    source = load_embeddings(sources["llama"])
+    new = new_target_tokens(stok, ttok)
+    rng = np.random.default_rng(0)
+    meaning = rng.choice(np.arange(10, source.vocab_rows), len(new), replace=False)
+    if mode == "extend":
+        rows_in, rows_out, kwargs = source.input[meaning], source.output[meaning], {
+            "new_target_ids": new}
+    else:
+        n = n_token_ids(ttok)
+        rows_in = _random_rows(n, 5)
+        rows_out = _random_rows(n, 6)
+        rows_in[new], rows_out[new] = source.input[meaning], source.output[meaning]
+        kwargs = {}
+    write_transferred_checkpoint(sources["llama"], targets["gpt2"], rows_in, rows_out,
+                                 tmp_path / "ckpt", mode=mode, **kwargs)
+    truth = pd.DataFrame({"target_id": new, "source_ids": [np.array([m]) for m in meaning],
+                          "shared": False, "split": "test"})
+    vocab = pd.DataFrame({"id": np.arange(source.vocab_rows), "kind": "normal"})
+    scores = score_checkpoints(source, vocab, truth,
+                               {"m": target_rows(tmp_path / "ckpt", targets["gpt2"])})
+    assert set(scores["side"]) == {"input", "output"}
+    assert scores["hit_1"].tolist() == [1] * (2 * len(new))

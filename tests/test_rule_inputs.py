@@ -489,6 +489,7 @@ def test_alignment_of_each_stage_methods(config):
     assert evaluation.alignment_inputs(config, lapt_group) == {
         "source": "resources/models/src",
         "source_vocab": "results/vocab/src.parquet",
+        "target_tokenizer": "resources/tokenizers/gpt2_vi",
         "truth": "results/seed0/truth/vi/src/gpt2_vi.parquet",
         "checkpoints": ["results/seed0/lapt/vi/src/gpt2_vi/salt",
                         "results/seed0/lapt/vi/src/gpt2_vi/focus"],

@@ -26,7 +26,9 @@ Each token keeps its truth row's ``split`` (:mod:`embtransfer.world.split`): ``h
 concepts, the ``dictionary`` concepts WECHSEL and OFA were aligned on, or ``none``.
 
 Per-token values are kept (:func:`token_scores`), so two methods are compared token by token
-(:mod:`embtransfer.core.paired`).
+(:mod:`embtransfer.core.paired`). A checkpoint's rows are read in the target's id order
+(:func:`embtransfer.models.loading.target_rows`): an extended checkpoint holds the source's
+ids first.
 """
 
 from __future__ import annotations
@@ -209,6 +211,12 @@ def score_checkpoints(
                     f"{method}: the checkpoint has {rows.shape[0]} rows, the truth "
                     f"names target id {target_ids.max()}: another tokenizer's truth"
                 )
+            lacking = target_ids[~np.isfinite(rows[target_ids]).all(axis=1)]
+            if lacking.size:
+                raise ValueError(
+                    f"{method}: the checkpoint has no finite row for target ids "
+                    f"{lacking[:10].tolist()}: its tokenizer lacks them (not this target's "
+                    "checkpoint?)")
             scores = token_scores(
                 rows, matrix, text_ids(source_vocab, matrix.shape[0]), target_ids, translations
             )

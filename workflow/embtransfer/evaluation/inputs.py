@@ -186,6 +186,8 @@ def alignment_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> di
     return {
         "source": model_dir(config, wildcards["source"]),
         "source_vocab": paths.VOCAB.fill(model=wildcards["source"]),
+        # an extended checkpoint's rows are read by the target's tokens (target_rows)
+        "target_tokenizer": tokenizer_dir(config, wildcards["target"]),
         # a real language's truth is its dictionary's held-out half, the world's its lexicon
         "truth": (
             paths.DICTIONARY_TRUTH if held_out_dictionary(config, wildcards["lang"])

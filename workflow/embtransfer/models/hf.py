@@ -24,6 +24,12 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "n_ctx"
 ENCODE_BATCH = 4096
 
 
+#: The config.json key under which a transferred checkpoint names its vocabulary mode
+#: (``replace`` or ``extend``): it travels with the model into LAPT's checkpoints, and the
+#: evaluation reads an extended checkpoint's rows by token (models.loading.target_rows).
+VOCAB_MODE_KEY = "embtransfer_vocab_mode"
+
+
 def text_config(config: Any) -> Any:
     """The language model's part of ``config``: its ``text_config`` where it has one.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from safetensors import safe_open
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoConfig, AutoTokenizer
 
-from embtransfer.models.hf import n_token_ids, text_config
+from embtransfer.models.hf import VOCAB_MODE_KEY, n_token_ids, text_config
 
 # Tensor names of the input and output embeddings by model type, most specific first.
 # A hub checkpoint saved from the base class (GPT-2's own, BLOOM's) has no prefix.
@@ -507,3 +507,32 @@ def check_id_count(n_ids: int, tok_where: str, model: Any) -> dict[str, Any]:
             f"{n_ids} ids (padding rows; never produced by the tokenizer)"
         )
     return info
+
+
+def target_rows(checkpoint_dir: str | os.PathLike, target_tokenizer_dir: str | os.PathLike,
+                trust_remote_code: bool = False) -> Embeddings:
+    """A checkpoint's embeddings with row ``i`` the row of the target tokenizer's id ``i``.
+
+    A replaced vocabulary's checkpoint is in that order already (its tokenizer is the
+    target's). An extended one (config key :data:`~embtransfer.models.hf.VOCAB_MODE_KEY`,
+    which LAPT's checkpoints keep) holds the source's ids, then the target tokens the source
+    lacks: there row ``i`` is some source token's, so each target token's row is found by
+    the token in the checkpoint's own tokenizer. A target token it lacks gets a NaN row,
+    which :func:`embtransfer.evaluation.alignment.score_checkpoints` refuses to score."""
+    emb = load_embeddings(checkpoint_dir, trust_remote_code=trust_remote_code)
+    config = json.loads((Path(checkpoint_dir) / "config.json").read_text())
+    if config.get(VOCAB_MODE_KEY) != "extend":
+        return emb
+    target = load_tokenizer(target_tokenizer_dir, trust_remote_code=trust_remote_code)
+    vocab = load_tokenizer(checkpoint_dir, trust_remote_code=trust_remote_code).get_vocab()
+    tokens = target.convert_ids_to_tokens(list(range(n_token_ids(target))))
+    ids = np.array([vocab.get(t, -1) if t is not None else -1 for t in tokens], np.int64)
+
+    def by_target(rows: np.ndarray | None) -> np.ndarray | None:
+        if rows is None:
+            return None
+        out = rows[np.maximum(ids, 0)]
+        out[ids < 0] = np.nan
+        return out
+
+    return replace(emb, input=by_target(emb.input), output=by_target(emb.output))

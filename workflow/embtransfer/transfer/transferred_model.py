@@ -67,6 +67,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from embtransfer.core.atomic import NonFiniteError, atomic_path, write_json
 from embtransfer.models.hf import (
+    VOCAB_MODE_KEY,
     configs,
     n_token_ids,
     position_limit,
@@ -468,6 +469,7 @@ def _describe_vocabulary(
     for cfg in configs(model.config):
         cfg.tie_word_embeddings = tied
         cfg.vocab_size = n_total
+    setattr(model.config, VOCAB_MODE_KEY, mode)
     if mode == "replace":
         _set_special_ids(model, target_special_ids(tokenizer, model.config.model_type), notes)
     limit = position_limit(model.config)

@@ -9,7 +9,7 @@ delegate()  # in a local run, the job server runs this script in a fork (core/jo
 from embtransfer.core.atomic import write_parquet
 from embtransfer.core.logs import job_logger
 from embtransfer.evaluation.alignment import score_checkpoints, summary
-from embtransfer.models.loading import load_embeddings
+from embtransfer.models.loading import load_embeddings, target_rows
 from embtransfer.vocab.canonical import read_vocab
 from embtransfer.world.truth import read_truth
 
@@ -17,7 +17,7 @@ sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 trust = sm.params.trust_remote_code
 checkpoints = {
-    method: load_embeddings(path, trust_remote_code=trust)
+    method: target_rows(path, sm.input.target_tokenizer, trust_remote_code=trust)
     for method, path in zip(sm.params.methods, sm.input.checkpoints, strict=True)
 }
 scores = score_checkpoints(
