@@ -135,6 +135,17 @@ def test_a_freedict_dictionary_is_a_dictionary_format():
         validate_config(config)
 
 
+def test_a_method_of_extended_vocabularies_is_refused_in_a_replaced_run():
+    config = fresh()
+    config["transfer"] = {"methods": ["salt", "token_distillation"]}
+    with pytest.raises(ConfigError, match="transfer.methods: method 'token_distillation' works "
+                                          "with transfer.vocab_mode extend.*'replace'"):
+        validate_config(config)
+    config = fresh()
+    config["transfer"] = {"methods": ["salt", "token_distillation"], "vocab_mode": "extend"}
+    validate_config(config)
+
+
 def test_unknown_method_lists_the_known_ones():
     config = fresh()
     config["transfer"] = {"methods": ["salt", "salty"]}

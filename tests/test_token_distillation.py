@@ -342,3 +342,53 @@ def test_low_precision_trains_float32_rows(how, tokenizer, found):
     means = subtoken_means(model.get_input_embeddings().weight, found.pieces)
     assert np.abs(rows[:3] - means[:3]).max() > 1e-3
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+# --- the transfer method (extended vocabulary) --------------------------------------------------
+
+
+def test_the_method_distils_the_new_tokens_of_an_extended_vocabulary(corpus, tokenizer,
+                                                                     tmp_path):
+    """``token_distillation`` in run_method: shared tokens copied, the frequent new tokens
+    distilled, every other new token exactly Subword-mean's row, the untied head
+    Subword-mean's; the source checkpoint unchanged; the replace mode refused."""
+    from embtransfer.transfer.method_runner import run_method
+    from embtransfer.transfer.methods.base import TransferInputs
+    from embtransfer.vocab.canonical import vocab_table
+    from embtransfer.vocab.overlap import compute_overlap
+
+    source_dir = tmp_path / "source"
+    model = make_model("llama", len(tokenizer))
+    model.save_pretrained(source_dir)
+    tokenizer.save_pretrained(source_dir)
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(corpus) + "\n")
+    target = train_tokenizer(corpus)
+    source_vocab, target_vocab = vocab_table(tokenizer), vocab_table(target)
+    weight = model.model.embed_tokens.weight.detach().numpy().copy()
+    head = model.lm_head.weight.detach().numpy().copy()
+
+    def inputs() -> TransferInputs:
+        return TransferInputs(
+            source_input=weight, source_output=head, source_vocab=source_vocab,
+            target_vocab=target_vocab, overlap=compute_overlap(source_vocab, target_vocab),
+            seed=3, source_tokenizer=tokenizer, source_dir=str(source_dir), corpus=str(text))
+
+    options = {"snippets_per_token": 6, "snippet_length": 12, "min_snippets": 3,
+               "learning_rate": 1e-2, "batch_size": 2, "epochs": 2, "max_tokens": 5}
+    result = run_method("token_distillation", inputs(), options, mode="extend")
+    baseline = run_method("subword_mean", inputs(), {}, mode="extend")
+    np.testing.assert_array_equal(result.token_ids, baseline.token_ids)
+    distilled = result.labels == "distilled"
+    assert distilled.sum() == 5 < distilled.size
+    assert set(result.labels[~distilled]) <= {"subword_mean", "random"}
+    np.testing.assert_array_equal(result.input_rows[~distilled],
+                                  baseline.input_rows[~distilled])
+    assert not np.allclose(result.input_rows[distilled], baseline.input_rows[distilled])
+    np.testing.assert_array_equal(result.output_rows, baseline.output_rows)
+    stats = result.report["stats"]["input"]["distillation"]
+    assert stats["distilled"] == 5 and stats["capped"] > 0
+    after = type(model).from_pretrained(source_dir)
+    np.testing.assert_array_equal(after.model.embed_tokens.weight.detach().numpy(), weight)
+    with pytest.raises(ValueError, match="vocab_mode extend"):
+        run_method("token_distillation", inputs(), options, mode="replace")

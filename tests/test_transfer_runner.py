@@ -10,7 +10,14 @@ import pytest
 
 from embtransfer.config.validation import load_schema
 from embtransfer.transfer import method_catalog
-from embtransfer.transfer.method_catalog import METHODS, NEEDS, Option, OptionError, resolve_options
+from embtransfer.transfer.method_catalog import (
+    DEFAULT_METHODS,
+    METHODS,
+    NEEDS,
+    Option,
+    OptionError,
+    resolve_options,
+)
 from embtransfer.transfer.method_runner import NonFiniteRowsError, run_method
 from embtransfer.transfer.methods import base, common
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method
@@ -85,9 +92,11 @@ def test_schema_method_names_come_from_the_catalog(monkeypatch):
     transfer = load_schema()["properties"]["transfer"]["properties"]
     assert transfer["methods"]["items"]["enum"] == list(METHODS)
     # the default: every method but the miniature world's own (world_oracle joins it on a
-    # run of the world, in validate_config)
-    assert transfer["methods"]["default"] == [m for m in METHODS
-                                              if not METHODS[m].get("world_only")]
+    # run of the world, in validate_config) and those of extended vocabularies only
+    assert transfer["methods"]["default"] == [
+        m for m in METHODS
+        if not METHODS[m].get("world_only") and METHODS[m].get("modes") != ["extend"]]
+    assert "token_distillation" in METHODS and "token_distillation" not in DEFAULT_METHODS
     assert transfer["options"]["propertyNames"]["enum"] == list(METHODS)
     monkeypatch.setitem(METHODS, "new_method", {"module": "x", "needs": [], "options": {}})
     transfer = load_schema()["properties"]["transfer"]["properties"]

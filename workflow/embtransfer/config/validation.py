@@ -33,6 +33,7 @@ from embtransfer.transfer.method_catalog import (
     DEFAULT_METHODS,
     METHODS,
     OptionError,
+    method_modes,
     method_needs,
     resolve_options,
 )
@@ -332,6 +333,12 @@ def check_transfer(config: dict[str, Any]) -> None:
         except OptionError as err:
             raise ConfigError(f"config key {err}") from None
     for method in transfer["methods"]:
+        _require(
+            transfer["vocab_mode"] in method_modes(method),
+            f"config key transfer.methods: method {method!r} works with transfer.vocab_mode "
+            f"{' or '.join(method_modes(method))}, and the run's is "
+            f"{transfer['vocab_mode']!r}; drop the method or set transfer.vocab_mode",
+        )
         if METHODS[method].get("world_only"):
             _check_world_only(config, method)
         if not _aligns(method, transfer):

@@ -107,6 +107,7 @@ def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dic
         "truth": paths.WORLD_TRUTH.fill(**w),
         "glove_source": paths.GLOVE.fill(lang=w["lang"], model=w["source"], seed=w["seed"]),
         "glove_target": paths.GLOVE.fill(lang=w["lang"], model=w["target"], seed=w["seed"]),
+        "corpus": paths.CORPUS.fill(lang=w["lang"], split="train"),
     }
     needs = method_needs(w["method"], method_options(config, w["method"]))
     for need in sorted(needs):

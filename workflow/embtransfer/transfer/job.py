@@ -74,6 +74,8 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         target_vocab=target_vocab,
         overlap=read_overlap(paths["overlap"]),
         seed=seed,
+        source_dir=paths["source"],
+        corpus=paths.get("corpus"),
     )
     if "holdout" in paths:  # a held-out transfer: hide the held-out source ids
         inputs.hidden = hidden_source_ids(read_holdout(paths["holdout"]), inputs.overlap)

@@ -50,11 +50,14 @@ NEEDS = {
     "tokenization (inputs.glove)",
     "glove_target": "GloVe vectors of the same corpus in the target tokenization "
     "(inputs.glove)",
+    "corpus": "the target language's training text (inputs.corpus), where Token "
+    "Distillation finds its snippets",
 }
 
 #: name -> module under embtransfer.transfer.methods, needs, one-line description, options (in the
-#: order transfer.json lists them), and ``long`` where the method's jobs are the longest of a
-#: run (:func:`transfer_priority`). The order of the methods is the default
+#: order transfer.json lists them), ``long`` where the method's jobs are the longest of a
+#: run (:func:`transfer_priority`), and ``modes`` where it works in only some vocabulary
+#: modes (:func:`method_modes`). The order of the methods is the default
 #: ``transfer.methods``.
 METHODS: dict[str, dict[str, Any]] = {
     "salt": {
@@ -191,6 +194,27 @@ METHODS: dict[str, dict[str, Any]] = {
             "max_lines": Option(None, COUNT_OR_NULL),
         },
     },
+    "token_distillation": {
+        "module": "distillation", "needs": ["source_tokenizer", "corpus"],
+        "description": "Token Distillation (extended vocabularies): copy shared rows; new "
+        "tokens start at the mean of their pieces' source rows, and the most frequent ones' "
+        "input rows are trained so that the frozen source reads them as it reads their "
+        "pieces (last-layer hidden states, MSE); output rows keep the pieces' mean",
+        "modes": ["extend"],
+        # the reference package's defaults; max_tokens caps the distilled tokens (the most
+        # frequent first: a per-language time budget), max_lines the corpus lines searched
+        "options": {
+            "snippets_per_token": Option(100, COUNT),
+            "snippet_length": Option(50, COUNT),
+            "learning_rate": Option(1e-4, POSITIVE),
+            "epochs": Option(1, COUNT),
+            "steps": Option(None, COUNT_OR_NULL),
+            "batch_size": Option(1, COUNT),
+            "max_tokens": Option(None, COUNT_OR_NULL),
+            "min_snippets": Option(None, COUNT_OR_NULL),
+            "max_lines": Option(None, COUNT_OR_NULL),
+        },
+    },
     "world_oracle": {
         "module": "oracle", "needs": ["truth"],
         "description": "the miniature world's oracle: copy shared rows; a token whose "
@@ -224,7 +248,17 @@ def role(name: str) -> str:
 
 
 #: The methods a run gets when its config names none: all but the miniature world's own.
-DEFAULT_METHODS: list[str] = [m for m, spec in METHODS.items() if not spec.get("world_only")]
+#: The vocabulary modes a method works in where its entry does not say (``modes``).
+VOCAB_MODES = ("replace", "extend")
+
+
+def method_modes(name: str) -> tuple[str, ...]:
+    """The vocabulary modes (``transfer.vocab_mode``) the method works in."""
+    return tuple(METHODS[name].get("modes", VOCAB_MODES))
+
+
+DEFAULT_METHODS: list[str] = [m for m, spec in METHODS.items()
+                              if not spec.get("world_only") and "replace" in method_modes(m)]
 
 
 class OptionError(ValueError):

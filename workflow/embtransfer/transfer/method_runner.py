@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from embtransfer.models.loading import name_rows, nonfinite_rows
-from embtransfer.transfer.method_catalog import resolve_options
+from embtransfer.transfer.method_catalog import method_modes, resolve_options
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method
 
 
@@ -70,6 +70,10 @@ def run_method(
     method: str, inputs: TransferInputs, options: dict[str, Any] | None = None,
     mode: str = "replace",
 ) -> TransferOutput:
+    if mode not in method_modes(method):
+        raise ValueError(
+            f"method {method!r} works with transfer.vocab_mode {' or '.join(method_modes(method))}"
+            f", not {mode!r}: drop it from transfer.methods or change the mode")
     spec = get_method(method)
     params = resolve_options(method, options)
     check_inputs(inputs)

@@ -81,12 +81,13 @@ from embtransfer.models.loading import (
     load_tokenizer,
     nonfinite_rows,
 )
+from embtransfer.transfer.method_catalog import VOCAB_MODES
 from embtransfer.transfer.row_check import check_new_rows
 from embtransfer.vocab.extend import extend_tokenizer, new_target_tokens
 
 log = logging.getLogger(__name__)
 
-MODES = ("replace", "extend")
+MODES = VOCAB_MODES
 TRANSFER_JSON = "transfer.json"
 CONFIG_ROLES = ("bos", "eos", "pad", "unk")
 # Families whose own tokenizer uses one token as bos and eos (GPT-2's <|endoftext|>).
@@ -231,7 +232,7 @@ def _no_init(module: Any) -> None:
     return None
 
 
-def _load_source(
+def load_source_model(
     source_dir: Path, trust_remote_code: bool, allow_pickle: bool = False
 ) -> tuple[Any, bool]:
     """The source causal LM with its tie decided from the checkpoint's tensors."""
@@ -305,7 +306,7 @@ def write_transferred_checkpoint(
     _check_rows("input_rows", _as_rows("input_rows", input_rows, len(ids)), ids, tokenizer)
     if output_rows is not None:
         _check_rows("output_rows", _as_rows("output_rows", output_rows, len(ids)), ids, tokenizer)
-    model, tied = _load_source(source_dir, trust_remote_code, allow_pickle)
+    model, tied = load_source_model(source_dir, trust_remote_code, allow_pickle)
     rows_in, rows_out = _rows_for(model, tied, input_rows, output_rows, len(ids), source_dir)
     notes = _check_kept_rows(model, keep, mode, source_dir)
     method = (metadata or {}).get("method")

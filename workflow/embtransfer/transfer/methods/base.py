@@ -56,6 +56,10 @@ class TransferInputs:
     # methods must treat as though the source lacked them. Their rows enter no statistic,
     # no search and no decomposition; the overlap already lacks them.
     hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # The source checkpoint's directory (a method that runs the model: Token Distillation)
+    # and the target language's training text (its snippets)
+    source_dir: str | None = None
+    corpus: str | None = None
     memo: dict[Any, Any] = field(default_factory=dict)  # a method's work shared by both sides
 
     def statistic_ids(self) -> np.ndarray:
