@@ -625,6 +625,13 @@ def test_a_held_out_transfer_reads_the_held_out_overlap_tables_and_regression(co
 
     assert all_holdout_scores(config) == []
     config["transfer"]["holdout"] = {"share": 0.15}
+    # every competing method's but Token Distillation's (extended vocabularies only)
+    scored = {path.rsplit("/", 1)[1].removesuffix(".parquet")
+              for path in all_holdout_scores(config)}
+    assert scored == set(config["transfer"]["methods"]) - {"token_distillation"}
+    config["transfer"]["methods"].append("token_distillation")
+    assert {path.rsplit("/", 1)[1].removesuffix(".parquet")
+            for path in all_holdout_scores(config)} == scored
     wildcards = {**RUN, "method": "salt", "seed": "3"}
     full, held = transfer_inputs(config, wildcards), holdout_transfer_inputs(config, wildcards)
     assert held.pop("holdout") == "results/seed3/holdout/vi/src/gpt2_vi.parquet"

@@ -16,6 +16,7 @@ from embtransfer.models.inputs import model_dir, tokenizer_dir
 from embtransfer.transfer.method_catalog import (
     COMPETING_ROLES,
     METHODS,
+    method_modes,
     method_needs,
     resolve_options,
     role,
@@ -135,11 +136,12 @@ def holdout_transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
 def all_holdout_scores(config: dict[str, Any]) -> list[str]:
     """Every competing method's held-out scores, per transferred setting and replicate seed,
     where ``transfer.holdout`` is set (the world's oracle, which reads the truth, is left
-    out)."""
+    out, and so is Token Distillation: the held-out transfer runs as a replaced vocabulary,
+    and its snippets would hold the held-out tokens' own source ids)."""
     if not config["transfer"].get("holdout"):
         return []
     return [paths.HOLDOUT_SCORES.fill(**r._asdict()) for r in transfer_runs(config)
-            if role(r.method) in COMPETING_ROLES]
+            if role(r.method) in COMPETING_ROLES and "replace" in method_modes(r.method)]
 
 
 def glove_options(config: dict[str, Any]) -> dict[str, Any]:
