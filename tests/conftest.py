@@ -19,6 +19,7 @@ SLOWEST_FIRST = (
     "test_faults.py",
     "test_workflow.py",
     "test_evaluation_workflow.py",
+    "test_seeds_workflow.py",
     "test_plm_formats.py",
     "test_real_workflow.py",
     "test_lapt.py",

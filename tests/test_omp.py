@@ -17,6 +17,7 @@ from embtransfer.transfer.omp_solver import (
     _Screen,
     omp_coefficients,
     omp_select,
+    omp_select_at,
 )
 
 
@@ -173,6 +174,29 @@ def test_exact_fit_stops_at_a_vanishing_residual() -> None:
     one = omp_select(x, d, 8, batch_bytes=1)
     np.testing.assert_array_equal(one[0], picked)
     np.testing.assert_allclose(one[1], coef, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("ks", [(5, 12), (12, 5, 12), (30, 4)])
+def test_one_solve_gives_each_supports_omp(ks) -> None:
+    """The solve to the largest k, read after fewer steps, is the solve to that k: the same
+    picks in the same order, the same least-squares coefficients, the same stops (a token
+    equal to a candidate stops after it; k beyond the 24 candidates is capped), and the
+    textbook OMP's."""
+    rng = np.random.default_rng(3)
+    d = rng.standard_normal((24, 40)) * rng.uniform(0.5, 2.0, (24, 1))
+    x = np.vstack([rng.standard_normal((9, 40)), 2.0 * d[17]])
+    shared = omp_select_at(x, d, ks)
+    assert set(shared) == set(ks)
+    for k in ks:
+        picked, coef, used = shared[k]
+        alone = omp_select(x, d, k)
+        np.testing.assert_array_equal(picked, alone[0])
+        np.testing.assert_allclose(coef, alone[1], rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(used, alone[2])
+        assert used[-1] == 1 and picked.shape[1] == min(k, 24)
+        ref_picked, ref_c = slow_omp(x[0], d, k)
+        assert picked[0].tolist() == ref_picked
+        np.testing.assert_allclose(coef[0], ref_c, rtol=1e-8, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------- the method

@@ -122,6 +122,9 @@ def expected_jobs(config: dict) -> dict[str, int]:
         "aligned_vectors": len({r[:3] for r in transfer_runs(config)
                                 if r[3] in ("wechsel", "ofa")}),
         "transfer": len(transfer_runs(config)),
+        # omp's and omp_salt_k's fits solved once per pair that runs both (one seed)
+        "omp_solve": len({r[:3] for r in transfer_runs(config) if r[3] == "omp"}
+                         & {r[:3] for r in transfer_runs(config) if r[3] == "omp_salt_k"}),
         # TokAlign's GloVe spaces: the language's corpus in the source's and the PLM's
         # tokenization, once each (one seed: the configs this checks)
         "tokalign_glove": len({(r[0], model) for r in transfer_runs(config)
@@ -143,8 +146,8 @@ def expected_jobs(config: dict) -> dict[str, int]:
                                   if held_out and r[3] in TABLE_OF}),
         "holdout_regression": len({r[:3] for r in transfer_runs(config)
                                    if held_out and r[3] in ("salt", "omp_salt_k")}),
-        "holdout_transfer": len([r for r in transfer_runs(config)
-                                 if held_out and r[3] != "world_oracle"]),
+        "holdout_transfer": len([r for r in transfer_runs(config) if held_out
+                                 and r[3] not in ("world_oracle", "token_distillation")]),
         "calibration_table": 1 if any(world_pair(config, p) for p in pairs) else 0,
         # the target-PLM probes: every world pair (docs/world.md)
         "plm_probe": len([p for p in pairs if world_pair(config, p)]),
@@ -280,9 +283,9 @@ def test_real_small_plans_its_own_rules(workdir):
 def test_the_source_llms_pretraining_chain_and_the_long_transfers_are_scheduled_first(
         workdir):
     """The longest job, which every transfer waits for, and the jobs it waits on carry
-    priority 1 in the default run, and so does every transfer job (held-out or not) of the
-    OMP solves, the longest transfers at real shapes (method_catalog.transfer_priority); no
-    other job does (core/grid.source_first)."""
+    priority 1 in the default run, and so do the OMP solves, the longest transfer work at
+    real shapes: rule omp_solve and every OMP transfer job, held-out or not
+    (method_catalog.transfer_priority); no other job does (core/grid.source_first)."""
     text = dry_run(workdir, REPO / "config" / "config.yaml")
     prioritised, transfers = set(), {"all": set(), "first": set()}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
@@ -296,10 +299,12 @@ def test_the_source_llms_pretraining_chain_and_the_long_transfers_are_scheduled_
                 transfers["first"].add(job)
         elif head and first:
             prioritised.add((head.group(1), wildcards.group(1) if wildcards else ""))
-    assert prioritised == {("corpus", "lang=en_mini"), ("corpus", "lang=ar_mini"),
-                           ("corpus", "lang=vi_mini"), ("mix_corpus", "model=llama_mini"),
-                           ("train_tokenizer", "model=llama_mini"),
-                           ("pretrain_model", "model=llama_mini")}
+    solves = {job for job in prioritised if job[0] == "omp_solve"}
+    assert {w.split("target=")[1] for _, w in solves} == {"gpt2_ar_mini", "gpt2_vi_mini"}
+    assert prioritised - solves == {("corpus", "lang=en_mini"), ("corpus", "lang=ar_mini"),
+                                    ("corpus", "lang=vi_mini"), ("mix_corpus", "model=llama_mini"),
+                                    ("train_tokenizer", "model=llama_mini"),
+                                    ("pretrain_model", "model=llama_mini")}
     omp = {job for job in transfers["all"]
            if re.search(r"method=(omp|omp_salt_k)$", job[1])}
     assert {rule for rule, _ in omp} == {"transfer", "holdout_transfer"}

@@ -85,6 +85,33 @@ rule aligned_search:
         "../scripts/transfer/aligned_search.py"
 
 
+rule omp_solve:
+    # omp's and omp_salt_k's fits of one pair from one solve to the larger k, where a run
+    # has both (embtransfer/transfer/methods/omp.py): the solve is most of their time.
+    input:
+        unpack(lambda w: omp_solve_rule_inputs(config, w)),
+    output:
+        paths.OMP_SOLVE,
+    params:
+        options=omp_solve_options(config),
+        seed=lambda w: int(w.seed),
+        trust_remote_code=config["trust_remote_code"],
+        allow_pickle=config["allow_pickle"],
+        code=script_hash("transfer/omp_solve.py") + method_code("omp"),
+    threads: config["threads"]
+    priority: 1
+    resources:
+        mem_mb=TRANSFER["mem_mb"] or 8000,
+    conda:
+        CONDA_ENV
+    log:
+        f"{paths.LOGS}/seed{{seed}}/omp/{{lang}}/{{source}}/{{target}}.log",
+    benchmark:
+        f"{paths.BENCHMARKS}/seed{{seed}}/omp_solve/{{lang}}/{{source}}/{{target}}.tsv"
+    script:
+        "../scripts/transfer/omp_solve.py"
+
+
 rule fasttext_bli:
     # Whether the aligned fastText spaces WECHSEL and OFA search retrieve translations at
     # all: bilingual lexicon induction with their map on the dictionary's held-out half.
@@ -108,6 +135,7 @@ rule transfer:
     input:
         unpack(lambda w: transfer_inputs(config, w)),
         unpack(lambda w: search_inputs(config, w)),
+        unpack(lambda w: omp_solve_inputs(config, w)),
         text=paths.CORPUS.fill(split="valid"),
     output:
         model=directory(paths.TRANSFER_MODEL),

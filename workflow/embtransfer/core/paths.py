@@ -172,6 +172,8 @@ REGRESSION_META = Template(SEEDED + "/regression/{lang}/{source}/{target}/projec
 ALIGNED = Template(SEEDED + "/aligned/{lang}/{source}/{target}.safetensors")
 #: WECHSEL's and OFA's top-k search in the aligned space, shared by both (aligned.share_search)
 ALIGNED_SEARCH = Template(SEEDED + "/aligned/{lang}/{source}/{target}.search.safetensors")
+#: omp's and omp_salt_k's fits of one pair, solved once (rule omp_solve)
+OMP_SOLVE = Template(SEEDED + "/omp/{lang}/{source}/{target}.safetensors")
 #: Per language WECHSEL or OFA runs in: bilingual lexicon induction in the aligned fastText
 #: spaces they search, on the dictionary's held-out half (embtransfer.transfer.fasttext_bli)
 FASTTEXT_BLI = Template(SEEDED + "/fasttext_bli/{lang}.json")

@@ -116,6 +116,46 @@ def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dic
     return inputs
 
 
+#: The methods that share one OMP solve per pair (rule omp_solve)
+OMP_SHARING = ("omp", "omp_salt_k")
+
+
+def shares_omp_solve(config: dict[str, Any], wildcards: Mapping[str, str]) -> bool:
+    """Whether the pair (and seed) of ``wildcards`` runs both OMP methods with the same
+    ``centered``: then rule ``omp_solve`` solves once for both (transfer/methods/omp.py)."""
+    w = wildcards
+    keys = ("lang", "source", "target", "seed")
+    methods = {r.method for r in transfer_runs(config)
+               if all(str(getattr(r, key)) == str(w[key]) for key in keys)}
+    if not set(OMP_SHARING) <= methods:
+        return False
+    centered = {resolve_options(m, method_options(config, m))["centered"] for m in OMP_SHARING}
+    return len(centered) == 1
+
+
+def omp_solve_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict[str, str]:
+    """The transfer rule's ``omp_solve`` input: the pair's shared OMP fits, for the OMP
+    methods where the pair shares them; nothing otherwise."""
+    w = wildcards
+    if w["method"] not in OMP_SHARING or not shares_omp_solve(config, w):
+        return {}
+    return {"omp_solve": paths.OMP_SOLVE.fill(**{k: w[k] for k in ("lang", "source", "target",
+                                                                     "seed")})}
+
+
+def omp_solve_rule_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
+                          ) -> dict[str, str]:
+    """Rule ``omp_solve``'s inputs: those of ``omp_salt_k``'s transfer (the PLM, the
+    overlap, SALT's projection for its k)."""
+    return transfer_inputs(config, {**wildcards, "method": "omp_salt_k"})
+
+
+def omp_solve_options(config: dict[str, Any]) -> dict[str, Any]:
+    """omp's k and the methods' ``centered`` (equal where the solve is shared)."""
+    options = resolve_options("omp", method_options(config, "omp"))
+    return {"k": int(options["k"]), "centered": bool(options["centered"])}
+
+
 def holdout_transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
                             ) -> dict[str, str]:
     """A held-out transfer's inputs: the transfer's, with the overlap, neighbour tables and

@@ -34,6 +34,7 @@ from embtransfer.transfer.glove import read_glove
 from embtransfer.transfer.method_runner import run_method
 from embtransfer.transfer.methods.base import TransferInputs
 from embtransfer.transfer.methods.common import column_sum
+from embtransfer.transfer.methods.omp import read_fits
 from embtransfer.transfer.regression import read_coefficients
 from embtransfer.transfer.transferred_model import write_transferred_checkpoint
 from embtransfer.vocab.canonical import read_vocab
@@ -106,6 +107,11 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
                              f"{paths['aligned_search']} saw the held-out source tokens")
         if "aligned_search" in paths:  # searched once for WECHSEL and OFA (share_search)
             read_search(paths["aligned_search"], inputs.aligned)
+    if "omp_solve" in paths:  # omp's and omp_salt_k's fits, solved once for both
+        if inputs.hidden.size:
+            raise ValueError("a held-out transfer solves anew: the shared OMP solve "
+                             f"{paths['omp_solve']} saw the held-out tokens as candidates")
+        read_fits(paths["omp_solve"], inputs)
     if "source_tokenizer" in paths:
         inputs.source_tokenizer = load_tokenizer(
             paths["source_tokenizer"], trust_remote_code=trust_remote_code

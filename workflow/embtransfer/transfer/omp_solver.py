@@ -47,7 +47,7 @@ import functools
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -151,18 +151,36 @@ def omp_select(
     float64 ones either way. The float64 Gram matrix is kept where it takes at most
     ``gram_bytes``.
     """
+    return omp_select_at(targets, candidates, [k], batch_bytes=batch_bytes,
+                         score_dtype=score_dtype, gram_bytes=gram_bytes)[k]
+
+
+def omp_select_at(
+    targets: np.ndarray,
+    candidates: np.ndarray,
+    ks: Sequence[int],
+    *,
+    batch_bytes: int | None = None,
+    score_dtype: torch.dtype | None = None,
+    gram_bytes: int = GRAM_BYTES,
+) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`omp_select` at each ``k`` of ``ks`` (by ``k`` as asked), from one solve to the
+    largest: OMP's picks are greedy, so its first k picks do not depend on how many follow,
+    and the coefficients after k picks are the least squares on those (the solve's state
+    after step k). Two supports of one pair cost the larger one's solve (``omp`` and
+    ``omp_salt_k`` share theirs: :mod:`embtransfer.transfer.methods.omp`)."""
     x_all = torch.from_numpy(np.ascontiguousarray(targets, np.float64))
     d64 = torch.from_numpy(np.ascontiguousarray(candidates, np.float64))
     n, h = d64.shape
     if x_all.shape[1] != h:
         raise ValueError(f"targets have width {x_all.shape[1]}, candidates {h}")
-    k = min(int(k), n)
+    capped = {asked: min(int(asked), n) for asked in ks}
+    k = max(capped.values())
     b_total = x_all.shape[0]
-    picked = np.full((b_total, k), -1, np.int64)
-    coef = np.zeros((b_total, k), np.float64)
-    k_used = np.zeros(b_total, np.int64)
+    out = {c: (np.full((b_total, c), -1, np.int64), np.zeros((b_total, c), np.float64),
+               np.zeros(b_total, np.int64)) for c in set(capped.values())}
     if b_total == 0 or k == 0:
-        return picked, coef, k_used
+        return {asked: out[c] for asked, c in capped.items()}
     screen = _Screen(d64, score_dtype or default_score_dtype())
     gram = d64 @ d64.T if 8 * n * n <= gram_bytes else None
     budget = batch_bytes or DEFAULT_BATCH_BYTES["cpu"] * 32
@@ -180,15 +198,16 @@ def omp_select(
         if workers > 1:
             torch.set_num_threads(1)  # this thread's own: its batches run single-threaded
         stop = min(start + size, b_total)
-        p, c, u = _omp_batch(x_all[start:stop], screen, gram, k)
-        picked[start:stop], coef[start:stop], k_used[start:stop] = p, c, u
+        for c, result in _omp_batch(x_all[start:stop], screen, gram, k, tuple(out)).items():
+            for whole, part in zip(out[c], result, strict=True):
+                whole[start:stop] = part
 
     empty = torch.zeros(0, dtype=torch.int64)
     _csr(empty, empty, empty.double(), (0, 0))  # torch's one warning, here
     if workers == 1:
         for start in starts:
             run(start)
-        return picked, coef, k_used
+        return {asked: out[c] for asked, c in capped.items()}
     # a batch per thread, each single-threaded: each step's many small operations
     # (cuts, gathers, k x k products) gain nothing from torch's intra-op threads, while
     # whole batches side by side scale with the cores (torch releases the GIL)
@@ -197,7 +216,7 @@ def omp_select(
             list(pool.map(run, starts))
     finally:
         torch.set_num_threads(threads)  # MKL's setting is process-wide
-    return picked, coef, k_used
+    return {asked: out[c] for asked, c in capped.items()}
 
 
 class _Screen:
@@ -437,7 +456,17 @@ def _omp_batch(
     screen: _Screen,
     gram: torch.Tensor | None,
     k: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    at: Iterable[int],
+) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(picked, coef, k_used) of the batch after each number of steps in ``at`` (k the
+    largest)."""
+    snapshots: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def keep(steps: int) -> None:
+        p, c = picked[:, :steps].clone(), coef[:, :steps].clone()
+        c[p < 0] = 0.0
+        snapshots[steps] = (p.numpy(), c.numpy(), (p >= 0).sum(dim=1).numpy())
+
     b, h = x.shape
     d64, d32 = screen.d64, screen.d32
     d_sq = screen.d_norm.square()
@@ -503,14 +532,17 @@ def _omp_batch(
         if small.numel():
             r_norm = resid64(small, t + 1).norm(dim=1)
             active[small] = r_norm > RESIDUAL_TOL * x_norm[small]
+        if t + 1 in at and t + 1 < k:
+            keep(t + 1)
         if t + 1 < k:
             r32 = _residuals(x32, coef[:, : t + 1], picked[:, : t + 1], d32)
             # roundings of x, c and the rows (one each), and of the float32 sums (t + 2)
             c_mass = (coef[:, : t + 1].abs() * pick_norm[:, : t + 1]).sum(dim=1)
             eps = (t + 6) * 1.01 * U32 * (x_norm + c_mass)
-    used = (picked >= 0).sum(dim=1)
-    coef[picked < 0] = 0.0
-    return picked.numpy(), coef.numpy(), used.numpy()
+    for steps in at:  # all stopped before this many steps: the final state is theirs
+        if steps not in snapshots:
+            keep(steps)
+    return snapshots
 
 
 def omp_coefficients(
@@ -533,6 +565,22 @@ def omp_coefficients(
     method adds the matching source offset. Tokens whose donor row is degenerate get
     status ``zero_row`` and no coefficients.
     """
+    return omp_coefficients_at(donor, target_ids, candidate_target_ids, candidate_source_ids,
+                               [k], centered=centered, batch_bytes=batch_bytes)[k]
+
+
+def omp_coefficients_at(
+    donor: np.ndarray,
+    target_ids: np.ndarray,
+    candidate_target_ids: np.ndarray,
+    candidate_source_ids: np.ndarray,
+    ks: Sequence[int],
+    *,
+    centered: bool = False,
+    batch_bytes: int | None = None,
+) -> dict[int, dict[str, Any]]:
+    """:func:`omp_coefficients` at each ``k`` of ``ks``, from one solve
+    (:func:`omp_select_at`)."""
     t0 = time.perf_counter()
     target_ids = np.asarray(target_ids, np.int64)
     cand_t = np.asarray(candidate_target_ids, np.int64)
@@ -548,25 +596,29 @@ def omp_coefficients(
     norms = np.linalg.norm(xs, axis=1)
     floor = ZERO_ROW_TOL * float(np.median(np.linalg.norm(cands, axis=1)))
     good = np.isfinite(norms) & (norms > floor)
-    picked, coef, used = omp_select(xs[good], cands, k, batch_bytes=batch_bytes)
-    k_used = np.zeros(target_ids.size, np.int32)
-    k_used[good] = used
-    keep = picked >= 0
+    solved = omp_select_at(xs[good], cands, ks, batch_bytes=batch_bytes)
+    seconds = round(time.perf_counter() - t0, 4)
     status = np.where(good, STATUSES.index("projected"), STATUSES.index("zero_row"))
-    return {
-        "target_ids": target_ids,
-        "k_used": k_used,
-        "status": np.asarray(STATUSES, dtype=object)[status],
-        "source_ids": cand_s[picked[keep]],  # row-major: each token's picks in order
-        "coefficients": coef[keep],
-        "candidate_ids": picked[keep],  # index into the candidates (tests, stats)
-        "stats": {
-            "n_tokens": int(target_ids.size),
-            "n_candidates": int(cand_t.size),
-            "k": int(min(k, cand_t.size)),
-            "n_zero_row": int((~good).sum()),
-            "n_stopped_early": int((used < min(k, cand_t.size)).sum()),
-            "centered": bool(centered),
-            "seconds": round(time.perf_counter() - t0, 4),
-        },
-    }
+    fits = {}
+    for k, (picked, coef, used) in solved.items():
+        k_used = np.zeros(target_ids.size, np.int32)
+        k_used[good] = used
+        keep = picked >= 0
+        fits[k] = {
+            "target_ids": target_ids,
+            "k_used": k_used,
+            "status": np.asarray(STATUSES, dtype=object)[status],
+            "source_ids": cand_s[picked[keep]],  # row-major: each token's picks in order
+            "coefficients": coef[keep],
+            "candidate_ids": picked[keep],  # index into the candidates (tests, stats)
+            "stats": {
+                "n_tokens": int(target_ids.size),
+                "n_candidates": int(cand_t.size),
+                "k": int(min(k, cand_t.size)),
+                "n_zero_row": int((~good).sum()),
+                "n_stopped_early": int((used < min(k, cand_t.size)).sum()),
+                "centered": bool(centered),
+                "seconds": seconds,
+            },
+        }
+    return fits

@@ -23,15 +23,23 @@ fastText cosines there, greedy residual correlation in the PLM space here) and i
 
 ``omp_salt_k`` is the same method with ``k`` the median of SALT's ``k_used`` over its
 projected tokens (read from SALT's projection), so a report can tell the support's
-size from its choice.
+size from its choice. Where a run has both on a pair, with the same ``centered``, rule
+``omp_solve`` solves once to the larger k for both (:func:`solve_shared`: OMP's first k
+picks do not depend on how many follow) and each transfer job reads its k's fit
+(:func:`read_fits`); at real shapes the solve is most of both jobs' time.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
+from embtransfer.core.atomic import atomic_path
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import (
     copy_shared,
@@ -40,8 +48,8 @@ from embtransfer.transfer.methods.common import (
     nonshared_ids,
     source_normal,
 )
-from embtransfer.transfer.omp_solver import omp_coefficients
-from embtransfer.transfer.regression import apply_coefficients
+from embtransfer.transfer.omp_solver import omp_coefficients_at
+from embtransfer.transfer.regression import STATUSES, apply_coefficients
 
 
 def candidates(inputs: TransferInputs) -> tuple[np.ndarray, np.ndarray]:
@@ -66,15 +74,74 @@ def salt_median_k(inputs: TransferInputs) -> int:
     return max(1, round(float(np.median(k_used))))
 
 
-def _fit(inputs: TransferInputs, donor: np.ndarray, k: int, centered: bool) -> dict[str, Any]:
-    """OMP coefficients for one donor matrix, computed once for both sides."""
-    key = ("omp", id(donor), k, centered)
+def _donors(inputs: TransferInputs) -> dict[str, np.ndarray]:
+    """The PLM's rows each side is fitted on: its input rows, and its untied head's for the
+    output side where it has one."""
+    if inputs.plm_input is None:
+        raise ValueError("OMP needs the target PLM's embeddings (inputs.plm_input)")
+    donors = {"plm_input": inputs.plm_input}
+    if inputs.plm_output is not None:
+        donors["plm_output"] = inputs.plm_output
+    return donors
+
+
+def _fit(inputs: TransferInputs, donor: str, k: int, centered: bool) -> dict[str, Any]:
+    """OMP coefficients on one donor matrix, computed once for both sides (or read from
+    the shared solve: :func:`read_fits`)."""
+    key = ("omp", donor, k, centered)
     if key not in inputs.memo:
-        cand_t, cand_s = candidates(inputs)
-        inputs.memo[key] = omp_coefficients(
-            donor, nonshared_ids(inputs), cand_t, cand_s, k=k, centered=centered
-        )
+        inputs.memo.update(_solve(inputs, donor, [k], centered))
     return inputs.memo[key]
+
+
+def _solve(inputs: TransferInputs, donor: str, ks: list[int], centered: bool
+           ) -> dict[tuple, dict[str, Any]]:
+    cand_t, cand_s = candidates(inputs)
+    fits = omp_coefficients_at(_donors(inputs)[donor], nonshared_ids(inputs), cand_t, cand_s,
+                               ks, centered=centered)
+    return {("omp", donor, k, centered): fit for k, fit in fits.items()}
+
+
+def solve_shared(inputs: TransferInputs, k: int, centered: bool) -> dict[tuple, dict[str, Any]]:
+    """The fits of ``omp`` (``k``) and ``omp_salt_k`` (SALT's median k) on every donor, one
+    solve per donor to the larger k."""
+    fits: dict[tuple, dict[str, Any]] = {}
+    for donor in _donors(inputs):
+        fits.update(_solve(inputs, donor, sorted({k, salt_median_k(inputs)}), centered))
+    return fits
+
+
+_ARRAYS = ("target_ids", "k_used", "source_ids", "coefficients", "candidate_ids")
+
+
+def write_fits(path: str | os.PathLike, fits: dict[tuple, dict[str, Any]]) -> None:
+    """:func:`solve_shared`'s fits as one safetensors file (statuses as codes, statistics in
+    its metadata)."""
+    arrays, meta = {}, {}
+    for (_, donor, k, centered), fit in fits.items():
+        name = f"{donor}.{k}.{int(centered)}"
+        for field in _ARRAYS:
+            arrays[f"{name}.{field}"] = np.ascontiguousarray(fit[field])
+        arrays[f"{name}.status"] = np.array([STATUSES.index(s) for s in fit["status"]], np.int8)
+        meta[name] = json.dumps(fit["stats"])
+    with atomic_path(path) as tmp:
+        save_file(arrays, str(tmp), metadata=meta)
+
+
+def read_fits(path: str | os.PathLike, inputs: TransferInputs) -> None:
+    """Put :func:`write_fits`'s fits on ``inputs.memo``, where :func:`_fit` finds them;
+    refuses a file whose tokens are not these inputs' non-shared tokens."""
+    with safe_open(str(path), "np") as f:
+        meta = f.metadata() or {}
+        for name, stats in meta.items():
+            donor, k, centered = name.split(".")
+            fit = {field: f.get_tensor(f"{name}.{field}") for field in _ARRAYS}
+            if not np.array_equal(fit["target_ids"], nonshared_ids(inputs)):
+                raise ValueError(f"{path} holds OMP fits of other tokens than this transfer's "
+                                 "non-shared tokens: rerun rule omp_solve")
+            fit["status"] = np.asarray(STATUSES, dtype=object)[f.get_tensor(f"{name}.status")]
+            fit["stats"] = json.loads(stats)
+            inputs.memo[("omp", donor, int(k), bool(int(centered)))] = fit
 
 
 def run_omp(
@@ -82,9 +149,8 @@ def run_omp(
 ) -> SideResult:
     if inputs.plm_input is None:
         raise ValueError(f"{name} needs the target PLM's embeddings (inputs.plm_input)")
-    donor = inputs.plm_input
-    if side == "output" and inputs.plm_output is not None:
-        donor = inputs.plm_output  # the PLM's untied head: a fit of its own
+    # the PLM's untied head: a fit of its own
+    donor = "plm_output" if side == "output" and inputs.plm_output is not None else "plm_input"
     fit = _fit(inputs, donor, k, bool(params["centered"]))
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)
@@ -107,7 +173,7 @@ def run_omp(
     rows[fallback] = source_normal(inputs, side, inputs.rng(name, side), fallback.size)
     stats = {"counts": count_labels(how), "k": int(fit["stats"]["k"]),
              "n_stopped_early": fit["stats"]["n_stopped_early"],
-             "donor": "plm_output" if donor is inputs.plm_output else "plm_input"}
+             "donor": donor}
     return SideResult(rows=rows, how=how, stats=stats)
 
 
