@@ -288,6 +288,36 @@ def test_omp_salt_k_reads_salts_median() -> None:
     assert result.stats["k"] == 3
 
 
+@pytest.mark.parametrize("tied_source", [False, True])
+def test_the_shared_solve_fits_what_the_transfer_reads(tied_source, tmp_path) -> None:
+    """rule omp_solve's fits: omp's k and SALT's median for the input side, and for the
+    PLM's untied head only where the source's output side is transferred (a tied source
+    has none); written and read back, each method's rows are those of its own solve."""
+    from embtransfer.transfer.methods.omp import read_fits, solve_shared, write_fits
+
+    def inputs() -> TransferInputs:
+        made = make_inputs(untied_plm=True)
+        made.projected = {"k_used": np.array([2, 3, 3, 9]),
+                          "status": np.array(["projected"] * 4, object)}
+        if tied_source:
+            made.source_output = None
+        return made
+
+    fits = solve_shared(inputs(), 5, False)
+    donors = ["plm_input"] + ([] if tied_source else ["plm_output"])
+    assert sorted(fits) == sorted(("omp", d, k, False) for d in donors for k in (3, 5))
+    write_fits(tmp_path / "fits.safetensors", fits)
+    for method, params in (("omp", {"k": 5, "centered": False}),
+                           ("omp_salt_k", {"centered": False})):
+        shared = inputs()
+        read_fits(tmp_path / "fits.safetensors", shared)
+        for side in ["input"] + ([] if tied_source else ["output"]):
+            alone = get_method(method).fn(inputs(), params, side)
+            got = get_method(method).fn(shared, params, side)
+            np.testing.assert_array_equal(got.how, alone.how)
+            np.testing.assert_allclose(got.rows, alone.rows, rtol=1e-6, atol=1e-7)
+
+
 def test_coefficients_keep_salts_format() -> None:
     inputs = make_inputs()
     fit = omp_coefficients(

@@ -103,10 +103,14 @@ def _solve(inputs: TransferInputs, donor: str, ks: list[int], centered: bool
 
 
 def solve_shared(inputs: TransferInputs, k: int, centered: bool) -> dict[tuple, dict[str, Any]]:
-    """The fits of ``omp`` (``k``) and ``omp_salt_k`` (SALT's median k) on every donor, one
-    solve per donor to the larger k."""
+    """The fits of ``omp`` (``k``) and ``omp_salt_k`` (SALT's median k) on every donor the
+    transfer reads (the PLM's head only for an untied source's output side), one solve per
+    donor to the larger k."""
     fits: dict[tuple, dict[str, Any]] = {}
-    for donor in _donors(inputs):
+    donors = ["plm_input"] + (["plm_output"] if inputs.source_output is not None
+                              and inputs.plm_output is not None else [])
+    _donors(inputs)  # the PLM's refusal, named
+    for donor in donors:
         fits.update(_solve(inputs, donor, sorted({k, salt_median_k(inputs)}), centered))
     return fits
 
