@@ -1,0 +1,77 @@
+"""Integration: a run with an extended vocabulary (``transfer.vocab_mode: extend``) from
+start to report: the source keeps its vocabulary and gains the target tokens it lacks,
+Token Distillation distils some of them, LAPT trains the extended checkpoint, and the
+alignment scores read each target token's own row."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from test_workflow import copy_workflow, small_config, snakemake
+
+from embtransfer.core import paths
+from embtransfer.models.hf import VOCAB_MODE_KEY
+from embtransfer.models.loading import load_embeddings, load_tokenizer
+
+pytestmark = pytest.mark.slow
+
+RUN = {"lang": "ar_mini", "source": "llama_mini", "target": "gpt2_ar_mini", "seed": 1234}
+METHODS = ["subword_mean", "token_distillation", "mean"]
+
+
+@pytest.fixture(scope="module")
+def extended_run(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("wf"))
+    config = small_config()
+    config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
+    config["transfer"] = {
+        "vocab_mode": "extend", "methods": METHODS,
+        "options": {"token_distillation": {"snippets_per_token": 4, "snippet_length": 16,
+                                           "min_snippets": 2, "max_tokens": 20,
+                                           "batch_size": 4}}}
+    config["lapt"]["select"] = [{"methods": ["token_distillation"]}]
+    config["evaluation"]["tasks"] = ["world_facts"]
+    config["report"]["focus_method"] = "subword_mean"
+    (workdir / "test_config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    snakemake(workdir, "--cores", "2", "all")
+    return workdir
+
+
+def test_the_extended_checkpoints_keep_the_source_and_append_the_new_tokens(extended_run):
+    source = load_tokenizer(extended_run / "resources" / "models" / "llama_mini")
+    for method in METHODS:
+        model = extended_run / paths.TRANSFER_MODEL.fill(**RUN, method=method)
+        record = json.loads((model / "transfer.json").read_text())
+        config = json.loads((model / "config.json").read_text())
+        assert config[VOCAB_MODE_KEY] == "extend"
+        rows = load_embeddings(model).vocab_rows
+        assert rows == len(source) + record["checkpoint"]["new_rows"] > len(source)
+    distilled = json.loads((extended_run / paths.TRANSFER_MODEL.fill(
+        **RUN, method="token_distillation") / "transfer.json").read_text())
+    assert 0 < distilled["counts"].get("distilled", 0) <= 20
+
+
+def test_lapt_trains_the_extended_checkpoint(extended_run):
+    lapt = extended_run / paths.LAPT_MODEL.fill(**RUN, method="token_distillation")
+    config = json.loads((lapt / "config.json").read_text())
+    assert config[VOCAB_MODE_KEY] == "extend"
+    transferred = load_embeddings(extended_run / paths.TRANSFER_MODEL.fill(
+        **RUN, method="token_distillation"))
+    assert load_embeddings(lapt).vocab_rows == transferred.vocab_rows
+
+
+def test_the_alignment_scores_every_methods_rows_and_the_report_is_built(extended_run):
+    for stage in ("transfer", "lapt"):
+        scores = pd.read_parquet(extended_run / paths.ALIGNMENT.fill(**RUN, stage=stage))
+        assert np.isfinite(scores["contrast"]).all() and len(scores)
+    scores = pd.read_parquet(extended_run / paths.ALIGNMENT.fill(**RUN, stage="transfer"))
+    assert set(scores["method"]) == set(METHODS)
+    # Mean gives every new token the same row: its mean contrast is zero where the rows read
+    # are its own (a source row read at a target id would not be the same for every token)
+    for side, part in scores[scores["method"] == "mean"].groupby("side"):
+        assert abs(part["contrast"].mean()) < 1e-6, side
+    assert (extended_run / paths.REPORT_DIR / "findings.md").is_file()
