@@ -461,12 +461,6 @@ def _omp_batch(
     """(picked, coef, k_used) of the batch after each number of steps in ``at`` (k the
     largest)."""
     snapshots: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-    def keep(steps: int) -> None:
-        p, c = picked[:, :steps].clone(), coef[:, :steps].clone()
-        c[p < 0] = 0.0
-        snapshots[steps] = (p.numpy(), c.numpy(), (p >= 0).sum(dim=1).numpy())
-
     b, h = x.shape
     d64, d32 = screen.d64, screen.d32
     d_sq = screen.d_norm.square()
@@ -493,18 +487,8 @@ def _omp_batch(
     for t in range(k):
         if not active.any():
             break
-        # stopped tokens are left out of the scores; their slots stay -1 and 0
-        live = None if active.all() else active.nonzero().squeeze(1)
-        if live is None:
-            new = screen.pick(r32, eps, picked[:, :t], lambda sel, t=t: resid64(sel, t))
-        else:
-            new = torch.zeros(b, dtype=torch.int64)
-            new[live] = screen.pick(
-                r32[live],
-                eps[live],
-                picked[live, :t],
-                lambda sel, t=t, live=live: resid64(live[sel], t),
-            )
+        new = _pick_live(screen, r32, eps, picked[:, :t], active,
+                         lambda sel, t=t: resid64(sel, t))
         atom = d64.index_select(0, new)  # (b, h)
         # w = L^{-1} G[I, j]
         g_new = _gram_column(gram, d64, atom, new, picked, t)
@@ -533,7 +517,7 @@ def _omp_batch(
             r_norm = resid64(small, t + 1).norm(dim=1)
             active[small] = r_norm > RESIDUAL_TOL * x_norm[small]
         if t + 1 in at and t + 1 < k:
-            keep(t + 1)
+            snapshots[t + 1] = _state(picked, coef, t + 1)
         if t + 1 < k:
             r32 = _residuals(x32, coef[:, : t + 1], picked[:, : t + 1], d32)
             # roundings of x, c and the rows (one each), and of the float32 sums (t + 2)
@@ -541,8 +525,31 @@ def _omp_batch(
             eps = (t + 6) * 1.01 * U32 * (x_norm + c_mass)
     for steps in at:  # all stopped before this many steps: the final state is theirs
         if steps not in snapshots:
-            keep(steps)
+            snapshots[steps] = _state(picked, coef, steps)
     return snapshots
+
+
+def _state(picked: torch.Tensor, coef: torch.Tensor, steps: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(picked, coef, k_used) of a batch after ``steps`` steps, copied (the solve goes on):
+    the coefficients of a stopped token's -1 slots 0."""
+    p, c = picked[:, :steps].clone(), coef[:, :steps].clone()
+    c[p < 0] = 0.0
+    return p.numpy(), c.numpy(), (p >= 0).sum(dim=1).numpy()
+
+
+def _pick_live(screen: _Screen, r32: torch.Tensor, eps: torch.Tensor, picked: torch.Tensor,
+               active: torch.Tensor, resid64: Callable[[torch.Tensor], torch.Tensor]
+               ) -> torch.Tensor:
+    """Each token's next pick (``screen.pick``); stopped tokens are left out of the scores
+    (their pick is 0, and their slots stay -1 and 0). ``resid64(sel)``: the float64
+    residuals of the tokens ``sel`` of the whole batch."""
+    if active.all():
+        return screen.pick(r32, eps, picked, resid64)
+    live = active.nonzero().squeeze(1)
+    new = torch.zeros(r32.shape[0], dtype=torch.int64)
+    new[live] = screen.pick(r32[live], eps[live], picked[live], lambda sel: resid64(live[sel]))
+    return new
 
 
 def omp_coefficients(

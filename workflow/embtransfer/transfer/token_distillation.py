@@ -450,53 +450,17 @@ def distill(
     if len(new_pieces) != len(snippets.windows):
         raise ValueError(f"{len(new_pieces)} tokens' pieces but {len(snippets.windows)} tokens'"
                          " snippets")
-    embedding = model.get_input_embeddings()
-    weight = embedding.weight
-    means = subtoken_means(weight, new_pieces)
+    means = subtoken_means(model.get_input_embeddings().weight, new_pieces)
     how = _choose(snippets, options)
     chosen = [i for i, h in enumerate(how) if h == DISTILLED]
-    slot = {token: r for r, token in enumerate(chosen)}
-    bos = [] if snippets.bos_id is None else [snippets.bos_id]
-    examples = []
-    for i in chosen:
-        pieces = list(new_pieces[i])
-        for w in snippets.windows[i]:
-            if list(w.ids[w.start: w.start + len(pieces)]) != pieces:
-                raise ValueError(f"a snippet of token {i} lacks its pieces at its start")
-            examples.append(_Example(row=slot[i], teacher=tuple(bos) + w.ids,
-                                     start=len(bos) + w.start, width=len(pieces)))
+    examples = _examples(chosen, new_pieces, snippets)
     rows_out = means.copy()
     pass_losses: list[float] = []
     steps = 0
     if examples:
-        device = weight.device
-        rows = torch.nn.Parameter(torch.from_numpy(means[chosen]).to(device))
-        optimizer = torch.optim.AdamW([rows], lr=options.learning_rate, weight_decay=0.0)
-        rng = np.random.default_rng(options.seed)
-        size = options.batch_size
-        per_pass = -(-len(examples) // size)
-        total = options.steps if options.steps is not None else options.epochs * per_pass
-        base = model.base_model
-        with _frozen(model):
-            probe = torch.tensor(sorted({p for i in chosen for p in new_pieces[i]}),
-                                 device=device)
-            scale = _embedding_scale(embedding, probe)
-            while steps < total:
-                order = rng.permutation(len(examples))
-                losses = []
-                for at in range(0, len(order), size):
-                    if steps == total:
-                        break
-                    batch = _collate([examples[k] for k in order[at: at + size]], device)
-                    loss = _batch_loss(base, embedding, scale, rows, batch,
-                                       options.mixed_precision)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    losses.append(float(loss.detach()))
-                    steps += 1
-                pass_losses.append(float(np.mean(losses)))
-        rows_out[chosen] = rows.detach().to("cpu", torch.float32).numpy()
+        probe = sorted({p for i in chosen for p in new_pieces[i]})
+        rows, steps, pass_losses = _train(model, means[chosen], examples, probe, options)
+        rows_out[chosen] = rows
     report = {
         "tokens": len(how),
         DISTILLED: how.count(DISTILLED),
@@ -509,3 +473,53 @@ def distill(
         "seconds": time.perf_counter() - started,
     }
     return rows_out, report
+
+
+def _examples(chosen: list[int], new_pieces: Sequence[Sequence[int]],
+              snippets: Snippets) -> list[_Example]:
+    """Every snippet of the chosen tokens, the row it trains numbered in ``chosen``'s order;
+    refuses a window that does not hold its token's pieces at its start."""
+    bos = [] if snippets.bos_id is None else [snippets.bos_id]
+    examples = []
+    for row, i in enumerate(chosen):
+        pieces = list(new_pieces[i])
+        for w in snippets.windows[i]:
+            if list(w.ids[w.start: w.start + len(pieces)]) != pieces:
+                raise ValueError(f"a snippet of token {i} lacks its pieces at its start")
+            examples.append(_Example(row=row, teacher=tuple(bos) + w.ids,
+                                     start=len(bos) + w.start, width=len(pieces)))
+    return examples
+
+
+def _train(model: Any, start: np.ndarray, examples: list[_Example], probe: list[int],
+           options: DistillOptions) -> tuple[np.ndarray, int, list[float]]:
+    """The rows trained from ``start`` on ``examples`` with the model frozen: the rows
+    (float32), the optimizer steps taken and each pass's mean batch loss. ``probe``: source
+    ids the embedding's scale is read from."""
+    embedding = model.get_input_embeddings()
+    device = embedding.weight.device
+    rows = torch.nn.Parameter(torch.from_numpy(start).to(device))
+    optimizer = torch.optim.AdamW([rows], lr=options.learning_rate, weight_decay=0.0)
+    rng = np.random.default_rng(options.seed)
+    size = options.batch_size
+    per_pass = -(-len(examples) // size)
+    total = options.steps if options.steps is not None else options.epochs * per_pass
+    steps, pass_losses = 0, []
+    with _frozen(model):
+        scale = _embedding_scale(embedding, torch.tensor(probe, device=device))
+        while steps < total:
+            order = rng.permutation(len(examples))
+            losses = []
+            for at in range(0, len(order), size):
+                if steps == total:
+                    break
+                batch = _collate([examples[k] for k in order[at: at + size]], device)
+                loss = _batch_loss(model.base_model, embedding, scale, rows, batch,
+                                   options.mixed_precision)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss.detach()))
+                steps += 1
+            pass_losses.append(float(np.mean(losses)))
+    return rows.detach().to("cpu", torch.float32).numpy(), steps, pass_losses
