@@ -75,10 +75,7 @@ def row_blocks(
     matrix: np.ndarray, ids: np.ndarray | None = None, block_rows: int = 8192
 ) -> Iterator[np.ndarray]:
     """float64 blocks of ``matrix``'s rows (all, or ``ids``): no full-size temporary."""
-    n = matrix.shape[0] if ids is None else ids.size
-    for s in range(0, n, block_rows):
-        part = matrix[s : s + block_rows] if ids is None else matrix[ids[s : s + block_rows]]
-        yield part.astype(np.float64)
+    return (part.astype(np.float64) for part in _chosen_blocks(matrix, ids, block_rows))
 
 
 def _moment_rows(matrix: np.ndarray, ddof: int, ids: np.ndarray | None) -> int:

@@ -13,6 +13,7 @@ source model itself, so it works only where the source keeps its vocabulary
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,7 @@ def distill_options(params: dict[str, Any], seed: int) -> DistillOptions:
 def read_lines(path: str, max_lines: int | None) -> list[str]:
     """The first ``max_lines`` lines of the text (all where None)."""
     with open(path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
-    return lines if max_lines is None else lines[:max_lines]
+        return [line.rstrip("\n") for line in islice(f, max_lines)]
 
 
 @register("token_distillation")

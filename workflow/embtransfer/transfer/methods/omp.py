@@ -85,6 +85,12 @@ def _donors(inputs: TransferInputs) -> dict[str, np.ndarray]:
     return donors
 
 
+def _donor(inputs: TransferInputs, side: str) -> str:
+    """The PLM's rows a side is fitted on: its untied head's for the output side where it
+    has one (a fit of its own), else its input rows."""
+    return "plm_output" if side == "output" and inputs.plm_output is not None else "plm_input"
+
+
 def _fit(inputs: TransferInputs, donor: str, k: int, centered: bool) -> dict[str, Any]:
     """OMP coefficients on one donor matrix, computed once for both sides (or read from
     the shared solve: :func:`read_fits`)."""
@@ -107,10 +113,8 @@ def solve_shared(inputs: TransferInputs, k: int, centered: bool) -> dict[tuple, 
     transfer reads (the PLM's head only for an untied source's output side), one solve per
     donor to the larger k."""
     fits: dict[tuple, dict[str, Any]] = {}
-    donors = ["plm_input"] + (["plm_output"] if inputs.source_output is not None
-                              and inputs.plm_output is not None else [])
-    _donors(inputs)  # the PLM's refusal, named
-    for donor in donors:
+    sides = ["input"] + (["output"] if inputs.source_output is not None else [])
+    for donor in dict.fromkeys(_donor(inputs, side) for side in sides):
         fits.update(_solve(inputs, donor, sorted({k, salt_median_k(inputs)}), centered))
     return fits
 
@@ -153,8 +157,7 @@ def run_omp(
 ) -> SideResult:
     if inputs.plm_input is None:
         raise ValueError(f"{name} needs the target PLM's embeddings (inputs.plm_input)")
-    # the PLM's untied head: a fit of its own
-    donor = "plm_output" if side == "output" and inputs.plm_output is not None else "plm_input"
+    donor = _donor(inputs, side)
     fit = _fit(inputs, donor, k, bool(params["centered"]))
     rows, how = empty_result(inputs, side)
     copy_shared(inputs, side, rows, how)
