@@ -258,18 +258,28 @@ def test_ofa_default_rank_and_factorize() -> None:
     assert result.stats["rank"] == 12
     # the Gram-matrix SVD equals numpy's (up to the sign of each component)
     E = np.random.default_rng(0).standard_normal((300, 20)).astype(np.float32)
-    P, Q, error = ofa_module.factorize(E, 6, chunk_rows=64)
+    factors = ofa_module.factorize(E, 6, chunk_rows=64)
+    P, Q = factors.coordinates(E), factors.Q
     u, s, vt = np.linalg.svd(E.astype(np.float64), full_matrices=False)
     np.testing.assert_allclose(P @ Q, (u[:, :6] * s[:6]) @ vt[:6], atol=1e-4)
     np.testing.assert_allclose(P.T @ P, np.eye(6), atol=1e-4)  # P = U: orthonormal columns
     # the relative error from the dropped singular values is ‖E − PQ‖_F / ‖E‖_F
     direct = np.linalg.norm(E - P.astype(np.float64) @ Q) / np.linalg.norm(E)
-    assert error == pytest.approx(direct, rel=1e-5) and 0.5 < error < 1
-    assert ofa_module.factorize(E, 20)[2] == 0.0  # full rank: nothing dropped
+    assert factors.error == pytest.approx(direct, rel=1e-5) and 0.5 < factors.error < 1
+    assert ofa_module.factorize(E, 20).error == 0.0  # full rank: nothing dropped
+    # the coordinates' moments over some rows, from the Gram matrix, are those of P's rows
+    ids = np.arange(0, 300, 3)
+    mean, std = factors.moments(E, ids)
+    np.testing.assert_allclose(mean, P[ids].astype(np.float64).mean(0), atol=1e-6)
+    np.testing.assert_allclose(std, P[ids].astype(np.float64).std(0), rtol=1e-5)
+    # ... and at full rank those of the rows themselves
+    mean, std = ofa_module.factorize(E, 20).moments(E, ids)
+    np.testing.assert_allclose(std, E[ids].astype(np.float64).std(0), rtol=1e-6)
     # a rank-deficient matrix keeps only its significant components
     low = E[:, :3] @ np.random.default_rng(1).standard_normal((3, 20)).astype(np.float32)
-    P, Q, error = ofa_module.factorize(low, 10)
-    assert P.shape == (300, 3) and Q.shape == (3, 20) and error < 1e-6
+    factors = ofa_module.factorize(low, 10)
+    P, Q = factors.coordinates(low), factors.Q
+    assert P.shape == (300, 3) and Q.shape == (3, 20) and factors.error < 1e-6
     np.testing.assert_allclose(P @ Q, low, atol=1e-4)
 
 

@@ -30,13 +30,19 @@ side factorises the LM head separately.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from embtransfer.transfer.aligned import softmax_neighbors, weighted_rows
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
-from embtransfer.transfer.methods.common import check_aligned, empty_result
+from embtransfer.transfer.methods.common import (
+    check_aligned,
+    column_moments,
+    column_sum,
+    empty_result,
+)
 
 #: Singular values below this fraction of the largest are dropped (a rank-deficient
 #: matrix would otherwise divide by ~0 when forming the coordinates).
@@ -53,22 +59,53 @@ def resolve_rank(rank: int | None, fraction: float, h: int) -> int:
     return int(rank)
 
 
-def factorize(
-    matrix: np.ndarray, rank: int, chunk_rows: int = 16384
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(P (V x r'), Q (r' x h), error)``: ``P Q`` the best rank-r' approximation of
-    ``matrix`` and ``error = ‖E − P Q‖_F / ‖E‖_F``.
+@dataclass
+class Factors:
+    """``E ≈ P Q``: the coordinates ``P = E W`` (``W = V S⁻¹``, float64, h x r'; None at full
+    rank, where ``P = E``), the primitive embeddings ``Q`` (r' x h, float32), the relative
+    error of the dropped singular values and the Gram matrix ``EᵀE`` (float64; None at
+    full rank). ``P`` is never formed whole: a method needs the coordinates of a few rows
+    and their moments, and ``P`` for Gemma 3's 262k rows cost ~6 s of a core a job."""
 
-    ``r' = rank`` unless the matrix has fewer significant singular values. At
-    ``rank >= h`` returns ``(matrix, I, 0)``. The SVD comes from the h x h Gram
-    matrix in float64 (accumulated over row chunks: a 256k x 4096 matrix is
-    never copied whole): ``EᵀE = V S² Vᵀ``, ``Q = S Vᵀ``, ``P = E V S⁻¹`` (= U). The
-    error is that of the dropped singular values, ``sqrt(Σ_dropped s² / Σ s²)``
-    (a second pass over E for it took 7.7 s at Gemma 3's 262k x 1,152).
+    basis: np.ndarray | None
+    Q: np.ndarray
+    error: float
+    gram: np.ndarray | None
+
+    def coordinates(self, rows: np.ndarray) -> np.ndarray:
+        """The coordinates (float32) of ``rows`` (source rows, or combinations of them: the
+        map is linear)."""
+        if self.basis is None:
+            return np.asarray(rows, dtype=np.float32)
+        return (np.asarray(rows, dtype=np.float64) @ self.basis).astype(np.float32)
+
+    def moments(self, matrix: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std (float64, ddof 0) of the coordinates of ``matrix``'s rows ``ids``,
+        from the Gram matrix of the factorised ``matrix`` less the rows outside ``ids``."""
+        if self.basis is None or self.gram is None:
+            return column_moments(matrix, 0, ids)
+        outside = np.setdiff1d(np.arange(matrix.shape[0]), ids)
+        rest = np.asarray(matrix[outside], dtype=np.float64)
+        n = ids.size
+        mean = column_sum(matrix, ids) / n
+        covariance = (self.gram - rest.T @ rest) / n - np.outer(mean, mean)
+        spread = np.einsum("ir,ij,jr->r", self.basis, covariance, self.basis)
+        return mean @ self.basis, np.sqrt(np.maximum(spread, 0.0))
+
+
+def factorize(matrix: np.ndarray, rank: int, chunk_rows: int = 16384) -> Factors:
+    """The best rank-r' approximation of ``matrix``, ``r' = rank`` unless the matrix has
+    fewer significant singular values (:class:`Factors`). At ``rank >= h``: ``P = E``,
+    ``Q = I``, error 0.
+
+    The SVD comes from the h x h Gram matrix in float64 (accumulated over row chunks: a
+    256k x 4096 matrix is never copied whole): ``EᵀE = V S² Vᵀ``, ``Q = S Vᵀ``,
+    ``P = E V S⁻¹`` (= U). The error is that of the dropped singular values,
+    ``sqrt(Σ_dropped s² / Σ s²)`` (= ``‖E − P Q‖_F / ‖E‖_F``).
     """
     n, h = matrix.shape
     if rank >= h:
-        return matrix.astype(np.float32, copy=False), np.eye(h, dtype=np.float32), 0.0
+        return Factors(None, np.eye(h, dtype=np.float32), 0.0, None)
     gram = np.zeros((h, h), np.float64)
     for s in range(0, n, chunk_rows):
         block = matrix[s : s + chunk_rows].astype(np.float64)
@@ -81,13 +118,8 @@ def factorize(
     if keep == 0:
         raise ValueError("cannot factorise an all-zero matrix")
     error = float(np.sqrt(power[keep:].sum() / power.sum()))
-    v = evecs[:, order[:keep]]
-    sv = sv[:keep]
-    Q = sv[:, None] * v.T
-    P = np.empty((n, keep), np.float32)
-    for s in range(0, n, chunk_rows):
-        P[s : s + chunk_rows] = (matrix[s : s + chunk_rows].astype(np.float64) @ v) / sv
-    return P, Q.astype(np.float32), error
+    v, sv = evecs[:, order[:keep]], sv[:keep]
+    return Factors(v / sv, (sv[:, None] * v.T).astype(np.float32), error, gram)
 
 
 @register("ofa")
@@ -96,12 +128,14 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     h = matrix.shape[1]
     rank = resolve_rank(params["rank"], float(params["rank_fraction"]), h)
     # held-out rows out of the factorisation (they are no candidates either)
-    P, Q, rel_error = factorize(inputs.visible(matrix), rank)
-    coords = np.zeros((inputs.n_target, P.shape[1]), np.float32)
+    visible = inputs.visible(matrix)
+    factors = factorize(visible, rank)
+    r = factors.Q.shape[0]
+    coords = np.zeros((inputs.n_target, r), np.float32)
     _, how = empty_result(inputs, side)
 
     shared_t, shared_s = inputs.shared() if params["copy_shared"] else (np.zeros(0, np.int64),) * 2
-    coords[shared_t] = P[shared_s]
+    coords[shared_t] = factors.coordinates(matrix[shared_s])
     how[shared_t] = "copied"
 
     todo = np.ones(inputs.n_target, bool)
@@ -113,21 +147,23 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
         aligned, targets, params["k"], params["temperature"], n_source=matrix.shape[0],
         chunk_rows=params["chunk_rows"], chunk_cols=params["chunk_cols"],
     )
-    coords[targets] = weighted_rows(P, src_ids, weights, params["chunk_rows"])
+    # Σ w · P[source] = (Σ w · E[source]) W: the map to coordinates is linear
+    coords[targets] = factors.coordinates(
+        weighted_rows(matrix, src_ids, weights, params["chunk_rows"]))
     how[targets] = "weighted"
     rng = inputs.rng("ofa", side)
-    text_rows = P[inputs.statistic_ids()]  # no special / placeholder rows
-    mean, std = text_rows.mean(axis=0), text_rows.std(axis=0)
-    coords[lost] = mean + std * rng.standard_normal((lost.size, P.shape[1]))
+    # no special / placeholder rows in the moments
+    mean, std = factors.moments(visible, inputs.statistic_ids())
+    coords[lost] = mean + std * rng.standard_normal((lost.size, r))
     how[lost] = "missing_vector"
 
     rows = np.empty((inputs.n_target, h), np.float32)
     chunk = int(params["chunk_rows"])
     for s in range(0, inputs.n_target, chunk):
-        rows[s : s + chunk] = coords[s : s + chunk] @ Q
+        rows[s : s + chunk] = coords[s : s + chunk] @ factors.Q
 
     stats = {
-        "rank": int(P.shape[1]),
+        "rank": int(r),
         "factorized": bool(rank < h),
         "rank_requested": int(rank),
         "hidden": int(h),
@@ -139,7 +175,7 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
         "n_missing_vector": int(lost.size),
         "n_source_candidates": int((~aligned.source_missing[: matrix.shape[0]]).sum()),
         "mean_top1_similarity": float(sims[:, 0].mean()) if sims.size else None,
-        "reconstruction_rel_error": rel_error,
+        "reconstruction_rel_error": factors.error,
     }
     return SideResult(rows=rows, how=how, stats=stats)
 
