@@ -135,6 +135,15 @@ def _inputs(workdir, method, monkeypatch):
     return inputs, files
 
 
+@pytest.mark.parametrize("trust", [False, True])
+def test_the_inputs_carry_how_the_run_reads_the_source(seeded_run, trust, monkeypatch):
+    """A method that loads the source checkpoint itself (Token Distillation) reads it as the
+    run allows: ``load_inputs`` puts trust_remote_code and allow_pickle on the inputs."""
+    _, files = _inputs(seeded_run, "mean", monkeypatch)
+    inputs, _ = load_inputs(files, SEED, trust_remote_code=trust, allow_pickle=trust)
+    assert inputs.source_loading == {"trust_remote_code": trust, "allow_pickle": trust}
+
+
 def _with_noise(inputs, ids, seed=0):
     """``inputs`` with the rows of source ids ``ids`` replaced by large noise, both sides."""
     rng = np.random.default_rng(seed)

@@ -392,3 +392,29 @@ def test_the_method_distils_the_new_tokens_of_an_extended_vocabulary(corpus, tok
     np.testing.assert_array_equal(after.model.embed_tokens.weight.detach().numpy(), weight)
     with pytest.raises(ValueError, match="vocab_mode extend"):
         run_method("token_distillation", inputs(), options, mode="replace")
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_the_source_is_loaded_as_the_run_allows(trust, monkeypatch):
+    """The source checkpoint is read with the run's ``trust_remote_code`` and
+    ``allow_pickle`` (load_inputs puts them on the inputs: tests/test_seeds_workflow.py),
+    not with fixed values."""
+    from embtransfer.transfer.methods import distillation
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_load(source_dir, trust_remote_code, allow_pickle=False):
+        seen.update(trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+        raise Stop
+
+    class Inputs:
+        source_dir, corpus, source_loading = "source", "text", {
+            "trust_remote_code": trust, "allow_pickle": trust}
+
+    monkeypatch.setattr(distillation, "load_source_model", fake_load)
+    with pytest.raises(Stop):
+        distillation.load_distilled_model(Inputs())
+    assert seen == {"trust_remote_code": trust, "allow_pickle": trust}

@@ -77,6 +77,7 @@ def load_inputs(paths: dict[str, str], seed: int, trust_remote_code: bool = Fals
         seed=seed,
         source_dir=paths["source"],
         corpus=paths.get("corpus"),
+        source_loading={"trust_remote_code": trust_remote_code, "allow_pickle": allow_pickle},
     )
     if "holdout" in paths:  # a held-out transfer: hide the held-out source ids
         inputs.hidden = hidden_source_ids(read_holdout(paths["holdout"]), inputs.overlap)

@@ -60,6 +60,9 @@ class TransferInputs:
     # and the target language's training text (its snippets)
     source_dir: str | None = None
     corpus: str | None = None
+    # how the run lets the source checkpoint be read (trust_remote_code, allow_pickle)
+    source_loading: dict[str, bool] = field(
+        default_factory=lambda: {"trust_remote_code": False, "allow_pickle": False})
     memo: dict[Any, Any] = field(default_factory=dict)  # a method's work shared by both sides
 
     def statistic_ids(self) -> np.ndarray:

@@ -59,8 +59,7 @@ def token_distillation(inputs: TransferInputs, params: dict[str, Any], side: str
     options = distill_options(params, int(inputs.rng("token_distillation", side).integers(2**31)))
     snippets = find_snippets(read_lines(inputs.corpus, params["max_lines"]), texts,
                              inputs.source_tokenizer, options)
-    # float32 (a CPU's fast precision); the source's own code only (trust_remote_code off)
-    model = load_source_model(Path(inputs.source_dir), trust_remote_code=False)[0].float()
+    model = load_distilled_model(inputs)
     distilled, report = distill(model, snippets.pieces, snippets, options)
     chosen = np.array([h == DISTILLED for h in report["how"]], bool)
     rows[todo[chosen]] = distilled[chosen]
@@ -74,3 +73,9 @@ def token_distillation(inputs: TransferInputs, params: dict[str, Any], side: str
         "occurrences_median": float(np.median(snippets.counts)) if snippets.counts else 0.0,
     }
     return SideResult(rows, how, stats)
+
+
+def load_distilled_model(inputs: TransferInputs) -> Any:
+    """The source checkpoint, read as the run allows (``trust_remote_code``,
+    ``allow_pickle``), in float32 (a CPU's fast precision)."""
+    return load_source_model(Path(inputs.source_dir), **inputs.source_loading)[0].float()
