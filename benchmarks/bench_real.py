@@ -26,12 +26,13 @@ every language (degenerate neighbour rows are shown: on its small corpora they a
 property of the fastText vectors, not a goal).
 
     nice python benchmarks/bench_real.py [--run real_text|real_small] [--work DIR [--summary]]
-        [--cores 2] [--jobs]
+        [--cores 2] [--jobs] [--methods]
 
 ``--work`` keeps the run's directory (default: a temporary one, deleted); a directory that
 holds a run already reruns only what is missing. ``--summary`` prints the figures of the run
 in ``--work`` again (its stamped log ``bench_real.log`` and ``bench_real.memory.json``).
-``--jobs`` prints every job's figures too.
+``--jobs`` prints every job's figures too; ``--methods`` each method's transfer jobs, mean
+seconds per setting over the seeds and the largest peak RSS (:func:`method_costs`).
 """
 
 from __future__ import annotations
@@ -167,17 +168,57 @@ def rule_figures(
     seconds, _ = job_seconds(run, work)
     logs = job_logs([line for _, line in stamped])
     rules: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"jobs": 0, "seconds": [], "rss": 0, "names": [], "sources": set()}
+        lambda: {"jobs": 0, "seconds": [], "rss": 0, "names": [], "job_rss": [],
+                 "sources": set()}
     )
     for jobid, job in run.jobs.items():
         figures = rules[job.rule or "?"]
         figures["jobs"] += 1
-        figures["rss"] = max(figures["rss"], job_peak.get(logs.get(jobid, ""), 0))
+        rss = job_peak.get(logs.get(jobid, ""), 0)
+        figures["rss"] = max(figures["rss"], rss)
         if jobid in seconds:
             figures["seconds"].append(seconds[jobid][0])
             figures["sources"].add(seconds[jobid][1])
             figures["names"].append(logs.get(jobid, "?").removeprefix("logs/"))
+            figures["job_rss"].append(rss)
     return dict(rules)
+
+
+#: A transfer job's log (rules transfer and holdout_transfer): its seed, setting and method.
+METHOD_LOG = re.compile(r"^seed\d+/(transfer|holdout_transfer)/(\w+)/\w+/(\w+)/(\w+)\.log$")
+
+
+def method_costs(rules: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (method, stage) (``transfer``, ``holdout_transfer``): each setting's (language,
+    target) mean wall seconds over its seeds, and the largest peak RSS of a job (bytes).
+    A method's shared inputs are jobs of their own rules (``omp_solve``, ``aligned_search``,
+    ``tokalign_glove``, ``salt_regression``), printed per rule."""
+    costs: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"seconds": defaultdict(list), "rss": 0})
+    for rule in ("transfer", "holdout_transfer"):
+        fig = rules.get(rule, {"names": [], "seconds": [], "job_rss": []})
+        for name, secs, rss in zip(fig["names"], fig["seconds"], fig["job_rss"], strict=True):
+            match = METHOD_LOG.match(name)
+            if match is None:
+                continue
+            stage, lang, target, method = match.groups()
+            cost = costs[(method, stage)]
+            cost["seconds"][f"{lang} {target}"].append(secs)
+            cost["rss"] = max(cost["rss"], rss)
+    return {key: {"seconds": {s: sum(v) / len(v) for s, v in sorted(c["seconds"].items())},
+                  "rss": c["rss"]} for key, c in sorted(costs.items())}
+
+
+def print_method_costs(rules: dict[str, dict[str, Any]]) -> None:
+    costs = method_costs(rules)
+    settings = sorted({s for c in costs.values() for s in c["seconds"]})
+    print("\nper method: mean wall s of a job over seeds, per setting; peak RSS of a job")
+    print(f"{'method':20s} {'stage':16s} " + " ".join(f"{s:>12s}" for s in settings)
+          + f" {'peak RSS':>9s}")
+    for (method, stage), cost in costs.items():
+        cells = " ".join(f"{cost['seconds'][s]:12.1f}" if s in cost["seconds"] else f"{'-':>12s}"
+                         for s in settings)
+        print(f"{method:20s} {stage:16s} {cells} {cost['rss'] / 1e9:7.2f} GB")
 
 
 def print_rules(rules: dict[str, dict[str, Any]], per_job: bool) -> None:
@@ -355,12 +396,15 @@ def print_goals(work: Path, wall: float, peak: int, name: str) -> bool:
     return all(goals.values())
 
 
-def summary(work: Path, per_job: bool, name: str) -> bool:
+def summary(work: Path, per_job: bool, name: str, per_method: bool = False) -> bool:
     """Print the figures of the run in ``work`` (its stamped log and memory samples)."""
     stamped = read_log(work / "bench_real.log")
     memory = json.loads((work / "bench_real.memory.json").read_text())
     wall = memory["wall_s"]
-    print_rules(rule_figures(work, stamped, memory["job_peak"]), per_job)
+    rules = rule_figures(work, stamped, memory["job_peak"])
+    print_rules(rules, per_job)
+    if per_method:
+        print_method_costs(rules)
     print(
         f"\nwall {wall:.1f} s, peak memory of the run {memory['peak_bytes'] / 1e9:.2f} GB "
         f"(summed PSS), {len(job_logs([line for _, line in stamped]))} jobs"
@@ -403,6 +447,8 @@ def main() -> None:
                         help="which real-text config to time (default: real_text)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--jobs", action="store_true", help="print every job's seconds too")
+    parser.add_argument("--methods", action="store_true",
+                        help="print each method's transfer seconds per setting and peak RSS")
     parser.add_argument(
         "--summary",
         action="store_true",
@@ -415,7 +461,7 @@ def main() -> None:
         work = args.work.resolve() if args.work else Path(tmp)
         if not args.summary:
             run(work, args.cores, args.run)
-        ok = summary(work, args.jobs, args.run)
+        ok = summary(work, args.jobs, args.run, args.methods)
     sys.exit(0 if ok else 1)
 
 
