@@ -135,7 +135,7 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     _, how = empty_result(inputs, side)
 
     shared_t, shared_s = inputs.shared() if params["copy_shared"] else (np.zeros(0, np.int64),) * 2
-    coords[shared_t] = factors.coordinates(matrix[shared_s])
+    coords[shared_t] = factors.coordinates(visible[shared_s])
     how[shared_t] = "copied"
 
     todo = np.ones(inputs.n_target, bool)
@@ -149,7 +149,7 @@ def ofa(inputs: TransferInputs, params: dict[str, Any], side: str) -> SideResult
     )
     # Σ w · P[source] = (Σ w · E[source]) W: the map to coordinates is linear
     coords[targets] = factors.coordinates(
-        weighted_rows(matrix, src_ids, weights, params["chunk_rows"]))
+        weighted_rows(visible, src_ids, weights, params["chunk_rows"]))
     how[targets] = "weighted"
     rng = inputs.rng("ofa", side)
     # no special / placeholder rows in the moments
