@@ -144,6 +144,24 @@ def test_a_method_of_extended_vocabularies_is_refused_in_a_replaced_run():
     config = fresh()
     config["transfer"] = {"methods": ["salt", "token_distillation"], "vocab_mode": "extend"}
     validate_config(config)
+    # ... or where one setting is extended: a target written <model>@extend
+    config = fresh()
+    config["targets"]["ar_mini"] = ["gpt2_ar_mini", "gpt2_ar_mini@extend"]
+    config["transfer"] = {"methods": ["salt", "token_distillation"],
+                          "select": [{"targets": ["gpt2_ar_mini@extend"]}]}
+    validate_config(config)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("gpt2_ar_mini@expand", r"targets\.ar_mini: 'gpt2_ar_mini@expand' asks for vocabulary mode "
+                            r"'expand'; write gpt2_ar_mini@extend"),
+    ("gpt2_xx@extend", r"targets\.ar_mini: model 'gpt2_xx' is not defined under models"),
+])
+def test_a_target_with_a_bad_mode_or_model_is_named(name, message):
+    config = fresh()
+    config["targets"]["ar_mini"] = ["gpt2_ar_mini", name]
+    with pytest.raises(ConfigError, match=message):
+        validate_config(config)
 
 
 def test_unknown_method_lists_the_known_ones():

@@ -1,7 +1,8 @@
-"""Integration: a run with an extended vocabulary (``transfer.vocab_mode: extend``) from
-start to report: the source keeps its vocabulary and gains the target tokens it lacks,
-Token Distillation distils some of them, LAPT trains the extended checkpoint, and the
-alignment scores read each target token's own row."""
+"""Integration: a run with a replaced and an extended setting of one target PLM
+(``gpt2_ar_mini`` and ``gpt2_ar_mini@extend``) from start to report: in the extended one the
+source keeps its vocabulary and gains the target tokens it lacks, Token Distillation distils
+some of them, LAPT trains the extended checkpoint, and the alignment scores read each target
+token's own row; the replaced one beside it is untouched by the other's mode."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from embtransfer.models.loading import load_embeddings, load_tokenizer
 
 pytestmark = pytest.mark.slow
 
-RUN = {"lang": "ar_mini", "source": "llama_mini", "target": "gpt2_ar_mini", "seed": 1234}
+RUN = {"lang": "ar_mini", "source": "llama_mini", "target": "gpt2_ar_mini@extend", "seed": 1234}
+REPLACED = {**RUN, "target": "gpt2_ar_mini"}
 METHODS = ["subword_mean", "token_distillation", "mean"]
 
 
@@ -27,9 +29,9 @@ METHODS = ["subword_mean", "token_distillation", "mean"]
 def extended_run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("wf"))
     config = small_config()
-    config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
+    config["targets"] = {"ar_mini": ["gpt2_ar_mini", "gpt2_ar_mini@extend"]}
     config["transfer"] = {
-        "vocab_mode": "extend", "methods": METHODS,
+        "methods": METHODS,
         "options": {"token_distillation": {"snippets_per_token": 4, "snippet_length": 16,
                                            "min_snippets": 2, "max_tokens": 20,
                                            "batch_size": 4}}}
@@ -50,6 +52,16 @@ def test_the_extended_checkpoints_keep_the_source_and_append_the_new_tokens(exte
         assert config[VOCAB_MODE_KEY] == "extend"
         rows = load_embeddings(model).vocab_rows
         assert rows == len(source) + record["checkpoint"]["new_rows"] > len(source)
+    # the replaced setting of the same PLM: Token Distillation does not run there (it works
+    # in extended vocabularies only), the others hold the PLM's vocabulary alone
+    target = load_tokenizer(extended_run / "resources" / "tokenizers" / "gpt2_ar_mini")
+    for method in METHODS:
+        model = extended_run / paths.TRANSFER_MODEL.fill(**REPLACED, method=method)
+        assert model.is_dir() == (method != "token_distillation"), method
+        if model.is_dir():
+            config = json.loads((model / "config.json").read_text())
+            assert config.get(VOCAB_MODE_KEY, "replace") == "replace"
+            assert load_embeddings(model).vocab_rows == len(target)
     distilled = json.loads((extended_run / paths.TRANSFER_MODEL.fill(
         **RUN, method="token_distillation") / "transfer.json").read_text())
     assert 0 < distilled["counts"].get("distilled", 0) <= 20
@@ -74,4 +86,6 @@ def test_the_alignment_scores_every_methods_rows_and_the_report_is_built(extende
     # are its own (a source row read at a target id would not be the same for every token)
     for side, part in scores[scores["method"] == "mean"].groupby("side"):
         assert abs(part["contrast"].mean()) < 1e-6, side
-    assert (extended_run / paths.REPORT_DIR / "findings.md").is_file()
+    findings = (extended_run / paths.REPORT_DIR / "findings.md").read_text()
+    # both settings are in the report, each under its own name
+    assert "gpt2_ar_mini@extend" in findings and "gpt2_ar_mini " in findings.replace("|", " ")

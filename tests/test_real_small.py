@@ -10,9 +10,16 @@ import yaml
 
 from embtransfer.config.validation import validate_config
 from embtransfer.core.errors import ConfigError
-from embtransfer.core.grid import lapt_runs, transfer_runs
+from embtransfer.core.grid import (
+    lapt_runs,
+    target_mode,
+    target_model,
+    target_models,
+    transfer_runs,
+)
+from embtransfer.core.vocab_modes import method_modes
 from embtransfer.data.inputs import REAL_DATA_DIR, check_real_data, missing_real_data
-from embtransfer.transfer.method_catalog import METHODS, method_modes
+from embtransfer.transfer.method_catalog import METHODS
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "real_small.yaml"
@@ -32,8 +39,9 @@ def test_the_source_is_a_llama_pretrained_on_a_byte_mix(config) -> None:
     tok = source["tokenizer"]
     assert tok["algorithm"] == "bytelevel_bpe" and tok["split_digits"] and tok["text"] == "mix"
     for lang in ("de", "ar", "vi"):
-        assert {config["models"][m]["family"] for m in config["targets"][lang]} == set(FAMILIES)
-        assert all(config["models"][m]["type"] == "mini" for m in config["targets"][lang])
+        plms = target_models(config, lang)
+        assert {config["models"][m]["family"] for m in plms} == set(FAMILIES)
+        assert all(config["models"][m]["type"] == "mini" for m in plms)
 
 
 def test_every_method_with_gpt2_salt_with_every_family_aligning_only_with_a_dictionary(
@@ -45,11 +53,17 @@ def test_every_method_with_gpt2_salt_with_every_family_aligning_only_with_a_dict
                     if not spec.get("world_only") and "replace" in method_modes(m)}
     dictionary = {lang for lang, s in config["languages"].items() if s.get("dictionary")}
     assert dictionary == {"de", "ar"}
-    family = {m: spec["family"] for m, spec in config["models"].items()}
+    family = {m: config["models"][target_model(m)]["family"]
+              for plms in config["targets"].values() for m in plms}
     for lang in ("de", "ar", "vi"):
-        gpt2 = {r.method for r in runs if r.lang == lang and family[r.target] == "gpt2"}
+        gpt2 = {r.method for r in runs if r.lang == lang and r.target == f"gpt2_{lang}"}
         aligning = {"wechsel", "ofa"} if lang in dictionary else set()
         assert gpt2 == real_methods - ({"wechsel", "ofa"} - aligning), lang
+        # the extended setting: every method that extends (TokAlign replaces) and Token
+        # Distillation
+        extended = {r.method for r in runs if r.lang == lang and r.target == f"gpt2_{lang}@extend"}
+        assert target_mode(config, f"gpt2_{lang}@extend") == "extend"
+        assert extended == (gpt2 - {"tokalign"}) | {"token_distillation"}, lang
         salt = {family[r.target] for r in runs if r.lang == lang and r.method == "salt"}
         assert salt == set(FAMILIES), lang
     assert not any(METHODS[r.method].get("world_only") for r in runs)
@@ -61,11 +75,14 @@ def test_lapt_trains_every_gpt2_checkpoint_of_every_language_with_evaluations(co
     """Every GPT-2 checkpoint continues pre-training in its own language, each for the same
     number of steps, with the held-out loss at three fractions after the warm-up."""
     runs, lapt = lapt_runs(config), config["lapt"]
-    family = {m: spec["family"] for m, spec in config["models"].items()}
-    # of the primary seed: the replicate seeds repeat the transfer, not LAPT
-    gpt2 = [r for r in transfer_runs(config) if family[r.target] == "gpt2"
-            and r.seed == config["seeds"][0]]
+    # of the primary seed: the replicate seeds repeat the transfer, not LAPT; in the extended
+    # settings Token Distillation and the methods it is read beside
+    extended = {"token_distillation", "subword_mean", "salt", "random"}
+    gpt2 = [r for r in transfer_runs(config) if r.seed == config["seeds"][0]
+            and (r.target == f"gpt2_{r.lang}"
+                 or (r.target == f"gpt2_{r.lang}@extend" and r.method in extended))]
     assert runs == gpt2 and {r.lang for r in runs} == {"de", "ar", "vi"}
+    assert {r.method for r in runs if r.target.endswith("@extend")} == extended
     assert lapt["max_steps"] >= 40  # one number of steps for every method
     after_warmup = [f for f in lapt["eval_fractions"] if f > lapt["warmup_ratio"]]
     assert len(after_warmup) >= 3
@@ -124,19 +141,25 @@ def test_each_pair_of_a_held_out_dictionary_gets_its_truth(config) -> None:
 
 
 def test_alignment_scores_every_checkpoint_of_a_held_out_dictionary_pair(config) -> None:
-    """The transfer checkpoints of each de and ar pair and the LAPT ones of gpt2_de and
-    gpt2_ar are scored against the dictionary's held-out half; vi (no dictionary) is not
-    scored."""
+    """The transfer checkpoints of each de and ar setting (replaced and extended) and the
+    LAPT ones of gpt2_de and gpt2_ar are scored against the dictionary's held-out half; vi
+    (no dictionary) is not scored."""
     from embtransfer.evaluation.inputs import alignment_inputs, all_alignment
 
     files = all_alignment(config)
     transfer = {f for f in files if "/alignment/transfer/" in f}
-    assert len(transfer) == 3 * 2 * len(FAMILIES) and not any("/vi/" in f for f in files)
+    # 3 seeds x 2 languages x (2 families + the extended GPT-2)
+    assert len(transfer) == 3 * 2 * (len(FAMILIES) + 1) and not any("/vi/" in f for f in files)
     # LAPT runs for the primary seed only
     assert sorted(f for f in files if "/lapt/" in f) == [
-        f"results/seed1234/alignment/lapt/{lang}/llama_en/gpt2_{lang}.parquet"
-        for lang in ("ar", "de")
+        f"results/seed1234/alignment/lapt/{lang}/llama_en/gpt2_{lang}{mode}.parquet"
+        for lang in ("ar", "de") for mode in ("", "@extend")
     ]
+    extended = alignment_inputs(config, {"stage": "lapt", "lang": "de", "source": "llama_en",
+                                         "target": "gpt2_de@extend", "seed": "1234"})
+    # the extended checkpoints are read by the GPT-2's tokens, against the same truth
+    assert extended["truth"] == "results/seed1234/truth_dictionary/de/llama_en/gpt2_de.parquet"
+    assert extended["target_tokenizer"] == "resources/tokenizers/gpt2_de"
     wildcards = {"stage": "transfer", "lang": "ar", "source": "llama_en", "target": "bert_ar",
                  "seed": "1235"}
     inputs = alignment_inputs(config, wildcards)
@@ -164,7 +187,8 @@ def test_every_plm_gets_the_span_probe_and_its_shared_token_figures(config) -> N
     assert len(pairs) == 3 * len(FAMILIES)
     assert all_plm_probes(config) == [f"results/seed{seed}/probes/{lang}/{s}/{t}.json"
                                       for seed in config["seeds"] for lang, s, t in pairs]
-    salt = {(r.lang, r.source, r.target) for r in transfer_runs(config) if r.method == "salt"}
+    salt = {(r.lang, r.source, target_model(r.target)) for r in transfer_runs(config)
+            if r.method == "salt"}
     assert salt == set(pairs)  # SALT's neighbour tables are built for every PLM anyway
     for lang, source, target in pairs:
         inputs = plm_probe_inputs(config, {"lang": lang, "source": source, "target": target})

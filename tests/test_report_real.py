@@ -95,8 +95,8 @@ def test_the_real_run_reads_its_floor_and_its_final_lapt_checkpoints() -> None:
     inputs = report_inputs(config)
     assert inputs["source_floor"] == ["results/intrinsic/source_floor/llama_en.json"]
     # every GPT-2 checkpoint of every language: 16 methods in de and ar, 14 in vi (no
-    # dictionary, so no WECHSEL or OFA)
-    assert len(inputs["lapt_zeroshot"]) == len(inputs["lapt"]) == 16 + 16 + 14
+    # dictionary, so no WECHSEL or OFA), and 4 in each extended setting
+    assert len(inputs["lapt_zeroshot"]) == len(inputs["lapt"]) == 16 + 16 + 14 + 3 * 4
     for lang in ("de", "ar", "vi"):
         assert f"results/seed1234/lapt_zeroshot/{lang}/llama_en/gpt2_{lang}/salt.json" in inputs[
             "lapt_zeroshot"]

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from embtransfer.evaluation.row_movement import new_ids, row_movement, side_movement
+from embtransfer.evaluation.row_movement import made_ids, new_ids, row_movement, side_movement
 from embtransfer.models.loading import Embeddings
 
 
@@ -47,16 +47,27 @@ def test_unmoved_rows_read_one_and_shared_rows_are_left_out():
     after = before.copy()
     after[:3] = -after[:3]  # shared rows that LAPT moved do not count
     moved = row_movement(Embeddings(before, None, True, "gpt2"),
-                         Embeddings(after, None, True, "gpt2"), np.array([0, 1, 2, 99]))
+                         Embeddings(after, None, True, "gpt2"),
+                         new_ids(10, np.array([0, 1, 2, 99])))
     assert set(moved) == {"input"}  # tied: one side
     assert moved["input"]["rows"] == 7
     assert moved["input"]["median_cosine"] == pytest.approx(1.0)
     assert moved["input"]["median_relative_change"] == pytest.approx(0.0)
     untied = row_movement(Embeddings(before, before, False, "llama"),
-                          Embeddings(after, -before, False, "llama"), np.array([0]))
+                          Embeddings(after, -before, False, "llama"), new_ids(10, np.array([0])))
     assert untied["output"]["median_cosine"] == pytest.approx(-1.0)
 
 
 def test_another_checkpoints_rows_are_refused():
     with pytest.raises(ValueError, match="not the same checkpoint"):
         side_movement(np.zeros((4, 2)), np.zeros((5, 2)), np.arange(3))
+
+
+def test_an_extended_checkpoints_made_rows_are_the_appended_ones():
+    """In an extended checkpoint the overlap's target ids are not row ids: the rows a method
+    made are those after the source's (a replaced checkpoint's are the ids not copied)."""
+    shared = np.array([0, 1, 5])
+    extended = {"mode": "extend", "kept_source_rows": 12, "new_rows": 4}
+    assert made_ids(extended, 16, shared).tolist() == [12, 13, 14, 15]
+    replaced = {"mode": "replace", "kept_source_rows": 0, "new_rows": 16}
+    assert made_ids(replaced, 16, shared).tolist() == new_ids(16, shared).tolist()

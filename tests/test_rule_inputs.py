@@ -646,3 +646,42 @@ def test_a_held_out_transfer_reads_the_held_out_overlap_tables_and_regression(co
     config["aligned"]["share_search"] = True
     assert "aligned_search" not in holdout_transfer_inputs(config, {**wildcards,
                                                                     "method": "wechsel"})
+
+
+def test_a_target_written_with_a_mode_is_a_setting_of_its_plm_in_that_mode(config):
+    """``gpt2_vi@extend`` beside ``gpt2_vi``: its own runs (only the methods that work in its
+    mode), checkpoints and held-out-free paths under its name, and the PLM's artifacts (vocab,
+    overlap, neighbours, regression, split) read by the PLM's name."""
+    from embtransfer.core.grid import target_mode, target_pairs, transfer_runs
+    from embtransfer.transfer.inputs import all_holdout_scores, holdout_transfer_inputs
+
+    config["targets"]["vi"] = ["gpt2_vi", "gpt2_vi@extend"]
+    config["transfer"]["methods"] = ["salt", "focus", "token_distillation"]
+    config["transfer"]["vocab_mode"] = "replace"
+    assert (target_mode(config, "gpt2_vi"), target_mode(config, "gpt2_vi@extend")) == (
+        "replace", "extend")
+    runs = {(r.target, r.method) for r in transfer_runs(config) if r.lang == "vi"}
+    # Token Distillation works in extended vocabularies only; SALT and FOCUS in both
+    assert runs == {("gpt2_vi", "salt"), ("gpt2_vi", "focus"), ("gpt2_vi@extend", "salt"),
+                    ("gpt2_vi@extend", "focus"), ("gpt2_vi@extend", "token_distillation")}
+    assert [p for p in target_pairs(config) if p[0] == "vi"] == [("vi", "src", "gpt2_vi")]
+    wildcards = {**RUN, "target": "gpt2_vi@extend", "method": "salt", "seed": "3"}
+    plain = transfer.transfer_inputs(config, {**wildcards, "target": "gpt2_vi"})
+    assert transfer.transfer_inputs(config, wildcards) == plain
+    held = holdout_transfer_inputs(config, wildcards)
+    assert held == holdout_transfer_inputs(config, {**wildcards, "target": "gpt2_vi"})
+    assert "gpt2_vi@extend" not in str(held)
+    # the held-out transfer does not depend on the mode: each PLM's methods are scored once
+    config["transfer"]["holdout"] = {"share": 0.15}
+    scored = [p for p in all_holdout_scores(config) if "/vi/" in p]
+    assert sorted(p.rsplit("/", 2)[1:] for p in scored) == [
+        ["gpt2_vi", "focus.parquet"], ["gpt2_vi", "salt.parquet"]]
+    # the transfer and everything after it carry the setting's name
+    checkpoint = evaluation.eval_checkpoint(
+        config, {**wildcards, "stage": "transfer", "seed": "1"})
+    assert "/gpt2_vi@extend/salt" in checkpoint
+    aligned = evaluation.alignment_inputs(config, {**wildcards, "stage": "transfer"})
+    assert aligned["target_tokenizer"] == models.tokenizer_dir(config, "gpt2_vi")
+    assert "gpt2_vi@extend" not in aligned["truth"]
+    assert all("/gpt2_vi@extend/" in path for path in aligned["checkpoints"])
+    assert models.model_language(config, "gpt2_vi") == "vi"

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from embtransfer.config.validation import load_schema
+from embtransfer.core.vocab_modes import method_modes
 from embtransfer.transfer import method_catalog
 from embtransfer.transfer.method_catalog import (
     DEFAULT_METHODS,
@@ -95,7 +96,7 @@ def test_schema_method_names_come_from_the_catalog(monkeypatch):
     # run of the world, in validate_config) and those of extended vocabularies only
     assert transfer["methods"]["default"] == [
         m for m in METHODS
-        if not METHODS[m].get("world_only") and METHODS[m].get("modes") != ["extend"]]
+        if not METHODS[m].get("world_only") and "replace" in method_modes(m)]
     assert "token_distillation" in METHODS and "token_distillation" not in DEFAULT_METHODS
     assert transfer["options"]["propertyNames"]["enum"] == list(METHODS)
     monkeypatch.setitem(METHODS, "new_method", {"module": "x", "needs": [], "options": {}})

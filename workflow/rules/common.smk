@@ -4,7 +4,13 @@
 # logic live in the stages' packages (embtransfer/<stage>/inputs.py, tested without Snakemake
 # in tests/test_rule_inputs.py), as functions of the config the rules pass them.
 from embtransfer.core import paths
-from embtransfer.core.grid import real_text_run, source_first, world_pairs
+from embtransfer.core.grid import (
+    model_wildcards,
+    real_text_run,
+    source_first,
+    target_mode,
+    world_pairs,
+)
 from embtransfer.core.pinning import fetch_params
 from embtransfer.config.validation import models_of_type, wildcard_alternatives
 from embtransfer.data.inputs import (

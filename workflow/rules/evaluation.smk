@@ -67,7 +67,8 @@ rule lapt_zeroshot:
         model=paths.LAPT_MODEL,
         # the transferred checkpoint it was trained from: how far LAPT moved the new rows
         before=paths.TRANSFER_MODEL,
-        overlap=paths.OVERLAP,
+        # the PLM's overlap, whatever the setting's vocabulary mode
+        overlap=lambda w: paths.OVERLAP.fill(**model_wildcards(w)),
         text=paths.CORPUS.fill(split="valid"),
     output:
         paths.LAPT_ZEROSHOT,

@@ -142,7 +142,7 @@ rule transfer:
         zeroshot=paths.ZEROSHOT,
     params:
         options=lambda w: method_options(config, w.method),
-        mode=TRANSFER["vocab_mode"],
+        mode=lambda w: target_mode(config, w.target),
         seed=lambda w: int(w.seed),
         trust_remote_code=config["trust_remote_code"],
         allow_pickle=config["allow_pickle"],

@@ -23,8 +23,17 @@ import jsonschema
 import yaml
 
 from embtransfer.core.errors import ConfigError  # also imported from here (errors.py says why)
-from embtransfer.core.grid import transfer_runs
+from embtransfer.core.grid import (
+    MODE_SEPARATOR,
+    target_mode,
+    target_model,
+    target_models,
+    target_settings,
+    transfer_runs,
+    written_mode,
+)
 from embtransfer.core.schema import fill_schema_defaults
+from embtransfer.core.vocab_modes import VOCAB_MODES, method_modes
 from embtransfer.evaluation.config_check import check_evaluation
 from embtransfer.lapt.settings import schema_defaults as lapt_defaults
 from embtransfer.models.mini_settings import DEFAULT_ARCHITECTURE, DEFAULT_TRAIN, RATE_KEYS
@@ -33,7 +42,6 @@ from embtransfer.transfer.method_catalog import (
     DEFAULT_METHODS,
     METHODS,
     OptionError,
-    method_modes,
     method_needs,
     resolve_options,
 )
@@ -247,10 +255,17 @@ def check_references(config: dict[str, Any]) -> None:
             f"config key targets.{lang}: language {lang!r} is not defined under languages "
             f"(defined: {', '.join(sorted(languages))})",
         )
-        for plm in plms:
+        for name in plms:
+            plm, mode = target_model(name), written_mode(name)
             _require(
                 plm in models,
                 f"config key targets.{lang}: model {plm!r} is not defined under models",
+            )
+            _require(
+                mode is None or mode in VOCAB_MODES,
+                f"config key targets.{lang}: {name!r} asks for vocabulary mode {mode!r}; write "
+                f"{plm}{MODE_SEPARATOR}extend or {plm}{MODE_SEPARATOR}replace, or {plm} for "
+                "transfer.vocab_mode",
             )
             plm_lang = models[plm].get("language")
             _require(
@@ -302,7 +317,7 @@ def _not_the_worlds(config: dict[str, Any]) -> list[str]:
     corpus = {lang: config["languages"][lang]["corpus"]["type"] for lang in config["targets"]}
     found = [f"target language {lang!r} (corpus type {kind!r})" for lang, kind in corpus.items()
              if kind != "mini"]
-    models = set(config["sources"]) | {m for ms in config["targets"].values() for m in ms}
+    models = set(config["sources"]) | set(target_models(config))
     found += [f"model {m!r} (type {config['models'][m]['type']!r})" for m in sorted(models)
               if config["models"][m]["type"] != "mini"]
     return found
@@ -332,12 +347,15 @@ def check_transfer(config: dict[str, Any]) -> None:
             resolve_options(method, options)
         except OptionError as err:
             raise ConfigError(f"config key {err}") from None
+    modes = {target_mode(config, target) for _, _, target in target_settings(config)}
     for method in transfer["methods"]:
         _require(
-            transfer["vocab_mode"] in method_modes(method),
+            bool(modes & set(method_modes(method))),
             f"config key transfer.methods: method {method!r} works with transfer.vocab_mode "
-            f"{' or '.join(method_modes(method))}, and the run's is "
-            f"{transfer['vocab_mode']!r}; drop the method or set transfer.vocab_mode",
+            f"{' or '.join(method_modes(method))}, and the run's settings are "
+            f"{' and '.join(repr(m) for m in sorted(modes))}; drop the method, set "
+            f"transfer.vocab_mode, or add a target as <model>{MODE_SEPARATOR}"
+            f"{method_modes(method)[0]} under targets",
         )
         if METHODS[method].get("world_only"):
             _check_world_only(config, method)
@@ -371,8 +389,10 @@ def check_transfer(config: dict[str, Any]) -> None:
 def _check_select(config: dict[str, Any], section: str, name: str = "select") -> None:
     """A grid selection (``transfer.select``, ``transfer.gpu_only``, ``lapt.select``) names
     known keys: typos are errors; a defined key outside the grid selects nothing."""
-    known = {"sources": sorted(config["models"]), "targets": sorted(config["models"]),
-             "methods": sorted(METHODS)}
+    # a target is a model, or a setting as targets writes it (gpt2_de@extend)
+    settings = {target for _, _, target in target_settings(config)}
+    known = {"sources": sorted(config["models"]),
+             "targets": sorted(set(config["models"]) | settings), "methods": sorted(METHODS)}
     for i, group in enumerate(config[section].get(name) or []):
         for key, allowed in known.items():
             unknown = sorted(set(group.get(key) or []) - set(allowed))

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from embtransfer.core.vocab_modes import VOCAB_MODES, method_modes
+
 #: The checkpoint stages, in pipeline order: the untouched source LLM, the transferred
 #: checkpoint, the LAPT checkpoint.
 STAGES = ("source", "transfer", "lapt")
@@ -37,14 +39,64 @@ def primary_seed(config: dict[str, Any]) -> int:
     return seeds(config)[0]
 
 
-def target_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (language, source model, target PLM) combination of the experiment grid."""
+#: A target written ``<model>@<mode>`` under ``targets`` is a setting of that target PLM in that
+#: vocabulary mode (``gpt2_de@extend``); a bare name takes ``transfer.vocab_mode``. The name
+#: as written is the setting's ``target`` in paths, runs and the report; what is the model's
+#: own (its vocabulary, the overlap, neighbour tables, SALT's regression) is read by model.
+MODE_SEPARATOR = "@"
+
+
+def target_model(target: str) -> str:
+    """The target PLM of a setting's target name (``gpt2_de@extend`` -> ``gpt2_de``)."""
+    return target.split(MODE_SEPARATOR, 1)[0]
+
+
+def written_mode(target: str) -> str | None:
+    """The vocabulary mode a target name states (``@extend``), None for a bare name."""
+    return target.split(MODE_SEPARATOR, 1)[1] if MODE_SEPARATOR in target else None
+
+
+def target_mode(config: dict[str, Any], target: str) -> str:
+    """The vocabulary mode of a setting: the one its name states, else ``transfer.vocab_mode``."""
+    mode = written_mode(target) or config["transfer"].get("vocab_mode", "replace")
+    if mode not in VOCAB_MODES:
+        raise ValueError(f"target {target!r}: vocabulary mode {mode!r} is not one of "
+                         f"{', '.join(VOCAB_MODES)}")
+    return mode
+
+
+def model_wildcards(wildcards: Any) -> dict[str, str]:
+    """A rule's wildcards with the setting's target name replaced by its PLM: the name the
+    model's own artifacts (vocabulary, overlap, neighbours, regression, held-out split) carry."""
+    values = dict(wildcards)
+    if "target" in values:
+        values["target"] = target_model(values["target"])
+    return values
+
+
+def target_settings(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (language, source model, target name) setting of the experiment grid: a target
+    PLM once per vocabulary mode it is written with."""
     return [
         (lang, source, target)
         for lang, plms in config["targets"].items()
         for source in config["sources"]
         for target in plms
     ]
+
+
+def target_models(config: dict[str, Any], lang: str | None = None) -> list[str]:
+    """The target PLMs (of ``lang``, or of every language), each once, in config order."""
+    langs = [lang] if lang is not None else list(config["targets"])
+    return list(dict.fromkeys(target_model(t) for one in langs for t in config["targets"][one]))
+
+
+def target_pairs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (language, source model, target PLM) combination of the experiment grid, each
+    once however many vocabulary modes its settings take (:func:`target_settings`)."""
+    return list(dict.fromkeys(
+        (lang, source, target_model(target)) for lang, source, target in target_settings(config)
+    ))
 
 
 def _chosen(run: Run, group: dict[str, Any]) -> bool:
@@ -69,8 +121,10 @@ def _selected_runs(config: dict[str, Any]) -> list[Run]:
     grid = [
         Run(lang, source, target, method, seed)
         for seed in seeds(config)
-        for lang, source, target in target_pairs(config)
+        for lang, source, target in target_settings(config)
         for method in config["transfer"]["methods"]
+        # a method runs in the settings whose vocabulary mode it works in
+        if target_mode(config, target) in method_modes(method)
     ]
     return _selected(grid, config["transfer"].get("select"))
 
@@ -181,7 +235,7 @@ def alignment_groups(config: dict[str, Any]) -> list[tuple[str, Run]]:
         seen = []
         for run in runs:
             key = (run.lang, run.source, run.target, run.seed)
-            if key[:3] in pairs and key not in seen:
+            if (run.lang, run.source, target_model(run.target)) in pairs and key not in seen:
                 seen.append(key)
         groups += [(stage, Run(lang, source, target, "*", seed))
                    for lang, source, target, seed in seen]

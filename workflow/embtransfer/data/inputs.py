@@ -10,6 +10,7 @@ from typing import Any
 
 from embtransfer.core import paths
 from embtransfer.core.errors import ConfigError
+from embtransfer.core.grid import target_models
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.data.download import needed_languages, offline
 from embtransfer.evaluation.task_catalog import shipped_task_names, stock_task_names
@@ -90,7 +91,7 @@ def all_downloads(config: dict[str, Any]) -> list[str]:
     """Everything the config needs from the internet (rule download_all)."""
     corpora, vectors = needed_languages(config)
     languages = config["languages"]
-    used = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
+    used = set(config["sources"]) | set(target_models(config))
     files = [model_dir(config, m) for m in sorted(used) if config["models"][m]["type"] == "hub"]
     crawled = {
         lang for lang in vectors if languages[lang].get("fasttext", {}).get("type") == "crawl"

@@ -17,8 +17,10 @@ from embtransfer.core.grid import (
     floor_sources,
     held_out_dictionary,
     lapt_runs,
+    model_wildcards,
     real_pairs,
     seeds,
+    target_models,
     transfer_runs,
     world_pairs,
 )
@@ -142,7 +144,7 @@ def eval_specs(config: dict[str, Any], wildcards: Mapping[str, str]) -> list[dic
 def tokenizer_stats_models(config: dict[str, Any], lang: str) -> dict[str, str]:
     """model -> role (source/target) of the tokenizers compared on ``lang``'s eval sets."""
     models = {s: "source" for s in config["sources"]}
-    models.update({t: "target" for t in config["targets"][lang]})
+    models.update({t: "target" for t in target_models(config, lang)})
     return models
 
 
@@ -183,16 +185,17 @@ def alignment_methods(config: dict[str, Any], wildcards: Mapping[str, str]) -> l
 
 def alignment_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict:
     model = paths.TRANSFER_MODEL if wildcards["stage"] == "transfer" else paths.LAPT_MODEL
+    plm = model_wildcards(wildcards)
     return {
         "source": model_dir(config, wildcards["source"]),
         "source_vocab": paths.VOCAB.fill(model=wildcards["source"]),
         # an extended checkpoint's rows are read by the target's tokens (target_rows)
-        "target_tokenizer": tokenizer_dir(config, wildcards["target"]),
+        "target_tokenizer": tokenizer_dir(config, plm["target"]),
         # a real language's truth is its dictionary's held-out half, the world's its lexicon
         "truth": (
             paths.DICTIONARY_TRUTH if held_out_dictionary(config, wildcards["lang"])
             else paths.WORLD_TRUTH
-        ).fill(**wildcards),
+        ).fill(**plm),
         "checkpoints": [
             model.fill(**wildcards, method=m) for m in alignment_methods(config, wildcards)
         ],

@@ -24,6 +24,17 @@ def new_ids(rows: int, shared_ids: np.ndarray) -> np.ndarray:
     return np.flatnonzero(made)
 
 
+def made_ids(checkpoint: dict[str, Any], rows: int, shared_ids: np.ndarray) -> np.ndarray:
+    """The rows a method made in a transferred checkpoint of ``rows`` rows, from its
+    transfer record's ``checkpoint`` entry: in a replaced vocabulary the target ids the
+    overlap did not copy (:func:`new_ids`); in an extended one the rows appended after the
+    source's kept rows (there the overlap's target ids are not row ids)."""
+    if checkpoint.get("mode") == "extend":
+        start = int(checkpoint["kept_source_rows"])
+        return np.arange(start, start + int(checkpoint["new_rows"]))
+    return new_ids(rows, shared_ids)
+
+
 def side_movement(before: np.ndarray, after: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
     """Over the rows ``ids`` of one side: their count, the median and 10th percentile of the
     cosine between each row after and before, and the median change in norm relative to
@@ -47,12 +58,11 @@ def side_movement(before: np.ndarray, after: np.ndarray, ids: np.ndarray) -> dic
             "median_relative_change": float(np.median(change))}
 
 
-def row_movement(before: Embeddings, after: Embeddings, shared_ids: np.ndarray
+def row_movement(before: Embeddings, after: Embeddings, ids: np.ndarray
                  ) -> dict[str, dict[str, Any]]:
-    """Per side (input; output where the checkpoint is untied) the movement of the new rows
-    (:func:`side_movement`) from the transferred checkpoint ``before`` to its LAPT checkpoint
-    ``after``."""
-    ids = new_ids(before.input.shape[0], shared_ids)
+    """Per side (input; output where the checkpoint is untied) the movement of the rows
+    ``ids`` a method made (:func:`made_ids`, :func:`side_movement`) from the transferred
+    checkpoint ``before`` to its LAPT checkpoint ``after``."""
     out = {"input": side_movement(before.input, after.input, ids)}
     if before.output is not None and after.output is not None:
         out["output"] = side_movement(before.output, after.output, ids)

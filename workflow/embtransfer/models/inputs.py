@@ -8,6 +8,7 @@ from typing import Any
 
 from embtransfer.core import paths
 from embtransfer.core.errors import ConfigError
+from embtransfer.core.grid import target_model
 
 
 def model_dir(config: dict[str, Any], model: str) -> str:
@@ -29,7 +30,7 @@ def model_language(config: dict[str, Any], model: str) -> str:
     if config["models"][model].get("language"):
         return config["models"][model]["language"]
     for lang, plms in config["targets"].items():
-        if model in plms:
+        if model in {target_model(name) for name in plms}:
             return lang
     raise ConfigError(f"model {model!r} has no language (set models.{model}.language)")
 

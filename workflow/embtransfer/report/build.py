@@ -13,7 +13,14 @@ import pandas as pd
 
 from embtransfer.core import paths
 from embtransfer.core.atomic import atomic_path, write_table, write_text_lines
-from embtransfer.core.grid import Grid, evaluated_stages, real_text_run, report_stages, seeds
+from embtransfer.core.grid import (
+    Grid,
+    evaluated_stages,
+    real_text_run,
+    report_stages,
+    seeds,
+    target_models,
+)
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report import diagnostics, records, setting_tables
 from embtransfer.report import tables as paper_tables
@@ -78,7 +85,7 @@ def zeroshot_paths(lapt_metrics: list[str]) -> list[str]:
 
 def config_subset(config: dict[str, Any]) -> dict[str, Any]:
     """The part of the config the report reads (the rule's params: other edits do not rerun it)."""
-    used = set(config["sources"]) | {t for plms in config["targets"].values() for t in plms}
+    used = set(config["sources"]) | set(target_models(config))
     return {
         "sources": list(config["sources"]),
         "targets": {lang: list(plms) for lang, plms in config["targets"].items()},

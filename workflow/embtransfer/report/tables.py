@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.core import paths
-from embtransfer.core.grid import STAGES, Grid
+from embtransfer.core.grid import STAGES, Grid, target_model
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import checkpoint_flags, compare_setting
 from embtransfer.report.paper import PaperNames, primary_target
@@ -551,7 +551,8 @@ def table6(coverage: dict[tuple[str, str], dict[str, Any] | None], grid: Grid,
     metrics = list(fields)[:4 if corpus else 3]
     rows = []
     for lang, source in itertools.product(grid.langs, grid.sources):
-        for target in grid.targets[lang]:
+        # one row per PLM, whichever vocabulary modes its settings take
+        for target in dict.fromkeys(target_model(t) for t in grid.targets[lang]):
             record = coverage.get((source, target))
             paper = (names.sources.get(source), names.arch(target), "SALT",
                      names.languages.get(lang))

@@ -9,14 +9,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from embtransfer.core import codehash, paths
-from embtransfer.core.grid import held_out_dictionary, seeds, target_pairs, transfer_runs
+from embtransfer.core.grid import (
+    held_out_dictionary,
+    model_wildcards,
+    seeds,
+    target_model,
+    target_pairs,
+    transfer_runs,
+)
+from embtransfer.core.vocab_modes import method_modes
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir, tokenizer_dir
 from embtransfer.transfer.method_catalog import (
     COMPETING_ROLES,
     METHODS,
-    method_modes,
     method_needs,
     resolve_options,
     role,
@@ -89,8 +96,9 @@ def aligned_tokenizers(config: dict[str, Any], wildcards: Mapping[str, str]) -> 
 
 def transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> dict[str, str]:
     """The transfer rule's inputs: what every method reads, then what the catalog says
-    this method needs (method_needs), by input name."""
-    w = wildcards
+    this method needs (method_needs), by input name. A setting's artifacts are its target
+    PLM's, whatever its vocabulary mode (:func:`~embtransfer.core.grid.model_wildcards`)."""
+    w = model_wildcards(wildcards)
     inputs = {
         "source": model_dir(config, w["source"]),
         "target_tokenizer": tokenizer_dir(config, w["target"]),
@@ -139,8 +147,8 @@ def omp_solve_inputs(config: dict[str, Any], wildcards: Mapping[str, str]) -> di
     w = wildcards
     if w["method"] not in OMP_SHARING or not shares_omp_solve(config, w):
         return {}
-    return {"omp_solve": paths.OMP_SOLVE.fill(**{k: w[k] for k in ("lang", "source", "target",
-                                                                     "seed")})}
+    return {"omp_solve": paths.OMP_SOLVE.fill(**model_wildcards(
+        {k: w[k] for k in ("lang", "source", "target", "seed")}))}
 
 
 def omp_solve_rule_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
@@ -161,8 +169,8 @@ def holdout_transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
     """A held-out transfer's inputs: the transfer's, with the overlap, neighbour tables and
     SALT's regression built without the held-out tokens, the split itself, and no shared
     aligned search (it saw the held-out source tokens: the job searches anew)."""
-    w = wildcards
-    inputs = transfer_inputs(config, w)
+    inputs = transfer_inputs(config, wildcards)
+    w = model_wildcards(wildcards)
     inputs["overlap"] = paths.HOLDOUT_OVERLAP.fill(**w)
     inputs["holdout"] = paths.HOLDOUT.fill(**w)
     for vectors in ("word", "token"):
@@ -177,11 +185,18 @@ def all_holdout_scores(config: dict[str, Any]) -> list[str]:
     """Every competing method's held-out scores, per transferred setting and replicate seed,
     where ``transfer.holdout`` is set (the world's oracle, which reads the truth, is left
     out, and so is Token Distillation: the held-out transfer runs as a replaced vocabulary,
-    and its snippets would hold the held-out tokens' own source ids)."""
+    and its snippets would hold the held-out tokens' own source ids). A method is scored
+    once per target PLM: the held-out transfer predicts shared tokens' rows, which a
+    setting's vocabulary mode does not change, so a PLM's second setting (``@extend``)
+    shares its first's scores."""
     if not config["transfer"].get("holdout"):
         return []
-    return [paths.HOLDOUT_SCORES.fill(**r._asdict()) for r in transfer_runs(config)
-            if role(r.method) in COMPETING_ROLES and "replace" in method_modes(r.method)]
+    scored = {}
+    for r in transfer_runs(config):
+        if role(r.method) in COMPETING_ROLES and "replace" in method_modes(r.method):
+            key = (r.seed, r.lang, r.source, target_model(r.target), r.method)
+            scored.setdefault(key, paths.HOLDOUT_SCORES.fill(**r._asdict()))
+    return list(scored.values())
 
 
 def glove_options(config: dict[str, Any]) -> dict[str, Any]:
@@ -197,8 +212,9 @@ def aligned_pairs(config: dict[str, Any], lang: str) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for r in transfer_runs(config):  # the same pairs in every seed
         aligned = "aligned" in method_needs(r.method, method_options(config, r.method))
-        if aligned and r.lang == lang and (r.source, r.target) not in pairs:
-            pairs.append((r.source, r.target))
+        pair = (r.source, target_model(r.target))
+        if aligned and r.lang == lang and pair not in pairs:
+            pairs.append(pair)
     return pairs
 
 
@@ -252,7 +268,7 @@ def all_salt_regression(config: dict[str, Any]) -> list[str]:
     """The regression record (:data:`paths.REGRESSION_META`) of every (language, source,
     target, seed) with a method that reads SALT's coefficients, once each, in grid order."""
     settings = dict.fromkeys(
-        (r.lang, r.source, r.target, r.seed) for r in transfer_runs(config)
+        (r.lang, r.source, target_model(r.target), r.seed) for r in transfer_runs(config)
         if "projected" in method_needs(r.method, method_options(config, r.method))
     )
     return [paths.REGRESSION_META.fill(lang=lang, source=source, target=target, seed=seed)

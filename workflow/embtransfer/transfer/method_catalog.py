@@ -18,6 +18,8 @@ from typing import Any
 
 import jsonschema
 
+from embtransfer.core.vocab_modes import method_modes
+
 
 @dataclass(frozen=True)
 class Option:
@@ -56,8 +58,8 @@ NEEDS = {
 
 #: name -> module under embtransfer.transfer.methods, needs, one-line description, options (in the
 #: order transfer.json lists them), ``long`` where the method's jobs are the longest of a
-#: run (:func:`transfer_priority`), and ``modes`` where it works in only some vocabulary
-#: modes (:func:`method_modes`). The order of the methods is the default
+#: run (:func:`transfer_priority`) (the vocabulary modes each works in:
+#: :mod:`embtransfer.core.vocab_modes`). The order of the methods is the default
 #: ``transfer.methods``.
 METHODS: dict[str, dict[str, Any]] = {
     "salt": {
@@ -200,7 +202,6 @@ METHODS: dict[str, dict[str, Any]] = {
         "tokens start at the mean of their pieces' source rows, and the most frequent ones' "
         "input rows are trained so that the frozen source reads them as it reads their "
         "pieces (last-layer hidden states, MSE); output rows keep the pieces' mean",
-        "modes": ["extend"],
         # the reference package's defaults; max_tokens caps the distilled tokens (the most
         # frequent first: a per-language time budget), max_lines the corpus lines searched
         "options": {
@@ -248,15 +249,6 @@ def role(name: str) -> str:
 
 
 #: The methods a run gets when its config names none: all but the miniature world's own.
-#: The vocabulary modes a method works in where its entry does not say (``modes``).
-VOCAB_MODES = ("replace", "extend")
-
-
-def method_modes(name: str) -> tuple[str, ...]:
-    """The vocabulary modes (``transfer.vocab_mode``) the method works in."""
-    return tuple(METHODS[name].get("modes", VOCAB_MODES))
-
-
 DEFAULT_METHODS: list[str] = [m for m, spec in METHODS.items()
                               if not spec.get("world_only") and "replace" in method_modes(m)]
 

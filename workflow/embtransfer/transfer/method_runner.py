@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from embtransfer.core.vocab_modes import method_modes
 from embtransfer.models.loading import name_rows, nonfinite_rows
-from embtransfer.transfer.method_catalog import method_modes, resolve_options
+from embtransfer.transfer.method_catalog import resolve_options
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, get_method
 
 

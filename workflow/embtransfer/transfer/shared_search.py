@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from embtransfer.core import paths
+from embtransfer.core.grid import model_wildcards
 from embtransfer.transfer.method_catalog import resolve_options
 
 #: the methods that search the aligned space
@@ -36,4 +37,5 @@ def search_inputs(config: dict[str, Any], wildcards: Any) -> dict[str, str]:
     if not config["aligned"]["share_search"] or wildcards.method not in SEARCHING:
         return {}
     keys = ("lang", "source", "target", "seed")
-    return {"aligned_search": paths.ALIGNED_SEARCH.fill(**{k: getattr(wildcards, k) for k in keys})}
+    return {"aligned_search": paths.ALIGNED_SEARCH.fill(
+        **model_wildcards({k: getattr(wildcards, k) for k in keys}))}

@@ -66,6 +66,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from embtransfer.core.atomic import NonFiniteError, atomic_path, write_json
+from embtransfer.core.vocab_modes import VOCAB_MODES
 from embtransfer.models.hf import (
     VOCAB_MODE_KEY,
     configs,
@@ -81,7 +82,6 @@ from embtransfer.models.loading import (
     load_tokenizer,
     nonfinite_rows,
 )
-from embtransfer.transfer.method_catalog import VOCAB_MODES
 from embtransfer.transfer.row_check import check_new_rows
 from embtransfer.vocab.extend import extend_tokenizer, new_target_tokens
 

@@ -8,7 +8,7 @@ language's training text, the most frequent first and at most ``max_tokens`` of 
 trained so that the frozen source model reads each one as it reads its pieces (label
 ``distilled``). Output rows of an untied head keep the pieces' mean. The method runs the
 source model itself, so it works only where the source keeps its vocabulary
-(``transfer.vocab_mode: extend``; :func:`embtransfer.transfer.method_catalog.method_modes`).
+(``transfer.vocab_mode: extend``; :func:`embtransfer.core.vocab_modes.method_modes`).
 """
 
 from __future__ import annotations
