@@ -625,7 +625,7 @@ def test_a_held_out_transfer_reads_the_held_out_overlap_tables_and_regression(co
 
     assert all_holdout_scores(config) == []
     config["transfer"]["holdout"] = {"share": 0.15}
-    # every competing method's but Token Distillation's (extended vocabularies only)
+    # every competing method's (Token Distillation runs in no setting of a replaced run)
     scored = {path.rsplit("/", 1)[1].removesuffix(".parquet")
               for path in all_holdout_scores(config)}
     assert scored == set(config["transfer"]["methods"]) - {"token_distillation"}
@@ -675,7 +675,8 @@ def test_a_target_written_with_a_mode_is_a_setting_of_its_plm_in_that_mode(confi
     config["transfer"]["holdout"] = {"share": 0.15}
     scored = [p for p in all_holdout_scores(config) if "/vi/" in p]
     assert sorted(p.rsplit("/", 2)[1:] for p in scored) == [
-        ["gpt2_vi", "focus.parquet"], ["gpt2_vi", "salt.parquet"]]
+        ["gpt2_vi", "focus.parquet"], ["gpt2_vi", "salt.parquet"],
+        ["gpt2_vi", "token_distillation.parquet"]]
     # the transfer and everything after it carry the setting's name
     checkpoint = evaluation.eval_checkpoint(
         config, {**wildcards, "stage": "transfer", "seed": "1"})

@@ -8,10 +8,12 @@ rows. One module, so that the run is made once (a module-scoped fixture)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from test_workflow import copy_workflow, small_config, snakemake
 
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.slow
 
 SEEDS = [1234, 7]
 RUN = {"lang": "ar_mini", "source": "llama_mini", "target": "gpt2_ar_mini"}
+DISTILL = {"snippets_per_token": 4, "snippet_length": 16, "min_snippets": 2, "max_tokens": 12,
+           "batch_size": 4}
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +44,19 @@ def seeded_run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("wf"))
     config = small_config()
     config["seeds"] = SEEDS
-    config["targets"] = {"ar_mini": ["gpt2_ar_mini"]}
+    # the extended setting: Token Distillation, scored on the PLM's held-out tokens beside
+    # the replaced setting's methods
+    config["targets"] = {"ar_mini": ["gpt2_ar_mini", "gpt2_ar_mini@extend"]}
     # wechsel and tokalign: the aligned vectors the leak test's WECHSEL and OFA read, and the
     # GloVe spaces TokAlign's; omp and omp_salt_k: their shared solve
     config["transfer"] = {"methods": ["salt", "focus", "wechsel", "tokalign", "random", "omp",
-                                      "omp_salt_k"],
+                                      "omp_salt_k", "token_distillation"],
+                          "select": [{"targets": ["gpt2_ar_mini"]},
+                                     {"targets": ["gpt2_ar_mini@extend"],
+                                      "methods": ["token_distillation"]}],
                           "holdout": {"share": 0.15},
-                          "options": {"tokalign": {"dim": 16, "iterations": 3}}}
+                          "options": {"tokalign": {"dim": 16, "iterations": 3},
+                                      "token_distillation": DISTILL}}
     config["lapt"]["select"] = [{"methods": ["salt", "random"]}]
     config["evaluation"]["tasks"] = ["world_facts"]
     config["evaluation"]["lapt_zeroshot"] = True
@@ -179,6 +189,34 @@ def test_no_method_reads_the_held_out_rows(seeded_run, method, monkeypatch):
     assert "copied" not in set(clean.labels[ids])
 
 
+def test_token_distillation_reads_no_held_out_row_of_the_model(seeded_run, monkeypatch,
+                                                               tmp_path):
+    """Token Distillation runs the source checkpoint itself: noise in place of the held-out
+    tokens' rows of the checkpoint (both sides) and of the inputs leaves its rows for them
+    unchanged, bit for bit; it distils some of them, and none is copied."""
+    from embtransfer.models.hf import save_safetensors
+    from embtransfer.transfer.transferred_model import load_source_model
+
+    inputs, files = _inputs(seeded_run, "token_distillation", monkeypatch)
+    inputs.scored = held_out_targets(read_holdout(files["holdout"]))["target_id"].to_numpy()
+    ids = inputs.scored
+    model, _ = load_source_model(Path(inputs.source_dir), False)
+    for matrix in {id(m): m for m in (model.get_input_embeddings().weight,
+                                      model.get_output_embeddings().weight)}.values():
+        with torch.no_grad():
+            matrix[torch.as_tensor(inputs.hidden)] = 10 * torch.randn(
+                len(inputs.hidden), matrix.shape[1], generator=torch.Generator().manual_seed(0))
+    save_safetensors(model, tmp_path / "noisy")
+    noisy_inputs = replace(_with_noise(inputs, inputs.hidden), source_dir=str(tmp_path / "noisy"))
+    clean = run_method("token_distillation", inputs, DISTILL, "extend")
+    noisy = run_method("token_distillation", noisy_inputs, DISTILL, "extend")
+    at = np.searchsorted(clean.token_ids, ids)
+    assert (clean.token_ids[at] == ids).all()
+    np.testing.assert_array_equal(_rows(clean, at), _rows(noisy, at))
+    labels = set(clean.labels[at])
+    assert "distilled" in labels and "copied" not in labels
+
+
 def test_the_test_catches_a_method_that_reads_them(seeded_run, monkeypatch):
     """The same check on the full overlap (no token hidden) sees the copied rows change."""
     inputs, files = _inputs(seeded_run, "mean", monkeypatch)
@@ -196,7 +234,7 @@ def test_every_method_is_scored_on_the_held_out_tokens(seeded_run):
         held = held_out_targets(split)
         scores = {m: pd.read_parquet(seeded_run / paths.HOLDOUT_SCORES.fill(
             **RUN, method=m, seed=seed)) for m in ("salt", "focus", "wechsel", "tokalign",
-                                                   "random")}
+                                                   "random", "token_distillation")}
         for method, table in scores.items():
             for side, part in table.groupby("side"):
                 assert part["target_id"].tolist() == held["target_id"].tolist(), (method, side)

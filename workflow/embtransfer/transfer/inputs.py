@@ -17,7 +17,6 @@ from embtransfer.core.grid import (
     target_pairs,
     transfer_runs,
 )
-from embtransfer.core.vocab_modes import method_modes
 from embtransfer.data.dictionaries import freedict_data
 from embtransfer.fasttext.inputs import fasttext_word_bin
 from embtransfer.models.inputs import model_dir, tokenizer_dir
@@ -182,21 +181,17 @@ def holdout_transfer_inputs(config: dict[str, Any], wildcards: Mapping[str, str]
 
 
 def all_holdout_scores(config: dict[str, Any]) -> list[str]:
-    """Every competing method's held-out scores, per transferred setting and replicate seed,
-    where ``transfer.holdout`` is set (the world's oracle, which reads the truth, is left
-    out, and so is Token Distillation: the held-out transfer runs as a replaced vocabulary,
-    and its snippets would hold the held-out tokens' own source ids). A method is scored
-    once per target PLM: the held-out transfer predicts shared tokens' rows, which a
-    setting's vocabulary mode does not change, so a PLM's second setting (``@extend``)
-    shares its first's scores."""
+    """Every competing method's held-out scores, per target PLM and replicate seed, where
+    ``transfer.holdout`` is set (the world's oracle, which reads the truth, is left out).
+    The held-out transfer predicts shared tokens' rows, which a setting's vocabulary mode
+    does not change: a method is scored once per PLM, under the PLM's name, whichever of its
+    settings it runs in (Token Distillation, of its ``@extend`` setting, beside the methods
+    of its replaced one)."""
     if not config["transfer"].get("holdout"):
         return []
-    scored = {}
-    for r in transfer_runs(config):
-        if role(r.method) in COMPETING_ROLES and "replace" in method_modes(r.method):
-            key = (r.seed, r.lang, r.source, target_model(r.target), r.method)
-            scored.setdefault(key, paths.HOLDOUT_SCORES.fill(**r._asdict()))
-    return list(scored.values())
+    return list(dict.fromkeys(
+        paths.HOLDOUT_SCORES.fill(**{**r._asdict(), "target": target_model(r.target)})
+        for r in transfer_runs(config) if role(r.method) in COMPETING_ROLES))
 
 
 def glove_options(config: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from embtransfer.core.atomic import write_parquet
 from embtransfer.core.logs import without_run_values
+from embtransfer.core.vocab_modes import method_modes
 from embtransfer.evaluation.heldout_rows import contrast_scores, retrieval_scores
 from embtransfer.models.loading import (
     check_id_count,
@@ -178,16 +179,22 @@ def score_held_out(inputs: TransferInputs, result: Any, targets: pd.DataFrame) -
     candidates = replace(inputs, hidden=np.zeros(0, np.int64)).statistic_ids()
     ids = targets["target_id"].to_numpy(np.int64)
     true_ids = targets["source_id"].to_numpy(np.int64)
+    # the result's rows are those of its token ids (every target id where the vocabulary is
+    # replaced, the appended ones where it is extended), ascending
+    at = np.searchsorted(result.token_ids, ids)
+    if (at >= result.token_ids.size).any() or (result.token_ids[np.minimum(
+            at, result.token_ids.size - 1)] != ids).any():
+        raise ValueError("the method's result holds no row for some held-out target tokens")
     parts = []
     for side in result.report["sides"]:
         rows = result.input_rows if side == "input" else result.output_rows
         matrix = inputs.source_matrix(side)
-        predicted = rows[ids]
+        predicted = rows[at]
         centre = column_sum(matrix, candidates) / candidates.size
         retrieval = retrieval_scores(predicted, matrix, true_ids, candidates)
         contrast = contrast_scores(predicted, matrix, true_ids, centre)
         parts.append(pd.concat([
-            targets.assign(side=side, how=result.labels[ids]).reset_index(drop=True),
+            targets.assign(side=side, how=result.labels[at]).reset_index(drop=True),
             retrieval.drop(columns="source_id"), contrast.drop(columns="source_id")], axis=1))
     return pd.concat(parts, ignore_index=True)
 
@@ -206,7 +213,11 @@ def run_holdout_job(method: str, paths: dict[str, str], out_path: str,
     targets = held_out_targets(read_holdout(paths["holdout"]))
     if targets.empty:
         raise ValueError(f"{paths['holdout']} holds no token out: raise transfer.holdout.share")
-    result = run_method(method, inputs, options, "replace")
+    inputs.scored = targets["target_id"].to_numpy(np.int64)
+    # a method of extended vocabularies runs as one: the held-out tokens are among the
+    # tokens it appends, and its rows are read by target id as every method's
+    mode = "replace" if "replace" in method_modes(method) else "extend"
+    result = run_method(method, inputs, options, mode)
     scores = score_held_out(inputs, result, targets)
     record = {**(context or {}), "method": method, "held_out": int(len(targets)),
               "hidden_source_ids": int(inputs.hidden.size), "sides": result.report["sides"],

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -188,6 +188,7 @@ def find_snippets(
     token_strings: Sequence[str],
     source_tokenizer: Any,
     options: DistillOptions,
+    encode: Callable[[Any, list[str]], list[list[int]]] | None = None,
 ) -> Snippets:
     """Each new token's pieces, occurrence count and snippets in ``lines`` (raw text).
 
@@ -197,9 +198,12 @@ def find_snippets(
     sampling, one generator per token seeded from ``options.seed`` and the token's index,
     so a token's sample does not depend on the other tokens). A window holds the token's
     pieces and ``snippet_length - pieces`` tokens of context, half before where the line
-    allows, the rest after; a line with fewer tokens gives all of them.
+    allows, the rest after; a line with fewer tokens gives all of them. ``encode`` (the
+    tokenizer and texts to ids; the tokenizer's own encoding by default) encodes the pieces
+    and the windows: a held-out transfer's keeps the held-out source ids out of both.
     """
     _check_concatenates(source_tokenizer)
+    encode = encode or _encode
     n = len(token_strings)
     cap = options.snippets_per_token
     counts = [0] * n
@@ -216,10 +220,10 @@ def find_snippets(
         slot = rng.randrange(counts[i])
         if slot < cap:
             samples[i][slot] = (line_no, char, line)
-    pieces = [_encode(source_tokenizer, [s])[0] if s else [] for s in token_strings]
+    pieces = [encode(source_tokenizer, [s])[0] if s else [] for s in token_strings]
     windows = [
         _windows(source_tokenizer, sorted(samples[i], key=lambda x: x[:2]),
-                 len(token_strings[i]), pieces[i], options.snippet_length)
+                 len(token_strings[i]), pieces[i], options.snippet_length, encode)
         for i in range(n)
     ]
     return Snippets(pieces=pieces, windows=windows, counts=counts,
@@ -232,6 +236,7 @@ def _windows(
     n_chars: int,
     pieces: list[int],
     length: int,
+    encode: Callable[[Any, list[str]], list[list[int]]] = _encode,
 ) -> list[Snippet]:
     """The windows of one token's sampled occurrences (line index, first character, line)."""
     if not found:
@@ -256,15 +261,15 @@ def _windows(
             right = right[:space] if space > 0 else right
         lefts.append(left)
         rights.append(right)
-    left_ids = _encode(tokenizer, lefts)
-    right_ids = _encode(tokenizer, rights)
+    left_ids = encode(tokenizer, lefts)
+    right_ids = encode(tokenizer, rights)
     free = max(length - len(pieces), 0)
     out = []
     for j, (line_no, char, line) in enumerate(found):
         if cut_left[j] and len(left_ids[j]) < free:
-            left_ids[j] = _encode(tokenizer, [line[:char]])[0]
+            left_ids[j] = encode(tokenizer, [line[:char]])[0]
         if cut_right[j] and len(right_ids[j]) < free:
-            right_ids[j] = _encode(tokenizer, [line[char + n_chars:]])[0]
+            right_ids[j] = encode(tokenizer, [line[char + n_chars:]])[0]
         left, right = left_ids[j], right_ids[j]
         after = min(len(right), free - min(len(left), free // 2))
         before = min(len(left), free - after)

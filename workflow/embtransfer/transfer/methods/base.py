@@ -56,6 +56,9 @@ class TransferInputs:
     # methods must treat as though the source lacked them. Their rows enter no statistic,
     # no search and no decomposition; the overlap already lacks them.
     hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # The target ids a held-out transfer scores (None: every row counts): a method with a
+    # budget of tokens (Token Distillation's max_tokens) spends it on these.
+    scored: np.ndarray | None = None
     # The source checkpoint's directory (a method that runs the model: Token Distillation)
     # and the target language's training text (its snippets)
     source_dir: str | None = None

@@ -9,6 +9,11 @@ trained so that the frozen source model reads each one as it reads its pieces (l
 ``distilled``). Output rows of an untied head keep the pieces' mean. The method runs the
 source model itself, so it works only where the source keeps its vocabulary
 (``transfer.vocab_mode: extend``; :func:`embtransfer.core.vocab_modes.method_modes`).
+
+In a held-out transfer the held-out shared tokens are new tokens like the others: their
+pieces and every snippet are encoded without the held-out source ids (Subword-mean's
+``encode_avoiding``), so neither the teacher nor the student reads a held-out row, and the
+budget goes to the tokens scored (``TransferInputs.scored``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 
 from embtransfer.transfer.methods.base import SideResult, TransferInputs, register
 from embtransfer.transfer.methods.common import count_labels
-from embtransfer.transfer.methods.mean import subword_mean, token_texts
+from embtransfer.transfer.methods.mean import encode_avoiding, subword_mean, token_texts
 from embtransfer.transfer.token_distillation import (
     DISTILLED,
     DistillOptions,
@@ -55,10 +60,14 @@ def token_distillation(inputs: TransferInputs, params: dict[str, Any], side: str
                          "language's text (inputs.source_dir, inputs.corpus)")
     rows, how = start.rows, start.how
     todo = np.flatnonzero(how == "subword_mean")
+    if inputs.scored is not None:  # a held-out transfer: only the scored rows are read
+        todo = todo[np.isin(todo, inputs.scored)]
     texts = token_texts(inputs.target_vocab, todo)
     options = distill_options(params, int(inputs.rng("token_distillation", side).integers(2**31)))
+    hidden = inputs.hidden
     snippets = find_snippets(read_lines(inputs.corpus, params["max_lines"]), texts,
-                             inputs.source_tokenizer, options)
+                             inputs.source_tokenizer, options,
+                             lambda tokenizer, batch: encode_avoiding(tokenizer, batch, hidden))
     model = load_distilled_model(inputs)
     distilled, report = distill(model, snippets.pieces, snippets, options)
     chosen = np.array([h == DISTILLED for h in report["how"]], bool)
