@@ -86,6 +86,18 @@ def test_the_alignment_scores_every_methods_rows_and_the_report_is_built(extende
     # are its own (a source row read at a target id would not be the same for every token)
     for side, part in scores[scores["method"] == "mean"].groupby("side"):
         assert abs(part["contrast"].mean()) < 1e-6, side
+    # how many rows Token Distillation distilled, as its transfer record says, in the report's
+    # table and in the findings' line against its start
+    record = json.loads((extended_run / paths.TRANSFER_MODEL.fill(
+        **RUN, method="token_distillation") / "transfer.json").read_text())
+    new_rows = pd.read_csv(extended_run / paths.REPORT_DIR / "new_rows.csv")
+    mine = new_rows[(new_rows["method"] == "token_distillation")]
+    assert set(mine["target"]) == {RUN["target"]}
+    distilled = int(mine.loc[mine["how"] == "distilled", "rows"].sum())
+    assert distilled == record["counts"]["distilled"] > 0
+    assert int(mine["rows"].sum()) == record["checkpoint"]["new_rows"]
     findings = (extended_run / paths.REPORT_DIR / "findings.md").read_text()
+    assert (f"**`token_distillation` against `subword_mean`** (where its rows start; distilled "
+            f"{distilled} of {record['checkpoint']['new_rows']:,} new rows") in findings
     # both settings are in the report, each under its own name
     assert "gpt2_ar_mini@extend" in findings and "gpt2_ar_mini " in findings.replace("|", " ")

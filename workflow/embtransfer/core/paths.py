@@ -220,7 +220,7 @@ REPORT_FILES = {
                                                "lapt_zeroshot", "heldout")},
     **{f"{name}_{kind}": f"{name}.{kind}" for name in (
         "plm_probes", "fasttext_bli", "source_floor", "salt_conditioning", "lapt_movement",
-        "heldout_kinds", "heldout_tracking")
+        "new_rows", "heldout_kinds", "heldout_tracking")
        for kind in ("md", "csv")},
     "figure2": "figure2.png",
     "methods": "methods.png",

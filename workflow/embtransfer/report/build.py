@@ -262,12 +262,14 @@ def write_report(config: dict[str, Any], inputs: Inputs, outputs: dict[str, str]
                                                        *csv_md("salt_conditioning"))
     movement = diagnostics.write_lapt_movement(of_seed(inputs.lapt_zeroshot, primary),
                                                *csv_md("lapt_movement"))
+    new_rows = diagnostics.write_new_rows(of_seed(inputs.transfer_zeroshot, primary),
+                                          *csv_md("new_rows"))
     diagnostics.write_heldout_kinds(of_seed(inputs.holdout, primary), *csv_md("heldout_kinds"))
     diagnostics.write_heldout_tracking(summaries, *csv_md("heldout_tracking"))
     write_methods_figure(outputs["methods"], summaries, decided, dpi=dpi)
     findings = findings_markdown(decided, summaries, findings_run(config),
                                  real=bool(config.get("real_text")), conditioning=conditioning,
-                                 movement=movement)
+                                 movement=movement, new_rows=new_rows)
     write_text_lines(outputs["findings"], [findings])  # it ends in one newline
     curves, lacking = write_figure2(outputs["figure2"], runs, grid, names, config, dpi=dpi)
     here = Path(outputs["report_md"]).parent

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from embtransfer.core import paired
-from embtransfer.transfer.method_catalog import COMPETING_ROLES, RANDOM, SALT, role
+from embtransfer.transfer.method_catalog import COMPETING_ROLES, RANDOM, SALT, role, start_of
 
 #: What identifies a setting and metric; a family is one table's tests.
 KEYS = ["family", "stage", "lang", "source", "target", "side", "split", "variant", "metric"]
@@ -157,7 +157,9 @@ def compare_setting(setting: dict[str, Any], scores: dict[str, np.ndarray], seed
                         "chance": chance, "flags": flags.get(m, "")} for m in scores]
     tests = []
     for method in competing if best else []:
-        for versus, other in (("best", best), ("random", RANDOM), ("salt", SALT)):
+        start = (start_of(method) or (None,))[0]
+        for versus, other in (("best", best), ("random", RANDOM), ("salt", SALT),
+                              ("start", start)):
             if other == method or other not in competing:
                 continue
             seeded = paired.derived_seed(tuple(key.values()), *sorted((method, other)), seed)

@@ -277,6 +277,36 @@ def movement_frame(files: list[str]) -> pd.DataFrame:
     return frame.sort_values([*SETTING, "method", "side"], kind="stable").reset_index(drop=True)
 
 
+NEW_ROWS_COLUMNS = [*SETTING, "method", "how", "rows"]
+
+
+def new_rows_frame(files: list[str]) -> pd.DataFrame:
+    """One line per (transfer checkpoint, label) of the zero-shot records in ``files``: how
+    many of the checkpoint's rows the method made each way (``counts``: its labels, over
+    every target token of a replaced vocabulary, over the appended ones of an extended
+    one), sorted by setting, method and label. A record without counts (the source model's,
+    an older one) adds no line."""
+    lines = [{key: record[key] for key in (*SETTING, "method")} | {"how": how, "rows": int(n)}
+             for record in read_records(files, required=("lang", "source"))
+             if record.get("counts") and record.get("method")
+             for how, n in sorted(record["counts"].items())]
+    frame = pd.DataFrame(lines, columns=NEW_ROWS_COLUMNS)
+    return frame.sort_values([*SETTING, "method", "how"], kind="stable").reset_index(drop=True)
+
+
+def write_new_rows(files: list[str], csv_path: str | os.PathLike,
+                   md_path: str | os.PathLike) -> pd.DataFrame:
+    frame = new_rows_frame(files)
+    runs = frame.groupby([*SETTING, "method"], sort=False)
+    table = pd.DataFrame([
+        {"language": lang, "source": source, "target PLM": target, "method": method,
+         "rows": f"{int(part['rows'].sum()):,}",
+         "made as": ", ".join(f"{how} {int(n):,}" for how, n in zip(
+             part["how"], part["rows"], strict=True))}
+        for (lang, source, target, method), part in runs])
+    return _write(frame, "new_rows", [markdown(table)], csv_path, md_path)
+
+
 def write_lapt_movement(files: list[str], csv_path: str | os.PathLike,
                         md_path: str | os.PathLike) -> pd.DataFrame:
     frame = movement_frame(files)

@@ -1,6 +1,6 @@
 """findings.md: what the run found, written from the comparisons table alone.
 
-It opens with at most thirteen lines (:func:`headline`), then one table per setting
+It opens with at most fourteen lines (:func:`headline`), then one table per setting
 (:mod:`.setting_tables`), through the template ``findings.md.j2``. Every count in a line
 carries its denominator and every line names its metric, side and stage, so each can be
 checked in the tables below it. The reference runs' comparisons tables are committed
@@ -41,7 +41,7 @@ from embtransfer.report.seeds import several
 from embtransfer.report.setting_tables import legend, setting_sections
 from embtransfer.report.tables import markdown
 from embtransfer.report.texts import prose
-from embtransfer.transfer.method_catalog import COMPETING_ROLES, METHODS
+from embtransfer.transfer.method_catalog import COMPETING_ROLES, METHODS, start_of
 
 TEMPLATE = Path(__file__).with_name("findings.md.j2")
 REFERENCE_DIR = Path("docs/reference_run")
@@ -51,6 +51,9 @@ RUN_JSON = "run.json"
 #: reference has it: the SALT-against-OMP lines read k/h from it.
 CONDITIONING = paths.REPORT_FILES["salt_conditioning_csv"]
 MOVEMENT = paths.REPORT_FILES["lapt_movement_csv"]
+#: How each method made the new rows of its transfer checkpoints: the line of a method
+#: against its start counts the rows it refined from it.
+NEW_ROWS = paths.REPORT_FILES["new_rows_csv"]
 README = Path("README.md")
 #: The docs page of each reference: the whole of docs/findings.md; a block of real_text.md.
 PAGES = {False: Path("docs/findings.md"), True: Path("docs/real_text.md")}
@@ -116,9 +119,10 @@ def read_run(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             summaries.fillna({c: "" for c in text if c in summaries}))
 
 
-def read_movement(directory: str | Path) -> pd.DataFrame | None:
-    """How far LAPT moved the new rows, from a report folder or a reference, if it has it."""
-    path = Path(directory) / MOVEMENT
+def read_movement(directory: str | Path, name: str = MOVEMENT) -> pd.DataFrame | None:
+    """How far LAPT moved the new rows (or another per-run table, ``name``: how the methods
+    made them), from a report folder or a reference, if it has it."""
+    path = Path(directory) / name
     if not path.is_file():
         return None
     return pd.read_csv(path, dtype={k: str for k in ("lang", "source", "target", "method")})
@@ -433,14 +437,15 @@ def _k_over_h(rival: str, tests: pd.DataFrame, conditioning: pd.DataFrame | None
     return f"{k}, k/h {_span(ratio)}"
 
 
-def _moved(rival: str, tests: pd.DataFrame, movement: pd.DataFrame | None) -> str:
-    """How far LAPT moved SALT's and the rival's new rows in the settings of ``tests``: the
-    span of the runs' median cosines to their rows before LAPT, per side ("" where the run
-    scored no LAPT checkpoint)."""
+def _moved(rival: str, tests: pd.DataFrame, movement: pd.DataFrame | None,
+           subject: str = "salt") -> str:
+    """How far LAPT moved the subject's (SALT's) and the rival's new rows in the settings of
+    ``tests``: the span of the runs' median cosines to their rows before LAPT, per side (""
+    where the run scored no LAPT checkpoint)."""
     if movement is None or movement.empty:
         return ""
     plms = tests[["lang", "source", "target"]].drop_duplicates()
-    runs = movement[movement["method"].isin(["salt", rival])].merge(
+    runs = movement[movement["method"].isin([subject, rival])].merge(
         plms, on=["lang", "source", "target"])
     runs = runs[runs["median_cosine"].notna()]
     if runs.empty:
@@ -480,22 +485,71 @@ def salt_omp_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
         head = f"`{rival}`: {_k_over_h(rival, versus, conditioning, omp_k)}"
         if down.any():
             head += f"; {_plural(int(down.sum()), 'test')} with flagged rows left out"
-        stages = []
-        for stage in _in_stage_order(working["stage"]):
-            tests = working[working["stage"] == stage]
-            # OMP worse is SALT better
-            better = tests[tests["relation"] == "worse"]
-            worse = tests[tests["relation"] == "better"]
-            moved = _moved(rival, tests, movement) if stage == "lapt" else ""
-            said = (f"{_stage(str(stage))}{moved}, {_plural(len(tests), 'paired test')}: "
-                    "SALT better in ")
-            said += f"{len(better)}" + (f" ({_where(better)})" if len(better) else "")
-            said += f", worse in {len(worse)}" + (f" ({_where(worse)})" if len(worse) else "")
-            said += f", not apart in {int((tests['relation'] == 'not apart').sum())}"
-            stages.append(said)
-        body = "; ".join(stages) if stages else "no test between working checkpoints"
+        # the rival's lines: OMP worse is SALT better
+        body = _verdicts(working, "SALT", "salt", rival, movement, flip=True)
         lines.append(f"**SALT against OMP {words}** ({head}): {body}.")
     return lines
+
+
+def _verdicts(working: pd.DataFrame, name: str, subject: str, rival: str,
+              movement: pd.DataFrame | None, flip: bool = False) -> str:
+    """Per stage, the subject's paired tests against the rival: better, worse and not apart,
+    with the measures where they are apart; the LAPT stage with how far it moved the rows.
+    ``flip``: the tests are the rival's lines (its relation to the subject)."""
+    stages = []
+    for stage in _in_stage_order(working["stage"]):
+        tests = working[working["stage"] == stage]
+        better = tests[tests["relation"] == ("worse" if flip else "better")]
+        worse = tests[tests["relation"] == ("better" if flip else "worse")]
+        moved = _moved(rival, tests, movement, subject) if stage == "lapt" else ""
+        said = (f"{_stage(str(stage))}{moved}, {_plural(len(tests), 'paired test')}: "
+                f"{name} better in ")
+        said += f"{len(better)}" + (f" ({_where(better)})" if len(better) else "")
+        said += f", worse in {len(worse)}" + (f" ({_where(worse)})" if len(worse) else "")
+        said += f", not apart in {int((tests['relation'] == 'not apart').sum())}"
+        stages.append(said)
+    return "; ".join(stages) if stages else "no test between working checkpoints"
+
+
+def start_lines(decided: pd.DataFrame, summaries: pd.DataFrame | None = None,
+                new_rows: pd.DataFrame | None = None, movement: pd.DataFrame | None = None
+                ) -> list[str]:
+    """Each method that refines another's rows (the catalog's ``starts_from``: Token
+    Distillation from Subword-mean's) against that start, one line per method: how many of
+    its new rows it refined (``new_rows``: the report's new_rows table of the transfer
+    checkpoints) and its paired tests, the transfer stage apart from LAPT's."""
+    broken = broken_checkpoints(summaries) if summaries is not None else set()
+    lines = []
+    starts = decided[decided["versus"] == "start"]
+    for method, versus in starts.groupby("method", sort=True):
+        rival = str(versus["other"].iloc[0])
+        working = versus[~_broken_test(versus, broken)]
+        head = f"where its rows start{_refined(method, new_rows)}"
+        body = _verdicts(working, f"`{method}`", method, rival, movement)
+        lines.append(f"**`{method}` against `{rival}`** ({head}): {body}.")
+    return lines
+
+
+def _refined(method: str, new_rows: pd.DataFrame | None) -> str:
+    """``; refined 150 of 4,862-5,310 new rows per setting`` from the new_rows table: the rows
+    of the method's own label (``how``) out of all its new rows, over its settings."""
+    if new_rows is None or new_rows.empty:
+        return ""
+    runs = new_rows[new_rows["method"] == method]
+    if runs.empty:
+        return ""
+    label = start_of(method)[1]
+    per = runs.groupby(["lang", "source", "target"])
+    made = per.apply(lambda g: int(g.loc[g["how"] == label, "rows"].sum()), include_groups=False)
+    total = per["rows"].sum()
+    return (f"; {label} {_count_span(made)} of {_count_span(total)} new rows in each of its "
+            f"{_plural(len(total), 'setting')}")
+
+
+def _count_span(values: Iterable[int]) -> str:
+    values = sorted({int(v) for v in values})
+    low, high = f"{values[0]:,}", f"{values[-1]:,}"
+    return low if low == high else f"{low}-{high}"
 
 
 # -- the anomalies -------------------------------------------------------------------------------
@@ -654,11 +708,11 @@ def seed_count(run: dict[str, Any] | None, decided: pd.DataFrame) -> int:
 
 
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any] | None = None,
-             conditioning: pd.DataFrame | None = None, movement: pd.DataFrame | None = None
-             ) -> list[str]:
-    """The findings' opening lines (at most thirteen: 4 leaders, the paper tables' in one
-    line, the held-out shared tokens against chance, SALT against OMP at its two k, 4 kinds
-    of anomaly and the seeds)."""
+             conditioning: pd.DataFrame | None = None, movement: pd.DataFrame | None = None,
+             new_rows: pd.DataFrame | None = None) -> list[str]:
+    """The findings' opening lines (at most fourteen: 4 leaders, the paper tables' in one
+    line, the held-out shared tokens against chance, SALT against OMP at its two k, Token
+    Distillation against its start, 4 kinds of anomaly and the seeds)."""
     if decided.empty:
         return ["No paired test in this run: nothing to rank (see the tables below)."]
     broken = broken_checkpoints(summaries)
@@ -672,6 +726,7 @@ def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any]
     omp_k = int((run or {}).get("omp_k", OMP_DEFAULT_K))
     lines += [heldout_line(decided, summaries),
               *salt_omp_lines(decided, summaries, conditioning, omp_k, movement),
+              *start_lines(decided, summaries, new_rows, movement),
               *anomaly_lines(decided, summaries), seed_line(run, decided)]
     return [line for line in lines if line]
 
@@ -703,7 +758,8 @@ def sections(decided: pd.DataFrame, summaries: pd.DataFrame) -> list[dict[str, A
 def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                       run: dict[str, Any] | None = None, real: bool = False,
                       conditioning: pd.DataFrame | None = None,
-                      movement: pd.DataFrame | None = None) -> str:
+                      movement: pd.DataFrame | None = None,
+                      new_rows: pd.DataFrame | None = None) -> str:
     """The text of findings.md. ``run``: the run's run.json (commit, date, note, seeds,
     ``omp_k``: OMP's configured k where it is not the tool's default);
     ``real``: a real-text run's; ``conditioning``: SALT's conditioning table, where the run
@@ -715,7 +771,7 @@ def findings_markdown(decided: pd.DataFrame, summaries: pd.DataFrame,
                                lstrip_blocks=True, keep_trailing_newline=True)
     return template.render(
         real=real, run=run,
-        headline=headline(decided, summaries, run, conditioning, movement),
+        headline=headline(decided, summaries, run, conditioning, movement, new_rows),
         draws="one seed" if (n := seed_count(run, decided)) == 1 else f"{n} seeds",
         tests=len(once), clear=int(once["clears"].sum()), correction=CORRECTION,
         alpha=float(decided.attrs.get("alpha", FAMILY_ALPHA)), legend=legend(several(decided)),
@@ -730,7 +786,8 @@ def reference_text(reference: Path, real: bool = False) -> str:
     run = json.loads((reference / RUN_JSON).read_text())
     return findings_markdown(*read_run(reference), run, real=real,
                              conditioning=read_conditioning(reference),
-                             movement=read_movement(reference))
+                             movement=read_movement(reference),
+                             new_rows=read_movement(reference, NEW_ROWS))
 
 
 def headline_of(text: str) -> str:
@@ -770,7 +827,7 @@ def refresh_reference(report_dir: Path, real: bool = False, readme: Path = READM
         shutil.rmtree(reference)
     reference.mkdir(parents=True)
     sources = [report_dir / paths.REPORT_FILES[n] for n in ("comparisons_csv", "summaries_csv")]
-    for source in [*sources, report_dir / CONDITIONING, report_dir / MOVEMENT]:
+    for source in [*sources, *(report_dir / name for name in (CONDITIONING, MOVEMENT, NEW_ROWS))]:
         if source in sources or source.is_file():
             shutil.copyfile(source, reference / source.name)
     date = dt.datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), dt.UTC).date()

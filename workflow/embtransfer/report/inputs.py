@@ -84,6 +84,7 @@ _ENTRIES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("seeds", "comparisons", _COMPARED, {"table": "every test in every seed"}),
     ("salt_conditioning", "salt_conditioning", _COMPARED, {"table": "SALT's conditioning"}),
     ("lapt_movement", "lapt_movement", _COMPARED, {"table": "how far LAPT moved the new rows"}),
+    ("new_rows", "new_rows", _COMPARED, {"table": "how each method made its new rows"}),
     ("lapt_zeroshot", "lapt_zeroshot", _COMPARED, {"table": "after LAPT: bits per byte"}),
     ("source_floor", "source_floor", _COMPARED, {"table": "the source's quality floor"}),
     ("findings", "findings", _COMPARED, {"table": "findings, in words", "format": "Markdown"}),

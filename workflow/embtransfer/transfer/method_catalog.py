@@ -198,6 +198,9 @@ METHODS: dict[str, dict[str, Any]] = {
     },
     "token_distillation": {
         "module": "distillation", "needs": ["source_tokenizer", "corpus"],
+        # its rows start as Subword-mean's and the rows it trains are labelled "distilled":
+        # the report tests it against that start (start_of)
+        "starts": {"from": "subword_mean", "label": "distilled"},
         "description": "Token Distillation (extended vocabularies): copy shared rows; new "
         "tokens start at the mean of their pieces' source rows, and the most frequent ones' "
         "input rows are trained so that the frozen source reads them as it reads their "
@@ -248,7 +251,16 @@ def role(name: str) -> str:
     return METHODS[name].get("role", "method")
 
 
-#: The methods a run gets when its config names none: all but the miniature world's own.
+def start_of(name: str) -> tuple[str, str] | None:
+    """(the method whose rows ``name`` starts from and refines, the label of the rows it
+    refined) where the catalog says so (Token Distillation: Subword-mean's, ``distilled``);
+    None for a method that makes its rows itself."""
+    starts = METHODS.get(name, {}).get("starts")
+    return (starts["from"], starts["label"]) if starts else None
+
+
+#: The methods a run gets when its config names none: all but the miniature world's own and
+#: those of extended vocabularies only.
 DEFAULT_METHODS: list[str] = [m for m, spec in METHODS.items()
                               if not spec.get("world_only") and "replace" in method_modes(m)]
 

@@ -25,8 +25,10 @@ report = run_transfer_job(
     context=context,
 )
 log.info("transfer %s: %s; seconds %s", sm.wildcards.method, report["counts"], report["seconds"])
-# the record carries the check of the new rows, so the report marks a flagged checkpoint
+# the record carries the check of the new rows, so the report marks a flagged checkpoint,
+# and how the method made them (the report's new_rows table)
 record = write_zeroshot_record(sm.output.zeroshot, sm.output.model, sm.input.text,
                                sm.params.zeroshot, sm.params.device,
-                               {**context, "row_check": report["row_check"]})
+                               {**context, "row_check": report["row_check"],
+                                "counts": report["counts"]})
 log.info("zero-shot: %s", record)
