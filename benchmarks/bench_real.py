@@ -185,7 +185,8 @@ def rule_figures(
 
 
 #: A transfer job's log (rules transfer and holdout_transfer): its seed, setting and method.
-METHOD_LOG = re.compile(r"^seed\d+/(transfer|holdout_transfer)/(\w+)/\w+/(\w+)/(\w+)\.log$")
+# a setting's target is a PLM, or a PLM in a vocabulary mode (gpt2_de@extend)
+METHOD_LOG = re.compile(r"^seed\d+/(transfer|holdout_transfer)/(\w+)/\w+/([\w@]+)/(\w+)\.log$")
 
 
 def method_costs(rules: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

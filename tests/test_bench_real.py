@@ -322,9 +322,10 @@ def test_bench_costs_each_method_per_setting_over_its_seeds():
             "names": ["seed1/transfer/de/src/gpt2_de/salt.log",
                       "seed2/transfer/de/src/gpt2_de/salt.log",
                       "seed1/transfer/ar/src/gpt2_ar/salt.log",
-                      "seed1/transfer/de/src/gpt2_de/mean.log"],
-            "seconds": [10.0, 14.0, 3.0, 1.0],
-            "job_rss": [2e9, 3e9, 1e9, 5e8]},
+                      "seed1/transfer/de/src/gpt2_de/mean.log",
+                      "seed1/transfer/de/src/gpt2_de@extend/mean.log"],
+            "seconds": [10.0, 14.0, 3.0, 1.0, 4.0],
+            "job_rss": [2e9, 3e9, 1e9, 5e8, 6e8]},
         "holdout_transfer": {"names": ["seed1/holdout_transfer/de/src/gpt2_de/salt.log"],
                              "seconds": [2.0], "job_rss": [7e8]},
         "omp_solve": {"names": ["seed1/omp/de/src/gpt2_de.log"], "seconds": [99.0],
@@ -333,7 +334,9 @@ def test_bench_costs_each_method_per_setting_over_its_seeds():
     costs = bench.method_costs(rules)
     assert costs[("salt", "transfer")] == {"seconds": {"ar gpt2_ar": 3.0, "de gpt2_de": 12.0},
                                            "rss": 3e9}
-    assert costs[("mean", "transfer")] == {"seconds": {"de gpt2_de": 1.0}, "rss": 5e8}
+    # an extended setting is a setting of its own (its target written <model>@extend)
+    assert costs[("mean", "transfer")] == {"seconds": {"de gpt2_de": 1.0,
+                                                       "de gpt2_de@extend": 4.0}, "rss": 6e8}
     assert costs[("salt", "holdout_transfer")]["seconds"] == {"de gpt2_de": 2.0}
     assert len(costs) == 3  # omp_solve is a rule of its own, not a method's transfer
 

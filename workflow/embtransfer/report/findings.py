@@ -1,6 +1,7 @@
 """findings.md: what the run found, written from the comparisons table alone.
 
-It opens with at most fourteen lines (:func:`headline`), then one table per setting
+It opens with at most fourteen lines (the leaders once more per vocabulary mode a target is
+written with) (:func:`headline`), then one table per setting
 (:mod:`.setting_tables`), through the template ``findings.md.j2``. Every count in a line
 carries its denominator and every line names its metric, side and stage, so each can be
 checked in the tables below it. The reference runs' comparisons tables are committed
@@ -26,6 +27,7 @@ import jinja2
 import pandas as pd
 
 from embtransfer.core import paths
+from embtransfer.core.grid import written_mode
 from embtransfer.core.paired import CORRECTION, FAMILY_ALPHA
 from embtransfer.report.comparisons import (
     KEYS,
@@ -362,19 +364,44 @@ def _leaders(settings: list[pd.DataFrame], methods: list[str],
     return text
 
 
+#: The words a kind's label gains for the settings of a target written with a vocabulary mode
+#: (``gpt2_de@extend``, :func:`embtransfer.core.grid.written_mode`).
+MODE_WORDS = {"extend": "extended vocabularies", "replace": "replaced vocabularies"}
+
+
+def by_mode(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``frame``'s lines by the vocabulary mode their target is written with, the bare names
+    first ('' : the run's ``transfer.vocab_mode``): a kind's leaders are counted within one,
+    so that the settings of an extended vocabulary are not ranked against the replaced."""
+    modes = frame["target"].map(lambda t: written_mode(str(t)) or "")
+    return [(mode, frame[modes == mode]) for mode in sorted(set(modes))]
+
+
+def leader_lines(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
+                 broken: set[tuple[str, ...]], cells: pd.DataFrame, bold: bool = True
+                 ) -> list[str]:
+    """A kind's leader line per vocabulary mode of its settings (:func:`by_mode`)."""
+    tests = dict(by_mode(decided))
+    return [line for mode, part in by_mode(summaries)
+            if (line := leader_line(part, tests.get(mode, decided.iloc[:0]), kind, broken,
+                                    cells, bold, MODE_WORDS.get(mode, "")))]
+
+
 def leader_line(summaries: pd.DataFrame, decided: pd.DataFrame, kind: Kind,
-                broken: set[tuple[str, ...]], cells: pd.DataFrame, bold: bool = True) -> str:
+                broken: set[tuple[str, ...]], cells: pd.DataFrame, bold: bool = True,
+                words: str = "") -> str:
     """A kind's leaders over its counted settings; where its McNemar tests cannot clear
-    (:func:`cell_power`), the line says so and names no method there."""
+    (:func:`cell_power`), the line says so and names no method there. ``words`` end the
+    label (the vocabulary mode of the settings, :func:`leader_lines`)."""
     found = counted(summaries, decided, kind, broken)
     if found is None or not found.settings:
         return ""
     first = found.settings[0].iloc[0]
-    label = kind.label
+    label = kind.label + (f", {words}" if words else "")
     if kind in TABLES:
         stages = _in_stage_order(str(g["stage"].iloc[0]) for g in found.settings)
         label = (f"{kind.label}, {metric_spec(first['metric']).label} of the whole model, "
-                 + _join(_stage(s) for s in stages))
+                 + _join(_stage(s) for s in stages) + (f", {words}" if words else ""))
     n, m = len(found.settings), len(found.methods)
     head = f"{n} of {found.total} settings, those that hold all {m} competing methods"
     if found.left_out:
@@ -710,17 +737,18 @@ def seed_count(run: dict[str, Any] | None, decided: pd.DataFrame) -> int:
 def headline(decided: pd.DataFrame, summaries: pd.DataFrame, run: dict[str, Any] | None = None,
              conditioning: pd.DataFrame | None = None, movement: pd.DataFrame | None = None,
              new_rows: pd.DataFrame | None = None) -> list[str]:
-    """The findings' opening lines (at most fourteen: 4 leaders, the paper tables' in one
-    line, the held-out shared tokens against chance, SALT against OMP at its two k, Token
-    Distillation against its start, 4 kinds of anomaly and the seeds)."""
+    """The findings' opening lines (at most fourteen, and 4 leaders more per vocabulary mode
+    a target is written with: 4 leaders, the paper tables' in one line, the held-out shared
+    tokens against chance, SALT against OMP at its two k, Token Distillation against its
+    start, 4 kinds of anomaly and the seeds)."""
     if decided.empty:
         return ["No paired test in this run: nothing to rank (see the tables below)."]
     broken = broken_checkpoints(summaries)
     cells = cell_power(decided, broken)
-    lines = [leader_line(summaries, decided, kind, broken, cells) for kind in KINDS
-             if kind not in TABLES]
+    lines = [line for kind in KINDS if kind not in TABLES
+             for line in leader_lines(summaries, decided, kind, broken, cells)]
     benchmarks = [c for kind in TABLES
-                  if (c := leader_line(summaries, decided, kind, broken, cells, bold=False))]
+                  for c in leader_lines(summaries, decided, kind, broken, cells, bold=False)]
     if benchmarks:
         lines.append("**Benchmarks**: " + "; ".join(c.rstrip(".") for c in benchmarks) + ".")
     omp_k = int((run or {}).get("omp_k", OMP_DEFAULT_K))
