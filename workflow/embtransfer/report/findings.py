@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -823,9 +824,17 @@ def headline_of(text: str) -> str:
     return text.split("\n\n")[1]
 
 
+#: The headline lines the README leaves to the docs page: the anomalies and the seeds.
+PAGE_ONLY = re.compile(r"- \*\*(Worse than Random|Rows blown up or zero|PLMs without "
+                       r"measurable meaning|Tests without power|One seed|\d+ seeds)\*\*")
+
+
 def headline_block(text: str, page: Path) -> str:
-    """The README's block: a findings text's headline and where its tables are."""
-    return f"{headline_of(text)}\n\nEvery setting's table: [{page}]({page}).\n"
+    """The README's block: a findings text's headline lines that compare the methods, and
+    where the rest (the anomalies, the seeds) and every setting's table are."""
+    lines = [line for line in headline_of(text).splitlines() if not PAGE_ONLY.match(line)]
+    return ("\n".join(lines) + f"\n\nThe anomalies, the seeds and every setting's table: "
+            f"[{page}]({page}).\n")
 
 
 def replace_block(text: str, block: str, real: bool) -> str:
