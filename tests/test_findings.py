@@ -48,8 +48,8 @@ from embtransfer.report.findings import (
     headline,
     headline_block,
     main,
-    read_movement,
     read_run,
+    read_run_table,
     reference_text,
     refresh_reference,
     replace_block,
@@ -760,7 +760,7 @@ def test_every_number_of_the_reference_headlines_is_a_count_of_their_tables(real
     reference = REPO / (REAL_REFERENCE_DIR if real else REFERENCE_DIR)
     decided, summaries = read_run(reference)
     run_json = json.loads((reference / RUN_JSON).read_text())
-    new_rows = read_movement(reference, NEW_ROWS)  # the refined rows the start line counts
+    new_rows = read_run_table(reference, NEW_ROWS)  # the refined rows the start line counts
     check_headline(lines_of(decided, summaries, run=run_json, real=real, new_rows=new_rows),
                    decided, summaries, run_json, new_rows)
 

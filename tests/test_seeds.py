@@ -29,8 +29,8 @@ from embtransfer.report.findings import (
     RUN_JSON,
     findings_markdown,
     read_conditioning,
-    read_movement,
     read_run,
+    read_run_table,
     reference_text,
     seed_line,
 )
@@ -327,7 +327,7 @@ def test_a_reference_reads_the_same_through_a_one_seed_consensus():
     consensus, spread, _ = combine([(0, decided, summaries)])
     run = json.loads((reference / RUN_JSON).read_text())
     assert findings_markdown(consensus, spread, run, conditioning=read_conditioning(reference),
-                             movement=read_movement(reference)) == reference_text(reference)
+                             movement=read_run_table(reference)) == reference_text(reference)
 
 
 def setting(seeds_held: tuple[int, ...]) -> tuple[pd.DataFrame, pd.DataFrame]:

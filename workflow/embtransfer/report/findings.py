@@ -122,9 +122,10 @@ def read_run(directory: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             summaries.fillna({c: "" for c in text if c in summaries}))
 
 
-def read_movement(directory: str | Path, name: str = MOVEMENT) -> pd.DataFrame | None:
-    """How far LAPT moved the new rows (or another per-run table, ``name``: how the methods
-    made them), from a report folder or a reference, if it has it."""
+def read_run_table(directory: str | Path, name: str = MOVEMENT) -> pd.DataFrame | None:
+    """A table with a line per run (how far LAPT moved the new rows; ``name``
+    :data:`NEW_ROWS`: how the methods made them) from a report folder or a reference, if it
+    has it."""
     path = Path(directory) / name
     if not path.is_file():
         return None
@@ -815,8 +816,8 @@ def reference_text(reference: Path, real: bool = False) -> str:
     run = json.loads((reference / RUN_JSON).read_text())
     return findings_markdown(*read_run(reference), run, real=real,
                              conditioning=read_conditioning(reference),
-                             movement=read_movement(reference),
-                             new_rows=read_movement(reference, NEW_ROWS))
+                             movement=read_run_table(reference),
+                             new_rows=read_run_table(reference, NEW_ROWS))
 
 
 def headline_of(text: str) -> str:

@@ -63,6 +63,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from embtransfer.models.hf import encode_texts
+
 #: How a new token's row was made (``report["how"]``).
 DISTILLED, TOO_FEW_SNIPPETS, CAPPED = "distilled", "too_few_snippets", "capped"
 
@@ -161,18 +163,12 @@ def iter_occurrences(
 def _check_concatenates(tokenizer: Any) -> None:
     """Refuse a tokenizer whose encoding of a text is not that of its parts, or that adds
     a space before a text: the windows are encoded in three parts (before, pieces, after)."""
-    whole, first, second, bare = _encode(tokenizer, ["ab cd", "ab", " cd", "cd"])
+    whole, first, second, bare = encode_texts(tokenizer, ["ab cd", "ab", " cd", "cd"])
     if whole != first + second or bare == second:
         raise ValueError(
             "the source tokenizer encodes 'ab cd' unlike 'ab' then ' cd', or 'cd' like ' cd'"
             " (an added prefix space?): token distillation needs a byte-level BPE source "
             "tokenizer that encodes a text part by part")
-
-
-def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    if not texts:
-        return []
-    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def _bos_id(tokenizer: Any) -> int | None:
@@ -203,7 +199,7 @@ def find_snippets(
     and the windows: a held-out transfer's keeps the held-out source ids out of both.
     """
     _check_concatenates(source_tokenizer)
-    encode = encode or _encode
+    encode = encode or encode_texts
     n = len(token_strings)
     cap = options.snippets_per_token
     counts = [0] * n
@@ -236,7 +232,7 @@ def _windows(
     n_chars: int,
     pieces: list[int],
     length: int,
-    encode: Callable[[Any, list[str]], list[list[int]]] = _encode,
+    encode: Callable[[Any, list[str]], list[list[int]]] = encode_texts,
 ) -> list[Snippet]:
     """The windows of one token's sampled occurrences (line index, first character, line)."""
     if not found:
