@@ -39,3 +39,19 @@ def test_only_imported_modules_under_the_prefixes_are_listed(tmp_path: Path,
         assert all(str(p).startswith(str(tmp_path)) for p in listed)
     finally:
         sys.modules.pop("inside_mod", None)
+
+
+def test_workers_write_what_one_process_writes(tmp_path: Path) -> None:
+    """Over 64 sources the compile runs in a pool: the same files, the same count, and
+    the broken one still skipped."""
+    sources = []
+    for i in range(80):
+        source = tmp_path / f"mod_{i}.py"
+        source.write_text(f"VALUE = {i}\n")
+        sources.append(source)
+    broken = tmp_path / "not_311.py"
+    broken.write_text("def f(:\n")
+    assert bytecode.compile_stale([*sources, broken], workers=2) == 80
+    assert all(Path(cache_from_source(str(s))).is_file() for s in sources)
+    assert not Path(cache_from_source(str(broken))).exists()
+    assert bytecode.compile_stale(sources, workers=2) == 0
