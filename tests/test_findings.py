@@ -413,7 +413,7 @@ def worse_claims(decided, broken, sources) -> list[str] | None:
         words = STAGE_WORDS.get(stage, stage)
         claims.append(f"{words[0].upper()}{words[1:]} ({plural(len(tests), 'test')})")
         for what, group in tests.groupby(tests.apply(measure_of, axis=1)):
-            where = [f"{', '.join(sorted(g['method']))} ({name_of(g.iloc[0], sources)})"
+            where = [f"{name_of(g.iloc[0], sources)} ({', '.join(sorted(g['method']))})"
                      for _, g in group.groupby(["lang", "source", "target"])]
             claims.append(f"{what}: " + ", ".join(where))
     return claims
@@ -834,8 +834,8 @@ def test_worse_than_random_names_its_metric_side_and_stage_and_leaves_out_broken
     line = line_of(findings_markdown(decided, summaries), "Worse than Random")
     against = decided[(decided["versus"] == "random") & (decided["method"] != "clp")]
     assert f"(1 of {len(against)} tests of working checkpoints against Random" in line
-    assert line.endswith("Transfer stage (1 test): held-out output-row centred cos: lstsq "
-                         "(xx gpt2_xx).")
+    assert line.endswith("Transfer stage (1 test): held-out output-row centred cos: xx "
+                         "gpt2_xx (lstsq).")
     assert "clp" not in line and "no working method" not in line
 
 
@@ -1075,7 +1075,7 @@ def test_every_kind_of_anomaly_is_counted_and_none_is_invented():
     for kind in ANOMALIES:
         line_of(text, kind)
     assert line_of(text, "Worse than Random").endswith(
-        "Transfer stage (1 test): bits per byte of the whole model: lstsq (xx gpt2_xx).")
+        "Transfer stage (1 test): bits per byte of the whole model: xx gpt2_xx (lstsq).")
     assert "(1 checkpoint: xx gpt2_xx clp)" in line_of(text, "Rows blown up or zero")
     assert "(2 of 3: xx gpt2_xx, zz gpt2_zz)" in line_of(text, "PLMs without measurable meaning")
     calm = findings_markdown(*clean())

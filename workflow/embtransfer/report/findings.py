@@ -597,7 +597,8 @@ def worse_line(decided: pd.DataFrame, broken: set[tuple[str, ...]], sources: boo
     for stage in _in_stage_order(worse["stage"]):
         tests, said = worse[worse["stage"] == stage], []
         for what, group in tests.groupby(tests.apply(measure, axis=1), sort=False):
-            where = [", ".join(sorted(g["method"])) + f" ({_name(key, sources)})"
+            # each setting, then its methods in brackets: a list of settings stays readable
+            where = [f"{_name(key, sources)} (" + ", ".join(sorted(g["method"])) + ")"
                      for key, g in ((dict(zip(("lang", "source", "target"), k, strict=True)), g)
                                     for k, g in group.groupby(["lang", "source", "target"]))]
             said.append(f"{what}: " + ", ".join(where))
