@@ -4,7 +4,8 @@ An extended vocabulary keeps the source's tokens and appends the target's new on
 held-out text mixes both. For each checkpoint of one extended setting of a finished run
 (``RUN/results/seed<N>/transfer/<lang>/<source>/<target>@extend/<method>``) this reads
 the first lines of the language's held-out text (each line on its own, at most
-``--max-length`` tokens, as the zero-shot scores read them) and prints, per method: the
+``--max-length`` tokens; the zero-shot scores pack lines into sequences instead, so the
+token counts differ a little from theirs) and prints, per method: the
 tokens of each kind, their mean loss in nats, and the mean probability the model puts on
 all new ids at once. A method whose output rows draw much more mass to the new ids than
 the text's share of new tokens pays for it on every source token
