@@ -117,6 +117,39 @@ def test_topk_cosine_skips_blocks_without_changing_the_answer() -> None:
         np.testing.assert_array_equal(idx, want_i)
 
 
+@pytest.mark.parametrize("k", [1, 5, 12, 60])
+def test_topk_cosine_searches_equal_rows_once_and_answers_as_a_full_sort(
+        k: int, monkeypatch) -> None:
+    """Token vectors repeat (two tokens of one word): equal query rows and equal key rows
+    are searched once, and the answer is a full sort's over every key, equal keys by
+    ascending index, also where k exceeds the distinct keys (60 of 40)."""
+    import embtransfer.transfer.aligned as aligned_module
+
+    rng = np.random.default_rng(7)
+    base_k, base_q = rng.standard_normal((40, 9)), rng.standard_normal((15, 9))
+    base_k[3] = 0.0  # a zero key row, repeated: similarity 0 to all
+    key_of, query_of = rng.integers(0, 40, 300), rng.integers(0, 15, 50)
+    keys, q = base_k[key_of], base_q[query_of]
+    unit = lambda a: a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-30)  # noqa: E731
+    full = (unit(base_q) @ unit(base_k).T)[query_of][:, key_of]  # equal rows: equal values
+    want_i = np.argsort(-full, axis=1, kind="stable")[:, :k]
+    searched = []
+    real = aligned_module._running_topk
+
+    def counting(rows, keys_searched, *args):
+        searched.append((rows.shape[0], keys_searched.shape[0]))
+        return real(rows, keys_searched, *args)
+
+    monkeypatch.setattr(aligned_module, "_running_topk", counting)
+    for rows, cols in [(1024, 65536), (4, 7)]:
+        searched.clear()
+        idx, sims = topk_cosine(q, keys, k, chunk_rows=rows, chunk_cols=cols)
+        np.testing.assert_array_equal(idx, want_i)
+        np.testing.assert_allclose(sims, np.take_along_axis(full, want_i, 1), atol=1e-6)
+        assert sum(r for r, _ in searched) == np.unique(query_of).size
+        assert {n for _, n in searched} == {np.unique(key_of).size}
+
+
 def test_softmax_neighbors_reuses_searched_rows_and_equals_a_fresh_search(monkeypatch) -> None:
     """WECHSEL (all rows, k 10) then OFA (a subset, k 4) then the output side: one search
     per row, and every answer equal to a search on vectors that have seen no call."""

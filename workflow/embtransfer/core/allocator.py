@@ -1,13 +1,17 @@
 """glibc's allocator settings for the run's processes: freed blocks kept for reuse.
 
-A training or evaluation step allocates and frees the same large buffers every step (the
-default source LLM's logits, their log-softmax and its gradient: 20 MB each). glibc serves
-such a block by mmap above its threshold (128 kB at first) and trims freed memory at the
-heap's top beyond 128 kB, so every step hands those pages back to the kernel and faults
-them in again. With blocks up to 32 MiB (glibc's most) served from the heap and 256 MiB of
-freed heap kept, the default source's 2,000 pretraining steps took 164 s instead of 194 s
-and 4 s of system time instead of 33 s, with the same losses: the allocator changes no
-arithmetic (benchmarks/README.md, Test suite).
+A job allocates and frees large buffers again and again: a training or evaluation step its
+logits, their log-softmax and its gradient (20 MB each for the default source; 1 GB for a
+batch of Gemma 3's logits), a transfer method its blocks of source rows (37-75 MB), OMP
+its scores (44 MB a step). glibc serves such a block by mmap above its threshold (128 kB
+at first, rising to at most 32 MiB by itself) and trims freed memory at the heap's top
+beyond 128 kB, so each time those pages go back to the kernel and fault in again. Blocks up
+to 1 GiB served from the heap and 1 GiB of freed heap kept: the default source's 2,000
+pretraining steps took 164 s instead of 194 s (at 32 MiB and 256 MiB already, against
+glibc's defaults), and eight transfer jobs of `make bench-real` 10 % less than at 32 MiB
+and 256 MiB, with half the page faults; the allocator changes no arithmetic
+(benchmarks/README.md). A process keeps at most the threshold of freed memory at its
+heap's top; blocks above 1 GiB are mapped and returned as before.
 
 glibc reads these variables when a process starts, so setting them changes only the
 processes started afterwards: the Snakefile sets them for the jobs, `tests/conftest.py` for
@@ -21,8 +25,8 @@ from collections.abc import MutableMapping
 
 #: glibc's variables (mallopt's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD) and their values.
 SETTINGS = {
-    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-    "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
 }
 
 

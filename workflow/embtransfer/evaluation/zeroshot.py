@@ -212,13 +212,15 @@ def _total_nll(model: Any, packed: Packed, batch_size: int, dev: str
             # Right padding: causal attention keeps real positions blind to the pads.
             logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
             for i, owner in enumerate(owners):  # one row at a time: a float32 copy of V logits
-                row_logits, row_labels = logits[i, :-1].float(), labels[i, 1:].to(dev)
-                # the summed loss exactly as before the per-document figures existed, so
-                # the record's nll_nats and bits_per_byte keep their values
-                total_nll += float(torch.nn.functional.cross_entropy(
-                    row_logits, row_labels, ignore_index=-100, reduction="sum"))
-                token_nll = torch.nn.functional.cross_entropy(
-                    row_logits, row_labels, ignore_index=-100, reduction="none")
+                row_labels = labels[i, 1:].to(dev)
+                # cross-entropy is the NLL of the log-softmax: taken once, for the summed
+                # loss (exactly as before the per-document figures existed, so the record's
+                # nll_nats and bits_per_byte keep their values) and the per-token losses
+                log_probs = torch.log_softmax(logits[i, :-1].float(), dim=-1)
+                total_nll += float(torch.nn.functional.nll_loss(
+                    log_probs, row_labels, ignore_index=-100, reduction="sum"))
+                token_nll = torch.nn.functional.nll_loss(
+                    log_probs, row_labels, ignore_index=-100, reduction="none")
                 targets = np.asarray(owner[1:])
                 scored = targets >= 0
                 np.add.at(per_document, targets[scored],

@@ -123,7 +123,10 @@ def topk_cosine(
     Every block is written into one reused buffer (a
     :class:`~embtransfer.core.workspace.Workspace`): with a fresh 256 MB block per product
     the kernel mapped and zeroed pages all the time (WECHSEL at real shapes: 109 s -> 73 s,
-    benchmarks/README.md).
+    benchmarks/README.md). Equal rows are searched once, queries and keys alike: token
+    vectors repeat wherever two tokens share a word (``▁Haus`` and ``Haus``; at Gemma 3's
+    shapes a sixth of the rows on both sides), and a key row shared by several tokens
+    stands for all of them, ties by the lower index as everywhere (:func:`_expand_ties`).
     """
     if k < 1 or chunk_rows < 1 or chunk_cols < 1:
         raise ValueError("k, chunk_rows and chunk_cols must be >= 1")
@@ -133,16 +136,63 @@ def topk_cosine(
     out_s = np.zeros((n, kk), np.float32)
     if n == 0 or kk == 0:
         return out_i, out_s
+    queries, query_of = distinct_rows(np.asarray(queries))
+    keys, key_of = distinct_rows(np.asarray(keys))
     q_all = torch.from_numpy(np.ascontiguousarray(_unit_rows(queries).astype(np.float32)))
     k_all = torch.from_numpy(np.ascontiguousarray(_unit_rows(keys).astype(np.float32)))
+    found_i = np.zeros((len(queries), min(kk, len(keys))), np.int64)
+    found_s = np.zeros(found_i.shape, np.float32)
     work = Workspace()
     with torch.inference_mode():
-        for r0 in range(0, n, chunk_rows):
+        for r0 in range(0, len(queries), chunk_rows):
             q = q_all[r0 : r0 + chunk_rows]
-            best_s, best_i = _running_topk(q, k_all, kk, chunk_cols, work)
-            out_s[r0 : r0 + len(q)] = best_s.numpy()
-            out_i[r0 : r0 + len(q)] = best_i.numpy()
+            best_s, best_i = _running_topk(q, k_all, found_i.shape[1], chunk_cols, work)
+            found_s[r0 : r0 + len(q)] = best_s.numpy()
+            found_i[r0 : r0 + len(q)] = best_i.numpy()
+    if len(keys) < m:
+        found_i, found_s = _expand_ties(found_i, found_s, key_of, kk)
+    out_i[:], out_s[:] = found_i[query_of], found_s[query_of]
     return out_i, out_s
+
+
+def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of the 2-D ``x`` in the order they first occur, and for each row
+    of ``x`` the index of its distinct row (rows are equal when their bytes are)."""
+    x = np.ascontiguousarray(x)
+    if x.shape[0] < 2 or x.shape[1] == 0:
+        return x, np.arange(x.shape[0])
+    as_bytes = x.view(np.dtype((np.void, x.shape[1] * x.itemsize))).ravel()
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # distinct rows by first occurrence
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return x[first[order]], rank[inverse.ravel()]
+
+
+def _expand_ties(
+    found_i: np.ndarray, found_s: np.ndarray, key_of: np.ndarray, kk: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``kk`` best keys from the best distinct key rows ``found_i`` (distinct rows in
+    order of first occurrence, so ties among them are by their lowest key): each distinct
+    row stands for its keys (``key_of``), equal in similarity, taken best first and by
+    ascending key among equal similarities. The ``kk`` best distinct rows hold the ``kk``
+    best keys: each holds at least one, and a key of any lower row has ``kk`` keys before
+    it."""
+    members = np.argsort(key_of, kind="stable")  # keys by distinct row, ascending within
+    counts = np.bincount(key_of, minlength=int(key_of.max()) + 1)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.arange(kk)
+    # (queries, distinct rows found, kk): up to kk keys of each distinct row found
+    taken = slot < counts[found_i][..., None]
+    ids = np.where(taken, members[np.minimum(starts[found_i][..., None] + slot,
+                                             members.size - 1)], np.iinfo(np.int64).max)
+    sims = np.where(taken, found_s[..., None], -np.inf).reshape(len(found_i), -1)
+    ids = ids.reshape(len(found_i), -1)
+    by_id = np.argsort(ids, axis=1, kind="stable")
+    ids, sims = np.take_along_axis(ids, by_id, 1), np.take_along_axis(sims, by_id, 1)
+    by_sim = np.argsort(-sims, axis=1, kind="stable")[:, :kk]
+    return np.take_along_axis(ids, by_sim, 1), np.take_along_axis(sims, by_sim, 1).astype(
+        np.float32)
 
 
 def _running_topk(
