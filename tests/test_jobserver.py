@@ -26,7 +26,7 @@ from embtransfer.core.jobserver import delegate
 
 delegate()
 
-import json, os, sys
+import gc, json, os, sys
 from pathlib import Path
 
 import embtransfer.core.jobserver as js
@@ -36,6 +36,7 @@ Path("report.json").write_text(json.dumps({
     "pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv,
     "flag": os.environ.get("JOB_FLAG"), "child": os.environ.get(js.CHILD_ENV),
     "torch_loaded": "torch" in sys.modules, "package": js.__file__,
+    "frozen": gc.get_freeze_count(),
 }))
 print("to stdout")
 print("to stderr", file=sys.stderr)
@@ -123,6 +124,7 @@ def test_a_job_runs_in_a_fork_as_in_its_own_process(server, tmp_path):
     assert report["cwd"] == str(tmp_path) and report["argv"][1:] == ["ok"]
     assert report["flag"] == "set-by-job"  # the job's environment, not the server's
     assert report["package"].startswith(str(WORKFLOW))  # the job's own code, afresh
+    assert report["frozen"] > 0  # the server's objects stay out of the job's collections
     assert out == "to stdout\n" and err == "to stderr\n"  # the job's own streams
 
 

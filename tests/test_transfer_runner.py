@@ -184,6 +184,20 @@ def test_drawing_no_rows_is_drawing_them_with_nothing_to_draw():
             common.diagonal_normal(matrix, shortcut, n, ddof=1, ids=ids[:1])
 
 
+def test_rows_drawn_in_blocks_are_one_draws_rows():
+    """diagonal_normal draws its rows block by block: over several blocks and a part block,
+    bit for bit the rows of one draw of them all, and the generator left where it would be."""
+    matrix = np.random.default_rng(3).standard_normal((50, 3)).astype(np.float32)
+    n = 2 * common._DRAW_ROWS + 5
+    blocked, whole = np.random.default_rng(4), np.random.default_rng(4)
+    mean, std = common.column_moments(matrix)
+    rows = common.diagonal_normal(matrix, blocked, n)
+    assert rows.dtype == np.float32
+    np.testing.assert_array_equal(
+        rows, (mean + std * whole.standard_normal((n, 3))).astype(np.float32))
+    assert blocked.random() == whole.random()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_column_moments_equal_numpy_over_the_chosen_rows(dtype):
     """The moments the statistics methods draw from (Random, FOCUS's and CLP's fallbacks,

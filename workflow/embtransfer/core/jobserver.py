@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -309,6 +310,10 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, parent: int | None = No
     for name in preload:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    # the preloaded modules' objects left out of the jobs' garbage collections: a full
+    # collection in a fork writes to every tracked object's header, which copies the
+    # server's pages into the job one by one (Python's advice for fork without exec)
+    gc.freeze()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     tmp = f"{path}.{os.getpid()}"

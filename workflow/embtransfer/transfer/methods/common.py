@@ -136,6 +136,10 @@ def column_moments(
     return mean, np.sqrt(spread / (n - ddof))
 
 
+#: Rows drawn at a time by :func:`diagonal_normal`.
+_DRAW_ROWS = 4096
+
+
 def diagonal_normal(
     matrix: np.ndarray, rng: np.random.Generator, n: int, ddof: int = 0,
     ids: np.ndarray | None = None,
@@ -145,7 +149,13 @@ def diagonal_normal(
         _moment_rows(matrix, ddof, ids)  # the same refusal; drawing none moves no rng state
         return np.zeros((0, matrix.shape[1]), np.float32)
     mean, std = column_moments(matrix, ddof, ids)
-    return (mean + std * rng.standard_normal((n, matrix.shape[1]))).astype(np.float32)
+    # in blocks of rows: the same stream and values as one draw, without its float64
+    # temporaries (three of 460 MB for Gemma 3's width at 50,000 rows: 3.2 s against 1.0)
+    rows = np.empty((n, matrix.shape[1]), np.float32)
+    for s in range(0, n, _DRAW_ROWS):
+        part = rows[s : s + _DRAW_ROWS]
+        part[:] = mean + std * rng.standard_normal(part.shape)
+    return rows
 
 
 def source_mean(inputs: TransferInputs, side: str) -> np.ndarray:
