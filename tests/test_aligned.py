@@ -141,7 +141,8 @@ def test_topk_cosine_searches_equal_rows_once_and_answers_as_a_full_sort(
         return real(rows, keys_searched, *args)
 
     monkeypatch.setattr(aligned_module, "_running_topk", counting)
-    for rows, cols in [(1024, 65536), (4, 7)]:
+    for rows, cols, budget in [(1024, 65536, 1 << 22), (4, 7, 1)]:  # budget 1: a query a chunk
+        monkeypatch.setattr(aligned_module, "_EXPAND_BUDGET", budget)
         searched.clear()
         idx, sims = topk_cosine(q, keys, k, chunk_rows=rows, chunk_cols=cols)
         np.testing.assert_array_equal(idx, want_i)

@@ -169,6 +169,10 @@ def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[first[order]], rank[inverse.ravel()]
 
 
+#: Candidate keys :func:`_expand_ties` sorts at a time (queries x rows found x keys a row).
+_EXPAND_BUDGET = 1 << 22
+
+
 def _expand_ties(
     found_i: np.ndarray, found_s: np.ndarray, key_of: np.ndarray, kk: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -177,22 +181,27 @@ def _expand_ties(
     row stands for its keys (``key_of``), equal in similarity, taken best first and by
     ascending key among equal similarities. The ``kk`` best distinct rows hold the ``kk``
     best keys: each holds at least one, and a key of any lower row has ``kk`` keys before
-    it."""
+    it. Queries go in chunks of at most :data:`_EXPAND_BUDGET` candidate keys."""
     members = np.argsort(key_of, kind="stable")  # keys by distinct row, ascending within
     counts = np.bincount(key_of, minlength=int(key_of.max()) + 1)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    slot = np.arange(kk)
-    # (queries, distinct rows found, kk): up to kk keys of each distinct row found
-    taken = slot < counts[found_i][..., None]
-    ids = np.where(taken, members[np.minimum(starts[found_i][..., None] + slot,
-                                             members.size - 1)], np.iinfo(np.int64).max)
-    sims = np.where(taken, found_s[..., None], -np.inf).reshape(len(found_i), -1)
-    ids = ids.reshape(len(found_i), -1)
-    by_id = np.argsort(ids, axis=1, kind="stable")
-    ids, sims = np.take_along_axis(ids, by_id, 1), np.take_along_axis(sims, by_id, 1)
-    by_sim = np.argsort(-sims, axis=1, kind="stable")[:, :kk]
-    return np.take_along_axis(ids, by_sim, 1), np.take_along_axis(sims, by_sim, 1).astype(
-        np.float32)
+    slot = np.arange(min(kk, int(counts.max())))  # up to kk keys of each distinct row
+    out_i = np.zeros((len(found_i), kk), np.int64)
+    out_s = np.zeros((len(found_i), kk), np.float32)
+    step = max(1, _EXPAND_BUDGET // (found_i.shape[1] * slot.size))
+    for r0 in range(0, len(found_i), step):
+        rows_i, rows_s = found_i[r0 : r0 + step], found_s[r0 : r0 + step]
+        taken = slot < counts[rows_i][..., None]  # (queries, rows found, slots)
+        ids = np.where(taken, members[np.minimum(starts[rows_i][..., None] + slot,
+                                                 members.size - 1)], np.iinfo(np.int64).max)
+        sims = np.where(taken, rows_s[..., None], -np.inf).reshape(len(rows_i), -1)
+        ids = ids.reshape(len(rows_i), -1)
+        by_id = np.argsort(ids, axis=1, kind="stable")
+        ids, sims = np.take_along_axis(ids, by_id, 1), np.take_along_axis(sims, by_id, 1)
+        by_sim = np.argsort(-sims, axis=1, kind="stable")[:, :kk]
+        out_i[r0 : r0 + step] = np.take_along_axis(ids, by_sim, 1)
+        out_s[r0 : r0 + step] = np.take_along_axis(sims, by_sim, 1)
+    return out_i, out_s
 
 
 def _running_topk(
