@@ -2,7 +2,7 @@
 
 A job allocates and frees large buffers again and again: a training or evaluation step its
 logits, their log-softmax and its gradient (20 MB each for the default source; 1 GB for a
-batch of Gemma 3's logits), a transfer method its blocks of source rows (37-75 MB), OMP
+batch of Gemma 3's logits), a transfer method its blocks of source rows and draws (37-460 MB), OMP
 its scores (44 MB a step). glibc serves such a block by mmap above its threshold (128 kB
 at first, rising to at most 32 MiB by itself) and trims freed memory at the heap's top
 beyond 128 kB, so each time those pages go back to the kernel and fault in again. Blocks up
